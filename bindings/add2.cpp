@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// torch.ops.jitops.add2: schema, per-backend registration, and the Python module entry point.
+#include <ATen/ops/empty_like.h>
+#include <pybind11/pybind11.h>
+#include <torch/library.h>
+
+#include "../kernels/add2.h"
+#include "../kernels/common.h"
+
+namespace jitops {
+namespace {
+
+using Add2Kernel = void (*)(const at::Tensor&, const at::Tensor&, at::Tensor&);
+
+void check_add2_inputs(const at::Tensor& a, const at::Tensor& b) {
+  check_same_layout(a, "a", b, "b");
+  const bool cuda_half = a.is_cuda() && (a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16);
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble || cuda_half,
+              "a must be float32 or float64 (float16 and bfloat16 on CUDA too), got ", a.scalar_type(), " on ",
+              a.device());
+}
+
+// The kernels take contiguous tensors; views are compacted here, once, for every backend.
+template <Add2Kernel kernel>
+at::Tensor& add2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  check_add2_inputs(a, b);
+  check_same_layout(a, "a", out, "out");
+  const at::Tensor a_c = a.contiguous();
+  const at::Tensor b_c = b.contiguous();
+  if (out.is_contiguous()) {
+    kernel(a_c, b_c, out);
+  } else {
+    at::Tensor result = at::empty_like(a_c);
+    kernel(a_c, b_c, result);
+    out.copy_(result);
+  }
+  return out;
+}
+
+template <Add2Kernel kernel>
+at::Tensor add2(const at::Tensor& a, const at::Tensor& b) {
+  check_add2_inputs(a, b);
+  const at::Tensor a_c = a.contiguous();
+  at::Tensor out = at::empty_like(a_c);
+  kernel(a_c, b.contiguous(), out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(jitops, m) {
+  m.def("add2(Tensor a, Tensor b) -> Tensor");
+  m.def("add2.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+}
+
+TORCH_LIBRARY_IMPL(jitops, CPU, m) {
+  m.impl("add2", &add2<add2_cpu>);
+  m.impl("add2.out", &add2_out<add2_cpu>);
+}
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
+  m.impl("add2", &add2<add2_cuda>);
+  m.impl("add2.out", &add2_out<add2_cuda>);
+}
+#endif
+
+}  // namespace jitops
+
+// Importing the built .so as a Python module is what runs the registrations above.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+#ifdef WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

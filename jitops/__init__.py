@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: MIT
+"""jitops: PyTorch ops shipped as C++/CUDA sources, compiled on first use and cached.
+
+`import jitops` compiles nothing and does not even import torch. Each op is built (or loaded from
+the cache) the first time it is called; `jitops.load_all()` does every op at once.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+import importlib
+import pkgutil
+
+
+def available_ops() -> list[str]:
+    """Names of the ops this installation ships (one module in jitops/ops/ each)."""
+    ops = importlib.import_module(f"{__name__}.ops")
+    return sorted(m.name for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_"))
+
+
+def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
+    """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .ops import require
+
+    names = available_ops() if ops is None else list(ops)
+    unknown = sorted(set(names) - set(available_ops()))
+    if unknown:
+        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
+    # Each build is a child process running ninja, so threads are enough to overlap them.
+    with ThreadPoolExecutor(max_workers=max_workers or len(names) or 1) as pool:
+        futures = {name: pool.submit(require, name) for name in names}
+    failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
+    if failures:
+        details = "\n".join(f"  {name}: {err}" for name, err in failures.items())
+        raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(names)} ops failed:\n{details}")
+
+
+def _public_names(module) -> list[str]:
+    return list(getattr(module, "__all__", ()))
+
+
+def __getattr__(name: str):
+    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap.
+    # The import system probes for submodules (`ops`) with getattr before importing them.
+    if name.startswith("_") or name == "ops":
+        raise AttributeError(f"module 'jitops' has no attribute {name!r}")
+    for op in available_ops():
+        module = importlib.import_module(f"{__name__}.ops.{op}")
+        if name in _public_names(module):
+            return getattr(module, name)
+    raise AttributeError(f"module 'jitops' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    names = set(globals())
+    for op in available_ops():
+        names.update(_public_names(importlib.import_module(f"{__name__}.ops.{op}")))
+    return sorted(names)

@@ -1,0 +1,496 @@
+# SPDX-License-Identifier: MIT
+"""Build or load one op's extension, following DESIGN.md's resolution order.
+
+1. loaded in this process already      -> return it
+2. verified cache entry                 -> import it (no lock, no ninja, no subprocess)
+3. build under the entry's file lock    -> torch's load() in a child process and a private
+                                           directory, then an atomic publish
+4. (prebuilt fallback: not yet)
+5. otherwise one BuildError naming the op, what is missing or the first compiler error, and
+   the path of the full log.
+
+The build runs in a child process (`python -m jitops._build SPEC`) so that ninja's step counter can
+be shown live, the compiler output can be kept as a log, and a failed or killed build never leaves
+half-initialised state in the user's process.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from . import _cache
+
+# Compiler flags are part of every cache key. -O3 because torch's load() adds no optimisation flag.
+CFLAGS = ["-O3"]
+CUDA_CFLAGS = ["-O3"]
+LDFLAGS: list[str] = []
+DEFAULT_LOCK_TIMEOUT_S = 1800.0  # generous for a cold CUDA build on a busy machine, but finite
+
+
+def _find_source_root() -> Path:
+    """kernels/ and bindings/ sit inside the installed package, or beside it in a checkout."""
+    package_dir = Path(__file__).resolve().parent
+    for candidate in (package_dir, package_dir.parent):
+        if (candidate / "kernels").is_dir() and (candidate / "bindings").is_dir():
+            return candidate
+    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
+
+
+SOURCE_ROOT = _find_source_root()
+
+
+class BuildError(RuntimeError):
+    """An op could not be built or loaded. The message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class OpSources:
+    """The source files of one op under a root holding kernels/ and bindings/ (DESIGN.md layout)."""
+
+    op: str
+    root: Path = SOURCE_ROOT
+
+    @property
+    def cpu(self) -> Path:
+        return self.root / "kernels" / "cpu" / f"{self.op}.cpp"
+
+    @property
+    def cuda(self) -> Path:
+        return self.root / "kernels" / "cuda" / f"{self.op}.cu"
+
+    @property
+    def binding(self) -> Path:
+        return self.root / "bindings" / f"{self.op}.cpp"
+
+    @property
+    def extension_name(self) -> str:
+        return f"jitops_{self.op}"
+
+    def hashed_files(self) -> list[Path]:
+        # Every header, since any of them may be included; the op's sources whether or not this
+        # build compiles them, so one key names one set of sources.
+        headers = [p for p in (self.root / "kernels").iterdir() if p.suffix in (".h", ".cuh")]
+        return headers + [p for p in (self.cpu, self.cuda, self.binding) if p.exists()]
+
+    def check_present(self) -> None:
+        missing = [str(p) for p in (self.cpu, self.binding) if not p.is_file()]
+        if missing:
+            raise BuildError(f"jitops: op {self.op!r} has no sources: missing {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The toolchain
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    """Whether this build compiles the CUDA kernels, for which archs, and if not, why not."""
+
+    enabled: bool
+    arch_list: str | None
+    nvcc: Path | None
+    reason: str  # why CUDA is off; empty when enabled
+
+    @property
+    def backends(self) -> list[str]:
+        return ["cpu", "cuda"] if self.enabled else ["cpu"]
+
+
+def find_cxx() -> Path | None:
+    """The C++ compiler torch's load() will run: $CXX, else c++."""
+    found = shutil.which(os.environ.get("CXX", "c++"))
+    return Path(found) if found else None
+
+
+def find_nvcc() -> Path | None:
+    """nvcc as torch's load() finds it: $CUDA_HOME/$CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        candidate = Path(cuda_home) / "bin" / "nvcc"
+        return candidate if candidate.is_file() else None
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return Path(on_path)
+    candidate = Path("/usr/local/cuda/bin/nvcc")
+    return candidate if candidate.is_file() else None
+
+
+def tool_version(binary: Path) -> str:
+    """First informative line of `binary --version`, cached per binary identity in the cache root."""
+    root = _cache.cache_root()
+    identity = _cache.binary_identity(binary)
+    probes = _cache.read_toolchain_probes(root)
+    if identity in probes:
+        return probes[identity]
+    result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    # nvcc's first lines are a banner; the release line is the one that identifies it.
+    release = [line for line in lines if "release" in line]
+    version = (release or lines or [f"unknown (exit {result.returncode})"])[0]
+    _cache.remember_toolchain_probe(root, identity, version)
+    return version
+
+
+def plan_cuda() -> CudaPlan:
+    import torch
+
+    if torch.version.cuda is None:
+        return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build")
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return CudaPlan(False, None, None, "nvcc was not found (set CUDA_HOME or put nvcc on PATH)")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not arch_list and torch.cuda.is_available():
+        capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
+    if not arch_list:
+        return CudaPlan(False, None, nvcc, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
+    return CudaPlan(True, arch_list, nvcc, "")
+
+
+def missing_tools(cxx: Path | None, cuda: CudaPlan) -> list[str]:
+    """What a build needs and this machine lacks, each with how to get it."""
+    missing = []
+    if shutil.which("ninja") is None:
+        missing.append("ninja is not on PATH (pip install ninja, and activate the environment it went into)")
+    if cxx is None:
+        missing.append(f"no C++ compiler: {os.environ.get('CXX', 'c++')!r} is not on PATH (install g++ or set CXX)")
+    return missing
+
+
+def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
+    """Everything that can change the built .so. Any difference gives a different cache entry."""
+    import torch
+
+    return {
+        "op": sources.op,
+        "jitops": __version__,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "torch_cuda": torch.version.cuda,
+        "python_soabi": sysconfig.get_config_var("SOABI"),
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "cxx": f"{cxx.resolve()}: {tool_version(cxx)}" if cxx else None,
+        "nvcc": f"{cuda.nvcc.resolve()}: {tool_version(cuda.nvcc)}" if cuda.enabled and cuda.nvcc else None,
+        "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
+        "backends": cuda.backends,
+        "cflags": CFLAGS + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
+        "ldflags": LDFLAGS,
+        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedOp:
+    module: types.ModuleType
+    with_cuda: bool
+    cuda_reason: str  # why the CUDA kernels are absent; empty when present
+    library: Path
+
+
+_loaded: dict[str, LoadedOp] = {}
+_load_locks: dict[str, threading.Lock] = {}
+_load_locks_guard = threading.Lock()
+
+
+def _import_extension(name: str, library: Path) -> types.ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
+    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def load_op(op: str, root: Path = SOURCE_ROOT) -> LoadedOp:
+    """The op's extension, loaded into this process: from memory, the cache, or a fresh build."""
+    if op in _loaded:
+        return _loaded[op]
+    with _load_locks_guard:
+        op_lock = _load_locks.setdefault(op, threading.Lock())
+    with op_lock:
+        if op not in _loaded:
+            _loaded[op] = _load_uncached(OpSources(op, Path(root)))
+        return _loaded[op]
+
+
+def _load_uncached(sources: OpSources) -> LoadedOp:
+    sources.check_present()
+    cxx = find_cxx()
+    cuda = plan_cuda()
+    components = key_components(sources, cxx, cuda)
+    root = _cache.cache_root()
+    entry = _cache.Entry(root, sources.op, _cache.compute_key(components))
+
+    library = _verified_or_discarded(entry)
+    if library is None:
+        missing = missing_tools(cxx, cuda)
+        if missing:
+            raise BuildError(
+                f"jitops: cannot build op {sources.op!r}: " + "; ".join(missing) + ". "
+                "No cached build matches this torch/compiler/source combination either."
+            )
+        library = _build_locked(entry, sources, cuda, components)
+    module = _import_extension(sources.extension_name, library)
+    return LoadedOp(module, bool(getattr(module, "with_cuda", False)), cuda.reason, library)
+
+
+def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
+    try:
+        return entry.verified_library()
+    except _cache.CacheError as err:
+        _warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
+        entry.discard()
+        return None
+
+
+def lock_timeout() -> float:
+    value = os.environ.get("JITOPS_LOCK_TIMEOUT", "")
+    if not value:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        return float(value)
+    except ValueError:
+        raise BuildError(f"JITOPS_LOCK_TIMEOUT must be a number of seconds, got {value!r}") from None
+
+
+def _owner_path(entry: _cache.Entry) -> Path:
+    return entry.lock_path.with_suffix(".owner")
+
+
+def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+    import filelock
+
+    timeout = lock_timeout()
+    # A kernel (flock) lock: the OS drops it when its holder dies, so a killed build blocks no one.
+    lock = filelock.FileLock(str(entry.lock_path), timeout=timeout)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        try:
+            holder = _owner_path(entry).read_text().strip()
+        except OSError:
+            holder = "unknown"
+        raise BuildError(
+            f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build op "
+            f"{entry.op!r} (lock {entry.lock_path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+        ) from None
+    try:
+        _owner_path(entry).write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        # Another process may have published the entry while this one waited for the lock.
+        library = _verified_or_discarded(entry)
+        if library is None:
+            library = _build(entry, sources, cuda, components)
+        return library
+    finally:
+        lock.release()
+
+
+def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+    staging = _cache.new_build_dir(entry)
+    published = False
+    try:
+        spec = _write_build_spec(staging, sources, cuda, components)
+        log_path = staging / _cache.BUILD_LOG_NAME
+        started = time.time()
+        returncode = _run_build_worker(spec, log_path, sources.op, cuda)
+        seconds = time.time() - started
+        if returncode != 0:
+            failed_log = entry.root / f"{entry.op}-{entry.key}.failed.log"
+            shutil.copyfile(log_path, failed_log)
+            raise BuildError(
+                f"jitops: building op {entry.op!r} failed: {first_compiler_error(log_path.read_text(errors='replace'))}\n"
+                f"full log: {failed_log}"
+            )
+        built = staging / "build" / f"{sources.extension_name}.so"
+        library = staging / built.name
+        os.replace(built, library)
+        for scratch in ("build", "src", "spec.json"):
+            path = staging / scratch
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        manifest = {
+            "op": entry.op,
+            "key": entry.key,
+            "components": components,
+            "library": library.name,
+            "library_sha256": _cache.sha256_file(library),
+            "built_at": started,
+            "build_seconds": round(seconds, 3),
+            "last_used": time.time(),
+        }
+        _cache.publish(entry, staging, manifest)
+        published = True
+        return entry.path / library.name
+    finally:
+        if not published:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+    # torch names object files after the source's file name, and kernels/cpu/<op>.cpp and
+    # bindings/<op>.cpp share theirs; one-line wrappers give each translation unit its own name.
+    src = staging / "src"
+    src.mkdir()
+    units = [(sources.cpu, f"{sources.op}_cpu.cpp"), (sources.binding, f"{sources.op}_bindings.cpp")]
+    if cuda.enabled:
+        units.append((sources.cuda, f"{sources.op}_cuda.cu"))
+    wrappers = []
+    for original, wrapper_name in units:
+        wrapper = src / wrapper_name
+        wrapper.write_text(f'#include "{original.resolve()}"\n')
+        wrappers.append(str(wrapper))
+    (staging / "build").mkdir()
+    spec = {
+        "name": sources.extension_name,
+        "sources": wrappers,
+        "extra_cflags": components["cflags"],
+        "extra_cuda_cflags": components["cuda_cflags"],
+        "extra_ldflags": components["ldflags"],
+        "build_directory": str(staging / "build"),
+        "with_cuda": cuda.enabled,
+        "cuda_arch_list": cuda.arch_list,
+    }
+    path = staging / "spec.json"
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
+    """Run the child build, teeing its output to the log; returns its exit code."""
+    verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
+    status = _BuildStatus(op, cuda, verbose)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jitops._build", str(spec)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        cwd=spec.parent,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        with open(log_path, "w") as log:
+            for line in proc.stdout:
+                log.write(line)
+                if verbose:
+                    sys.stderr.write(line)
+                step = _NINJA_STEP.match(line)
+                if step:
+                    status.step = f"[{step.group(1)}/{step.group(2)}]"
+        returncode = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        status.finish(ok=False)
+        raise
+    status.finish(ok=returncode == 0)
+    return returncode
+
+
+_COMPILER_ERROR = [
+    re.compile(r"^(\S+?:\d+(?::\d+)?): (?:fatal )?error: (.*)$"),  # gcc/clang: file:line:col: error: msg
+    re.compile(r"^(\S+?\(\d+\)): (?:catastrophic )?error:? (.*)$"),  # nvcc: file(line): error: msg
+    re.compile(r"^()(.*undefined reference to .*)$"),  # linker
+]
+
+
+def first_compiler_error(log: str) -> str:
+    """The first `file:line: message` error of a build log, else its last meaningful line."""
+    lines = log.splitlines()
+    for line in lines:
+        for pattern in _COMPILER_ERROR:
+            match = pattern.match(line.strip())
+            if match:
+                location, message = match.groups()
+                return f"{location}: {message}" if location else message
+    meaningful = [line.strip() for line in lines if line.strip() and not line.startswith(" ")]
+    return meaningful[-1] if meaningful else "no output"
+
+
+class _BuildStatus:
+    """One status line on stderr while building: op, backends, elapsed seconds, ninja's step."""
+
+    def __init__(self, op: str, cuda: CudaPlan, verbose: bool):
+        self.started = time.time()
+        self.step = ""
+        backends = "cpu+cuda" if cuda.enabled else f"cpu only: {cuda.reason}"
+        self.label = f"jitops: building {op} ({backends})"
+        # On a terminal the line redraws itself; in a log it is written once and completed at the end.
+        self.live = sys.stderr.isatty() and not verbose
+        self._done = threading.Event()
+        if self.live:
+            threading.Thread(target=self._redraw, daemon=True).start()
+        else:
+            sys.stderr.write(f"{self.label} ...\n" if verbose else f"{self.label} ...")
+            sys.stderr.flush()
+
+    def _redraw(self) -> None:
+        while not self._done.wait(0.25):
+            sys.stderr.write(f"\r\033[K{self.label} {time.time() - self.started:.1f}s {self.step}")
+            sys.stderr.flush()
+
+    def finish(self, ok: bool) -> None:
+        self._done.set()
+        outcome = "done" if ok else "FAILED"
+        summary = f"{outcome} in {time.time() - self.started:.1f}s {self.step}".rstrip()
+        sys.stderr.write(f"\r\033[K{self.label} {summary}\n" if self.live else f" {summary}\n")
+        sys.stderr.flush()
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The child build process
+# ---------------------------------------------------------------------------------------------
+
+
+def _worker_main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["cuda_arch_list"]:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = spec["cuda_arch_list"]
+    from torch.utils.cpp_extension import load
+
+    # load() also imports the result, so a library with unresolved symbols fails here, in the
+    # child, and is never published.
+    load(
+        name=spec["name"],
+        sources=spec["sources"],
+        extra_cflags=spec["extra_cflags"],
+        extra_cuda_cflags=spec["extra_cuda_cflags"],
+        extra_ldflags=spec["extra_ldflags"],
+        build_directory=spec["build_directory"],
+        with_cuda=spec["with_cuda"],
+        verbose=True,
+    )
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1])

@@ -1,0 +1,298 @@
+# SPDX-License-Identifier: MIT
+"""The build cache: where it lives, how entries are keyed, named, published and read.
+
+Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module
+on machines whose toolchain is broken.
+
+Layout of a cache root::
+
+    <root>/<op>-<key>/          one published build (0700)
+        <ext>.so                the extension
+        build.log               compiler output of the build
+        manifest.json           written last: key components, sha256 of the .so, timings
+    <root>/<op>-<key>.lock      kernel file lock taken while building that entry
+    <root>/.tmp-<op>-<key>-*    a build in progress (or an orphan of a killed one)
+    <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST_NAME = "manifest.json"
+BUILD_LOG_NAME = "build.log"
+TOOLCHAIN_PROBES_NAME = "toolchain.json"
+TMP_PREFIX = ".tmp-"
+KEY_LENGTH = 16  # hex digits of sha256 kept in directory names; 64 bits is plenty per op
+# Rewriting a manifest on every warm load would make 64 ranks that start together write the same
+# file 64 times; once a minute is precise enough for least-recently-used pruning.
+LAST_USED_RESOLUTION_S = 60.0
+
+
+class CacheError(RuntimeError):
+    """The cache root is unusable (permissions, ownership) or an entry is malformed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The root
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_extensions_root() -> Path:
+    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions.
+
+    Mirrors torch.utils.cpp_extension.get_default_build_root without importing cpp_extension
+    (which imports setuptools: too slow for a warm load).
+    """
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return Path(configured)
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.path.realpath(os.path.join(user_cache, "torch_extensions")))
+
+
+def configured_root() -> tuple[Path, str]:
+    """The cache root asked for, and why (for `jitops-cache dir`)."""
+    configured = os.environ.get("JITOPS_CACHE_DIR")
+    if configured:
+        return Path(configured), "JITOPS_CACHE_DIR"
+    return torch_extensions_root() / "jitops", "default: jitops/ under torch's extension root"
+
+
+def _check_private_dir(path: Path) -> None:
+    """Refuse a directory another user could write into: loading a .so from it runs their code."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise CacheError(f"cache directory {path} is a symbolic link; refusing to follow it")
+    if not stat.S_ISDIR(info.st_mode):
+        raise CacheError(f"cache directory {path} is not a directory")
+    if info.st_uid != os.getuid():
+        raise CacheError(f"cache directory {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CacheError(
+            f"cache directory {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"run `chmod go-w {path}`"
+        )
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (0700, parents as needed) or check an existing one; return it."""
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    _check_private_dir(path)
+    return path
+
+
+_fallback_root: Path | None = None
+
+
+def cache_root() -> Path:
+    """The usable cache root. An unusable one is reported once and replaced by a private temp dir."""
+    global _fallback_root
+    if _fallback_root is not None:
+        return _fallback_root
+    root, _ = configured_root()
+    try:
+        ensure_private_dir(root)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise CacheError(f"cache directory {root} is not writable")
+        return root
+    except (OSError, CacheError) as err:
+        _fallback_root = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
+        warnings.warn(
+            f"jitops: cannot use the cache at {root} ({err}); building into the private temporary "
+            f"cache {_fallback_root} instead, which is not kept. Set JITOPS_CACHE_DIR to a directory you own.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return _fallback_root
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys and entries
+# ---------------------------------------------------------------------------------------------
+
+
+def hash_files(paths: list[Path], relative_to: Path) -> str:
+    """sha256 over each file's relative name and bytes, so a rename changes the hash too."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(str(path.relative_to(relative_to)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def compute_key(components: dict) -> str:
+    canonical = json.dumps(components, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Readers see the old file or the new one, never a half-written one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as file:
+        json.dump(data, file, indent=2, sort_keys=True)
+        file.write("\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One `<op>-<key>` directory of a cache root (which may not exist yet)."""
+
+    root: Path
+    op: str
+    key: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / f"{self.op}-{self.key}"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f"{self.op}-{self.key}.lock"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST_NAME
+
+    def read_manifest(self) -> dict | None:
+        """The manifest, or None if the entry is absent. Malformed manifests raise CacheError."""
+        try:
+            text = self.manifest_path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            manifest = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CacheError(f"{self.manifest_path} is not valid JSON: {err}") from None
+        if not isinstance(manifest, dict):
+            raise CacheError(f"{self.manifest_path} is not a JSON object")
+        return manifest
+
+    def verified_library(self) -> Path | None:
+        """The entry's .so if its manifest matches this key and the .so its hash, else None.
+
+        Raises CacheError when the entry exists but is corrupt (the caller rebuilds and warns).
+        """
+        if not self.path.is_dir():
+            return None
+        if self.path.is_symlink():
+            raise CacheError(f"{self.path} is a symbolic link; refusing to load from it")
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
+        if manifest.get("key") != self.key or manifest.get("op") != self.op:
+            raise CacheError(f"{self.manifest_path} describes another build (key {manifest.get('key')!r})")
+        library_name = manifest.get("library")
+        if not isinstance(library_name, str) or os.path.basename(library_name) != library_name:
+            raise CacheError(f"{self.manifest_path} names no valid library file")
+        library = self.path / library_name
+        try:
+            actual = sha256_file(library)
+        except FileNotFoundError:
+            raise CacheError(f"{library} is missing") from None
+        if actual != manifest.get("library_sha256"):
+            raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
+        self._touch_last_used(manifest)
+        return library
+
+    def _touch_last_used(self, manifest: dict) -> None:
+        now = time.time()
+        if now - float(manifest.get("last_used", 0)) < LAST_USED_RESOLUTION_S:
+            return
+        try:
+            write_json_atomic(self.manifest_path, {**manifest, "last_used": now})
+        except OSError:
+            pass  # a read-only cache still loads; pruning order is all that is lost
+
+    def discard(self) -> None:
+        """Remove a corrupt entry. Renamed away first so no loader ever sees it half deleted."""
+        if not self.path.exists() and not self.path.is_symlink():
+            return
+        trash = self.root / f"{TMP_PREFIX}discarded-{self.op}-{self.key}-{os.getpid()}-{time.monotonic_ns()}"
+        os.rename(self.path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def new_build_dir(entry: Entry) -> Path:
+    """A fresh private directory for one build attempt; only this process ever writes into it."""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.op}-{entry.key}-", dir=entry.root))
+
+
+def publish(entry: Entry, staging: Path, manifest: dict) -> None:
+    """Make `staging` the entry: manifest written last, then one atomic rename."""
+    write_json_atomic(staging / MANIFEST_NAME, manifest)
+    os.chmod(staging, 0o700)
+    entry.discard()  # only a corrupt entry can be here: the caller holds the entry's lock
+    os.rename(staging, entry.path)
+
+
+def list_entries(root: Path) -> list[tuple[Entry, dict | None]]:
+    """Every published entry under root with its manifest (None when unreadable)."""
+    found = []
+    if not root.is_dir():
+        return found
+    for child in sorted(root.iterdir()):
+        if child.name.startswith(".") or not child.is_dir() or "-" not in child.name:
+            continue
+        op, _, key = child.name.rpartition("-")
+        entry = Entry(root, op, key)
+        try:
+            manifest = entry.read_manifest()
+        except CacheError:
+            manifest = None
+        found.append((entry, manifest))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Toolchain probes (`c++ --version` costs a process; a warm load must spawn none)
+# ---------------------------------------------------------------------------------------------
+
+
+def binary_identity(path: Path) -> str:
+    """Resolved path, size and mtime: changes whenever the binary is replaced."""
+    resolved = path.resolve()
+    info = resolved.stat()
+    return f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
+
+
+def read_toolchain_probes(root: Path) -> dict:
+    try:
+        probes = json.loads((root / TOOLCHAIN_PROBES_NAME).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return probes if isinstance(probes, dict) else {}
+
+
+def remember_toolchain_probe(root: Path, identity: str, version: str) -> None:
+    probes = read_toolchain_probes(root)
+    probes[identity] = version
+    try:
+        write_json_atomic(root / TOOLCHAIN_PROBES_NAME, probes)
+    except OSError:
+        pass  # probing again next time is only slower

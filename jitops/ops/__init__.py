@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: MIT
+"""One module per op: its public function, checks, fake kernel, autograd and pure-torch *_ref.
+
+An op module's `_register()` runs once, right after its extension is loaded, because
+torch.library can only attach a fake kernel or autograd formula to an op whose schema exists, and
+the schema comes from the extension (bindings/<op>.cpp).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from .._build import load_op
+
+_ready: set[str] = set()
+
+
+# dynamo runs this eagerly while tracing and treats its result as a constant, so
+# torch.compile(fullgraph=True) can trace a first call of an op without tracing the loader's I/O.
+@torch.compiler.assume_constant_result
+def require(op: str) -> bool:
+    """Load op's extension and its Python-side registrations, once per process."""
+    if op not in _ready:
+        load_op(op)
+        importlib.import_module(f"{__name__}.{op}")._register()
+        _ready.add(op)
+    return True
+
+
+def check_backend(op: str, *tensors: torch.Tensor) -> None:
+    """A CUDA tensor reaching a CPU-only build gets the reason, not a dispatcher error."""
+    loaded = load_op(op)
+    if not loaded.with_cuda and any(t.is_cuda for t in tensors):
+        raise RuntimeError(
+            f"jitops.{op} was built without CUDA kernels ({loaded.cuda_reason or 'built for CPU only'}), "
+            "so it cannot take CUDA tensors; fix that and the next call builds a CUDA-enabled entry in a new process"
+        )

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+// Shared argument checks and helpers for every jitops kernel. Light headers only: this file is
+// included by CPU and CUDA translation units, and each heavy include costs seconds per cold build.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+
+// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor").
+#define JITOPS_CHECK_CUDA(x) TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor, got device ", (x).device())
+#define JITOPS_CHECK_CPU(x) TORCH_CHECK((x).is_cpu(), #x " must be a CPU tensor, got device ", (x).device())
+#define JITOPS_CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
+#define CHECK_INPUT_CUDA(x) \
+  JITOPS_CHECK_CUDA(x);     \
+  JITOPS_CHECK_CONTIGUOUS(x)
+#define CHECK_INPUT_CPU(x) \
+  JITOPS_CHECK_CPU(x);     \
+  JITOPS_CHECK_CONTIGUOUS(x)
+// CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
+#define CHECK_SHAPE(x, ...)                                                                      \
+  TORCH_CHECK((x).sizes() == at::IntArrayRef({__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
+              "), got ", (x).sizes())
+
+namespace jitops {
+
+// Elements per at::parallel_for chunk: ATen's own value (at::internal::GRAIN_SIZE), which lives in
+// the heavy TensorIterator.h.
+constexpr int64_t kGrainSize = 32768;
+
+template <typename T>
+constexpr T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
+
+// Two tensors an elementwise op combines must agree on everything but their strides.
+inline void check_same_layout(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
+  TORCH_CHECK(x.device() == y.device(), x_name, " and ", y_name, " must be on the same device, got ", x.device(),
+              " and ", y.device());
+  TORCH_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
+              x.scalar_type(), " and ", y.scalar_type());
+  TORCH_CHECK(x.sizes() == y.sizes(), x_name, " and ", y_name, " must have the same shape, got ", x.sizes(), " and ",
+              y.sizes());
+}
+
+}  // namespace jitops
