@@ -22,7 +22,7 @@ void check_add2_inputs(const at::Tensor& a, const at::Tensor& b) {
 
 // The kernels take contiguous tensors; views are compacted here, once, for every backend.
 template <Add2Kernel kernel>
-at::Tensor& add2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+void add2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   check_add2_inputs(a, b);
   check_same_layout(a, "a", out, "out");
   const at::Tensor a_c = a.contiguous();
@@ -34,7 +34,6 @@ at::Tensor& add2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) 
     kernel(a_c, b_c, result);
     out.copy_(result);
   }
-  return out;
 }
 
 template <Add2Kernel kernel>
@@ -50,18 +49,20 @@ at::Tensor add2(const at::Tensor& a, const at::Tensor& b) {
 
 TORCH_LIBRARY_FRAGMENT(jitops, m) {
   m.def("add2(Tensor a, Tensor b) -> Tensor");
-  m.def("add2.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+  // A separate mutating op that returns nothing, rather than an aliasing add2.out overload:
+  // torch.compile can only functionalize custom ops whose outputs do not alias their inputs.
+  m.def("add2_out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(jitops, CPU, m) {
   m.impl("add2", &add2<add2_cpu>);
-  m.impl("add2.out", &add2_out<add2_cpu>);
+  m.impl("add2_out", &add2_out<add2_cpu>);
 }
 
 #ifdef WITH_CUDA
 TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
   m.impl("add2", &add2<add2_cuda>);
-  m.impl("add2.out", &add2_out<add2_cuda>);
+  m.impl("add2_out", &add2_out<add2_cuda>);
 }
 #endif
 

@@ -207,6 +207,7 @@ class LoadedOp:
     with_cuda: bool
     cuda_reason: str  # why the CUDA kernels are absent; empty when present
     library: Path
+    how: str  # "cache" or "built"
 
 
 _loaded: dict[str, LoadedOp] = {}
@@ -238,11 +239,14 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
     sources.check_present()
     cxx = find_cxx()
     cuda = plan_cuda()
+    if cuda.enabled and not sources.cuda.is_file():
+        cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
     components = key_components(sources, cxx, cuda)
     root = _cache.cache_root()
     entry = _cache.Entry(root, sources.op, _cache.compute_key(components))
 
     library = _verified_or_discarded(entry)
+    how = "cache"
     if library is None:
         missing = missing_tools(cxx, cuda)
         if missing:
@@ -250,9 +254,9 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
                 f"jitops: cannot build op {sources.op!r}: " + "; ".join(missing) + ". "
                 "No cached build matches this torch/compiler/source combination either."
             )
-        library = _build_locked(entry, sources, cuda, components)
+        library, how = _build_locked(entry, sources, cuda, components)
     module = _import_extension(sources.extension_name, library)
-    return LoadedOp(module, bool(getattr(module, "with_cuda", False)), cuda.reason, library)
+    return LoadedOp(module, bool(getattr(module, "with_cuda", False)), cuda.reason, library, how)
 
 
 def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
@@ -278,7 +282,7 @@ def _owner_path(entry: _cache.Entry) -> Path:
     return entry.lock_path.with_suffix(".owner")
 
 
-def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> tuple[Path, str]:
     import filelock
 
     timeout = lock_timeout()
@@ -295,14 +299,16 @@ def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, compo
             f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build op "
             f"{entry.op!r} (lock {entry.lock_path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
         ) from None
+    owner = _owner_path(entry)
     try:
-        _owner_path(entry).write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        owner.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
         # Another process may have published the entry while this one waited for the lock.
         library = _verified_or_discarded(entry)
-        if library is None:
-            library = _build(entry, sources, cuda, components)
-        return library
+        if library is not None:
+            return library, "cache"
+        return _build(entry, sources, cuda, components), "built"
     finally:
+        owner.unlink(missing_ok=True)
         lock.release()
 
 
@@ -390,7 +396,7 @@ def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> in
         text=True,
         errors="replace",
         cwd=spec.parent,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=_worker_env(),
     )
     try:
         with open(log_path, "w") as log:
@@ -409,6 +415,13 @@ def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> in
         raise
     status.finish(ok=returncode == 0)
     return returncode
+
+
+def _worker_env() -> dict[str, str]:
+    # The child must import this very jitops, installed or not (a checkout run by pytest, say).
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1"}
 
 
 _COMPILER_ERROR = [

@@ -29,7 +29,8 @@ def add2(
         return torch.ops.jitops.add2.default(a, b)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         raise RuntimeError("add2(): out= does not support automatic differentiation, but a or b requires grad")
-    return torch.ops.jitops.add2.out(a, b, out=out)
+    torch.ops.jitops.add2_out(a, b, out=out)
+    return out
 
 
 def add2_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -50,10 +51,9 @@ def _fake_add2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(a, memory_format=torch.contiguous_format)
 
 
-def _fake_add2_out(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+def _fake_add2_out(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> None:
     _check_args(a, b)
-    _check_args(a, out)
-    return out
+    torch._check(a.shape == out.shape, lambda: f"a and out must have the same shape, got {tuple(a.shape)} and {tuple(out.shape)}")
 
 
 def _backward(ctx, grad: torch.Tensor):
@@ -62,5 +62,5 @@ def _backward(ctx, grad: torch.Tensor):
 
 def _register() -> None:
     torch.library.register_fake("jitops::add2")(_fake_add2)
-    torch.library.register_fake("jitops::add2.out")(_fake_add2_out)
+    torch.library.register_fake("jitops::add2_out")(_fake_add2_out)
     torch.library.register_autograd("jitops::add2", _backward)

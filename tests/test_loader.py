@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: MIT
+"""The loader with real processes and the real toolchain, on a tiny test extension (tiny_ext/)."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jitops import _build, _cache
+
+TINY_SOURCES = Path(__file__).parent / "tiny_ext"
+TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
+
+# Loads the tiny extension in a fresh process and reports how, as JSON on stdout's last line.
+LOAD_TINY = """
+import json, sys, time
+sys.addaudithook(lambda event, args: event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system"))
+                 and SPAWNED.append(event))
+SPAWNED = []
+from jitops import _build
+started = time.perf_counter()
+loaded = _build.load_op("tiny", root=sys.argv[1])
+seconds = time.perf_counter() - started
+print(json.dumps({"value": loaded.module.value(), "how": loaded.how, "seconds": seconds, "spawned": SPAWNED}))
+"""
+
+
+def tiny_env(cache: Path, **extra: str) -> dict:
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
+    env.pop("JITOPS_VERBOSE", None)
+    env.update(extra)
+    return env
+
+
+def start_tiny(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", LOAD_TINY, str(sources)],
+        env=tiny_env(cache, **extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    return {**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr}
+
+
+def load_tiny(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> dict:
+    return finish(start_tiny(cache, sources, **extra_env))
+
+
+def load_tiny_failing(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> str:
+    proc = start_tiny(cache, sources, **extra_env)
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode != 0, f"expected a failure, got:\n{stdout}"
+    return stderr
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.glob("tiny-*") if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def cold_build(tmp_path_factory) -> dict:
+    """One cold build of tiny in a cache of its own; its time is the yardstick for the others."""
+    cache = tmp_path_factory.mktemp("cold") / "cache"
+    return {**load_tiny(cache), "cache": cache}
+
+
+@pytest.fixture
+def tiny_copy(tmp_path) -> Path:
+    copy = tmp_path / "tiny_src"
+    shutil.copytree(TINY_SOURCES, copy)
+    return copy
+
+
+def test_cold_build_then_cache_hit_spawns_nothing(cold_build):
+    assert cold_build["how"] == "built" and cold_build["value"] == 42
+    assert cold_build["stderr"].count("jitops: building tiny") == 1, cold_build["stderr"]
+    assert "c++ -MMD" not in cold_build["stderr"], "compiler output must stay out of stderr unless JITOPS_VERBOSE=1"
+    (entry,) = entries(cold_build["cache"])
+    assert oct(entry.stat().st_mode & 0o777) == "0o700"
+    manifest = json.loads((entry / "manifest.json").read_text())
+    assert {"components", "library_sha256", "built_at", "build_seconds", "last_used"} <= manifest.keys()
+
+    warm = load_tiny(cold_build["cache"])
+    assert warm["how"] == "cache" and warm["value"] == 42
+    assert warm["spawned"] == [], f"a warm load spawned {warm['spawned']}"
+    assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
+
+
+def test_source_edit_builds_a_new_entry(tmp_path, tiny_copy):
+    cache = tmp_path / "cache"
+    assert load_tiny(cache, tiny_copy)["value"] == 42
+    header = tiny_copy / "kernels" / "tiny.h"
+    header.write_text(header.read_text().replace("TINY_VALUE 42", "TINY_VALUE 43"))
+    edited = load_tiny(cache, tiny_copy, JITOPS_VERBOSE="1")
+    assert edited["how"] == "built" and edited["value"] == 43
+    assert re.search(r"^\[\d+/\d+\] c\+\+ ", edited["stderr"], re.M), "JITOPS_VERBOSE=1 streams compiler commands"
+    assert len(entries(cache)) == 2
+
+
+def test_cuda_arch_list_is_part_of_the_key():
+    # On CI's CPU-only torch no CUDA build happens, so compare the keys two arch lists give.
+    nvcc = _build.find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    sources = _build.OpSources("tiny", TINY_SOURCES)
+    keys = {
+        _cache.compute_key(_build.key_components(sources, _build.find_cxx(), _build.CudaPlan(True, arch, nvcc, "")))
+        for arch in ("8.0", "9.0", "8.0;9.0")
+    }
+    assert len(keys) == 3
+
+
+def test_leftover_lock_files_do_not_block(tmp_path, cold_build):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (entry,) = entries(cold_build["cache"])
+    # What killed builds leave: our own lock file, a torch FileBaton `lock` in torch's default
+    # build directory for the extension, and one inside an orphaned private build directory.
+    (cache / f"{entry.name}.lock").write_text("")
+    torch_build_dir = tmp_path / "torch_ext" / "jitops_tiny"
+    torch_build_dir.mkdir(parents=True)
+    (torch_build_dir / "lock").write_text("")
+    orphan = cache / f".tmp-{entry.name}-orphan" / "build"
+    orphan.mkdir(parents=True)
+    (orphan / "lock").write_text("")
+    result = load_tiny(cache, JITOPS_LOCK_TIMEOUT="60")
+    assert result["how"] == "built" and result["value"] == 42
+
+
+def test_build_killed_mid_compile_does_not_block_the_next(tmp_path, cold_build):
+    cache = tmp_path / "cache"
+    victim = start_tiny(cache)
+    deadline = time.monotonic() + TIMEOUT_S
+    # Wait until ninja is compiling (its build file exists and a compiler has been started).
+    while not list(cache.glob(".tmp-tiny-*/build/build.ninja")):
+        assert victim.poll() is None and time.monotonic() < deadline, "the build finished or failed too early"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    assert victim.poll() is None, "the build finished before it could be killed; make tiny_ext slower"
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=TIMEOUT_S)
+    assert entries(cache) == [], "a killed build must not publish an entry"
+
+    started = time.monotonic()
+    result = load_tiny(cache)
+    elapsed = time.monotonic() - started
+    assert result["how"] == "built" and result["value"] == 42
+    assert elapsed < 3 * cold_build["seconds"] + 10, f"took {elapsed:.1f}s, a cold build takes {cold_build['seconds']:.1f}s"
+
+
+def test_concurrent_cold_starts_build_once(tmp_path):
+    cache = tmp_path / "cache"
+    procs = [start_tiny(cache) for _ in range(4)]
+    results = [finish(p) for p in procs]
+    assert all(r["value"] == 42 for r in results)
+    assert sorted(r["how"] for r in results) == ["built", "cache", "cache", "cache"]
+    assert len(entries(cache)) == 1
+
+
+def test_truncated_library_is_detected_and_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (entry,) = entries(cache)
+    (library,) = entry.glob("*.so")
+    library.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert "does not match the sha256 in its manifest" in result["stderr"]
+    assert load_tiny(cache)["how"] == "cache"
+
+
+def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy):
+    cache = tmp_path / "cache"
+    source = tiny_copy / "kernels" / "cpu" / "tiny.cpp"
+    good = source.read_text()
+    source.write_text(good.replace("return TINY_VALUE;", "return TINY_VALUE"))
+    stderr = load_tiny_failing(cache, tiny_copy)
+    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+    assert message, stderr
+    assert "building op 'tiny' failed" in message.group(1)
+    assert re.search(r"tiny\.cpp:\d+:\d+: .*expected .;.", message.group(1)), message.group(1)
+    assert Path(message.group(2)).is_file()
+    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+    # Not poisoned: the fixed source builds at once.
+    source.write_text(good)
+    assert load_tiny(cache, tiny_copy)["value"] == 42
+
+
+def tool_dir(tmp_path: Path, tools: list[str]) -> str:
+    """A PATH holding only the named tools (links to the real ones)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize(
+    "tools,missing",
+    [(["c++"], "ninja is not on PATH"), (["ninja"], "no C++ compiler: 'c++' is not on PATH")],
+    ids=["no-ninja", "no-compiler"],
+)
+def test_missing_tool_is_a_clear_error(tmp_path, tools, missing):
+    cache = tmp_path / "cache"
+    stderr = load_tiny_failing(cache, PATH=tool_dir(tmp_path, tools))
+    assert f"cannot build op 'tiny': {missing}" in stderr, stderr
+    assert entries(cache) == []
+
+
+def test_first_call_inside_torch_compile(tmp_path):
+    # The loader runs eagerly while dynamo traces (assume_constant_result), so even a first call
+    # from compiled code needs no graph break. Uses the session cache, where add2 is built.
+    code = (
+        "import torch, jitops\n"
+        "f = torch.compile(lambda a, b: jitops.add2(a, b) * 2, fullgraph=True, backend='aot_eager')\n"
+        "a, b = torch.randn(5), torch.randn(5)\n"
+        "torch.testing.assert_close(f(a, b), (a + b) * 2)\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
