@@ -103,8 +103,12 @@ class CudaPlan:
 
     enabled: bool
     arch_list: str | None
-    nvcc: Path | None
+    cuda_home: Path | None
     reason: str  # why CUDA is off; empty when enabled
+
+    @property
+    def nvcc(self) -> Path | None:
+        return self.cuda_home / "bin" / "nvcc" if self.cuda_home else None
 
     @property
     def backends(self) -> list[str]:
@@ -117,17 +121,23 @@ def find_cxx() -> Path | None:
     return Path(found) if found else None
 
 
-def find_nvcc() -> Path | None:
-    """nvcc as torch's load() finds it: $CUDA_HOME/$CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        candidate = Path(cuda_home) / "bin" / "nvcc"
-        return candidate if candidate.is_file() else None
+def find_cuda_home() -> Path | None:
+    """The CUDA toolkit to build with: $CUDA_HOME/$CUDA_PATH, nvcc's on PATH, /usr/local/cuda.
+
+    A candidate counts only if it holds bin/nvcc and include/cuda_runtime.h: an nvcc on PATH may
+    be a wrapper script (/usr/local/bin/nvcc), whose grandparent is no toolkit. The child build
+    gets the result as CUDA_HOME, so torch's load() links against the same toolkit.
+    """
+    configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     on_path = shutil.which("nvcc")
+    candidates = [Path(configured)] if configured else []
     if on_path:
-        return Path(on_path)
-    candidate = Path("/usr/local/cuda/bin/nvcc")
-    return candidate if candidate.is_file() else None
+        candidates.append(Path(on_path).resolve().parent.parent)
+    candidates.append(Path("/usr/local/cuda"))
+    for home in candidates:
+        if (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file():
+            return home
+    return None
 
 
 def tool_version(binary: Path) -> str:
@@ -151,16 +161,16 @@ def plan_cuda() -> CudaPlan:
 
     if torch.version.cuda is None:
         return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build")
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return CudaPlan(False, None, None, "nvcc was not found (set CUDA_HOME or put nvcc on PATH)")
+    cuda_home = find_cuda_home()
+    if cuda_home is None:
+        return CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if not arch_list and torch.cuda.is_available():
         capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
         arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
     if not arch_list:
-        return CudaPlan(False, None, nvcc, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
-    return CudaPlan(True, arch_list, nvcc, "")
+        return CudaPlan(False, None, cuda_home, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
+    return CudaPlan(True, arch_list, cuda_home, "")
 
 
 def missing_tools(cxx: Path | None, cuda: CudaPlan) -> list[str]:
@@ -375,6 +385,7 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
         "build_directory": str(staging / "build"),
         "with_cuda": cuda.enabled,
         "cuda_arch_list": cuda.arch_list,
+        "cuda_home": str(cuda.cuda_home) if cuda.enabled else None,
     }
     path = staging / "spec.json"
     path.write_text(json.dumps(spec, indent=2))
@@ -427,7 +438,8 @@ def _worker_env() -> dict[str, str]:
 _COMPILER_ERROR = [
     re.compile(r"^(\S+?:\d+(?::\d+)?): (?:fatal )?error: (.*)$"),  # gcc/clang: file:line:col: error: msg
     re.compile(r"^(\S+?\(\d+\)): (?:catastrophic )?error:? (.*)$"),  # nvcc: file(line): error: msg
-    re.compile(r"^()(.*undefined reference to .*)$"),  # linker
+    re.compile(r"^()(.*undefined reference to .*)$"),  # linker: missing symbol
+    re.compile(r"^()(?:\S*/)?ld: (.*)$"),  # linker: missing library and the like
 ]
 
 
@@ -487,8 +499,10 @@ def _warn(message: str) -> None:
 
 def _worker_main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
-    if spec["cuda_arch_list"]:
+    if spec["with_cuda"]:
+        # Set before cpp_extension is imported: it reads CUDA_HOME once, at import.
         os.environ["TORCH_CUDA_ARCH_LIST"] = spec["cuda_arch_list"]
+        os.environ["CUDA_HOME"] = spec["cuda_home"]
     from torch.utils.cpp_extension import load
 
     # load() also imports the result, so a library with unresolved symbols fails here, in the

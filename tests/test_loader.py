@@ -112,12 +112,12 @@ def test_source_edit_builds_a_new_entry(tmp_path, tiny_copy):
 
 def test_cuda_arch_list_is_part_of_the_key():
     # On CI's CPU-only torch no CUDA build happens, so compare the keys two arch lists give.
-    nvcc = _build.find_nvcc()
-    if nvcc is None:
-        pytest.skip("no nvcc")
+    cuda_home = _build.find_cuda_home()
+    if cuda_home is None:
+        pytest.skip("no CUDA toolkit")
     sources = _build.OpSources("tiny", TINY_SOURCES)
     keys = {
-        _cache.compute_key(_build.key_components(sources, _build.find_cxx(), _build.CudaPlan(True, arch, nvcc, "")))
+        _cache.compute_key(_build.key_components(sources, _build.find_cxx(), _build.CudaPlan(True, arch, cuda_home, "")))
         for arch in ("8.0", "9.0", "8.0;9.0")
     }
     assert len(keys) == 3

@@ -17,9 +17,6 @@ from .._build import load_op
 _ready: set[str] = set()
 
 
-# dynamo runs this eagerly while tracing and treats its result as a constant, so
-# torch.compile(fullgraph=True) can trace a first call of an op without tracing the loader's I/O.
-@torch.compiler.assume_constant_result
 def require(op: str) -> bool:
     """Load op's extension and its Python-side registrations, once per process."""
     if op not in _ready:
@@ -27,6 +24,14 @@ def require(op: str) -> bool:
         importlib.import_module(f"{__name__}.{op}")._register()
         _ready.add(op)
     return True
+
+
+# dynamo must run require() eagerly while tracing and treat its result as a constant, so that
+# torch.compile(fullgraph=True) traces a first call of an op without tracing the loader's I/O.
+# torch.compiler.assume_constant_result(require) does exactly that by setting this marker, but it
+# imports torch._dynamo (about a second) on `import jitops.ops`, which would dwarf a warm load.
+# tests/test_loader.py::test_first_call_inside_torch_compile checks that dynamo still honours it.
+require._dynamo_marked_constant = True
 
 
 def check_backend(op: str, *tensors: torch.Tensor) -> None:

@@ -1,0 +1,48 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh machine: they create .venv with
+# a CPU build of torch (override TORCH=... for another) and install jitops into it, editable.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+CUDA_VENV ?= .venv-cuda
+# ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: demo test cuda-build gpu
+
+$(PYTHON):
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q $(TORCH)
+	$(PYTHON) -m pip install -q -e '.[test]'
+
+# The main job: build the ops and run them on example data.
+demo: $(PYTHON)
+	$(PYTHON) examples/add2.py
+
+# pytest's exit code 5 (no tests collected) is a failure here, not a pass.
+test: $(PYTHON)
+	$(PYTHON) -m pytest -q -rs tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# Compile every op's CUDA kernels through the real loader (CI has nvcc but no GPU): a CUDA
+# build of torch (about 5 GB) in its own venv, TORCH_CUDA_ARCH_LIST=9.0, nothing run on a GPU.
+$(CUDA_VENV)/bin/python:
+	python3 -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q torch
+	$(CUDA_VENV)/bin/python -m pip install -q -e .
+
+cuda-build: $(CUDA_VENV)/bin/python
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_VENV)/bin/python .ci/cuda_build_check.py
+
+# On a lent GPU machine whose python3 already has torch: install, run every test (CUDA ones
+# included), the add2 example and the loader benchmark; logs go to $(OUT).
+OUT ?= gpu-logs
+gpu:
+	mkdir -p $(OUT)
+	python3 -m pip install -q -e . --no-deps --no-build-isolation
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $(OUT)/gpu.txt
+	python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a $(OUT)/gpu.txt
+	set -o pipefail; TORCH_CUDA_ARCH_LIST=9.0 python3 -m pytest -q -rs tests 2>&1 | tee $(OUT)/pytest.log; \
+	TORCH_CUDA_ARCH_LIST=9.0 python3 examples/add2.py 2>&1 | tee $(OUT)/add2.log; \
+	TORCH_CUDA_ARCH_LIST=9.0 python3 examples/load_time.py --json $(OUT)/load_time.json 2>&1 | tee $(OUT)/load_time.log
