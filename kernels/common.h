@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <string>
 
 // Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor").
 #define JITOPS_CHECK_CUDA(x) TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor, got device ", (x).device())
@@ -21,7 +22,7 @@
 // CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
 #define CHECK_SHAPE(x, ...)                                                                      \
   TORCH_CHECK((x).sizes() == at::IntArrayRef({__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
-              "), got ", (x).sizes())
+              "), got ", jitops::shape_str((x).sizes()))
 
 namespace jitops {
 
@@ -34,14 +35,26 @@ constexpr T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
+// "[3, 4]". Error messages format shapes with this rather than by streaming an IntArrayRef:
+// streaming one into TORCH_CHECK's message crashed a build on torch 2.11 with g++ 13 (H200 machine,
+// 2026-11-22), while the same check with a dtype in its message raised cleanly.
+inline std::string shape_str(at::IntArrayRef sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
 // Two tensors an elementwise op combines must agree on everything but their strides.
 inline void check_same_layout(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
   TORCH_CHECK(x.device() == y.device(), x_name, " and ", y_name, " must be on the same device, got ", x.device(),
               " and ", y.device());
   TORCH_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
               x.scalar_type(), " and ", y.scalar_type());
-  TORCH_CHECK(x.sizes() == y.sizes(), x_name, " and ", y_name, " must have the same shape, got ", x.sizes(), " and ",
-              y.sizes());
+  TORCH_CHECK(x.sizes() == y.sizes(), x_name, " and ", y_name, " must have the same shape, got ", shape_str(x.sizes()),
+              " and ", shape_str(y.sizes()));
 }
 
 }  // namespace jitops
