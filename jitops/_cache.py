@@ -151,12 +151,16 @@ def sha256_file(path: Path) -> str:
 def write_json_atomic(path: Path, data: dict) -> None:
     """Readers see the old file or the new one, never a half-written one."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as file:
-        json.dump(data, file, indent=2, sort_keys=True)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(data, file, indent=2, sort_keys=True)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)

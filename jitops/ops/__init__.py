@@ -9,20 +9,25 @@ the schema comes from the extension (bindings/<op>.cpp).
 from __future__ import annotations
 
 import importlib
+import threading
 
 import torch
 
 from .._build import load_op
 
 _ready: set[str] = set()
+_register_lock = threading.Lock()
 
 
 def require(op: str) -> bool:
     """Load op's extension and its Python-side registrations, once per process."""
     if op not in _ready:
         load_op(op)
-        importlib.import_module(f"{__name__}.{op}")._register()
-        _ready.add(op)
+        # load_all() calls this from several threads; torch.library refuses a second registration.
+        with _register_lock:
+            if op not in _ready:
+                importlib.import_module(f"{__name__}.{op}")._register()
+                _ready.add(op)
     return True
 
 
