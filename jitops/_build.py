@@ -173,7 +173,7 @@ def plan_cuda() -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
-def missing_tools(cxx: Path | None, cuda: CudaPlan) -> list[str]:
+def missing_tools(cxx: Path | None) -> list[str]:
     """What a build needs and this machine lacks, each with how to get it."""
     missing = []
     if shutil.which("ninja") is None:
@@ -258,7 +258,7 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
     library = _verified_or_discarded(entry)
     how = "cache"
     if library is None:
-        missing = missing_tools(cxx, cuda)
+        missing = missing_tools(cxx)
         if missing:
             raise BuildError(
                 f"jitops: cannot build op {sources.op!r}: " + "; ".join(missing) + ". "
