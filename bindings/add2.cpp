@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // torch.ops.jitops.add2: schema, per-backend registration, and the Python module entry point.
 #include <ATen/ops/empty_like.h>
-#include <pybind11/pybind11.h>
 #include <torch/library.h>
 
 #include "../kernels/add2.h"
 #include "../kernels/common.h"
+#include "python_module.h"
 
 namespace jitops {
 namespace {
@@ -14,10 +14,7 @@ using Add2Kernel = void (*)(const at::Tensor&, const at::Tensor&, at::Tensor&);
 
 void check_add2_inputs(const at::Tensor& a, const at::Tensor& b) {
   check_same_layout(a, "a", b, "b");
-  const bool cuda_half = a.is_cuda() && (a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16);
-  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble || cuda_half,
-              "a must be float32 or float64 (float16 and bfloat16 on CUDA too), got ", a.scalar_type(), " on ",
-              a.device());
+  check_floating(a, "a");
 }
 
 // The kernels take contiguous tensors; views are compacted here, once, for every backend.
@@ -68,11 +65,4 @@ TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
 
 }  // namespace jitops
 
-// Importing the built .so as a Python module is what runs the registrations above.
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-#ifdef WITH_CUDA
-  m.attr("with_cuda") = true;
-#else
-  m.attr("with_cuda") = false;
-#endif
-}
+JITOPS_PYTHON_MODULE()

@@ -83,7 +83,8 @@ class OpSources:
     def hashed_files(self) -> list[Path]:
         # Every header, since any of them may be included; the op's sources whether or not this
         # build compiles them, so one key names one set of sources.
-        headers = [p for p in (self.root / "kernels").iterdir() if p.suffix in (".h", ".cuh")]
+        header_dirs = (self.root / "kernels", self.root / "bindings")
+        headers = sorted(p for d in header_dirs for p in d.iterdir() if p.suffix in (".h", ".cuh"))
         return headers + [p for p in (self.cpu, self.cuda, self.binding) if p.exists()]
 
     def check_present(self) -> None:

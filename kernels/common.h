@@ -47,12 +47,25 @@ inline std::string shape_str(at::IntArrayRef sizes) {
   return text + "]";
 }
 
-// Two tensors an elementwise op combines must agree on everything but their strides.
-inline void check_same_layout(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
+// The dtypes every op takes (DESIGN.md): float32/float64 everywhere, float16/bfloat16 on CUDA.
+inline void check_floating(const at::Tensor& x, const char* x_name) {
+  const at::ScalarType t = x.scalar_type();
+  const bool cuda_half = x.is_cuda() && (t == at::kHalf || t == at::kBFloat16);
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble || cuda_half, x_name,
+              " must be float32 or float64 (float16 and bfloat16 on CUDA too), got ", t, " on ", x.device());
+}
+
+// Tensors one op combines must share a device and a dtype.
+inline void check_same_device_dtype(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
   TORCH_CHECK(x.device() == y.device(), x_name, " and ", y_name, " must be on the same device, got ", x.device(),
               " and ", y.device());
   TORCH_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
               x.scalar_type(), " and ", y.scalar_type());
+}
+
+// Two tensors an elementwise op combines must agree on everything but their strides.
+inline void check_same_layout(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
+  check_same_device_dtype(x, x_name, y, y_name);
   TORCH_CHECK(x.sizes() == y.sizes(), x_name, " and ", y_name, " must have the same shape, got ", shape_str(x.sizes()),
               " and ", shape_str(y.sizes()));
 }

@@ -47,3 +47,10 @@ def check_backend(op: str, *tensors: torch.Tensor) -> None:
             f"jitops.{op} was built without CUDA kernels ({loaded.cuda_reason or 'built for CPU only'}), "
             "so it cannot take CUDA tensors; fix that and the next call builds a CUDA-enabled entry in a new process"
         )
+
+
+def check_tensor_args(op: str, **args: object) -> None:
+    """A non-tensor argument gets a TypeError naming it, before anything is built or dispatched."""
+    for name, value in args.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}(): {name} must be a Tensor, got {type(value).__name__}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, require
+from . import check_backend, check_tensor_args, require
 
 __all__ = ["add2", "add2_ref"]
 
@@ -20,9 +20,7 @@ def add2(
 
     Differentiable in a and b (not with out=, like torch's own out= functions).
     """
-    for name, value in (("a", a), ("b", b), ("out", out)):
-        if value is not None and not isinstance(value, torch.Tensor):
-            raise TypeError(f"add2(): {name} must be a Tensor, got {type(value).__name__}")
+    check_tensor_args("add2", a=a, b=b, **({} if out is None else {"out": out}))
     require("add2")
     check_backend("add2", a, b)
     if out is None:

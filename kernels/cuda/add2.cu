@@ -3,23 +3,15 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "../common.h"
+#include "../cuda_helpers.cuh"
 
 namespace jitops {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVecBytes = 16;  // one 128-bit load or store per thread and step
-
-template <typename scalar_t>
-struct alignas(kVecBytes) Vec {
-  static constexpr int size = kVecBytes / sizeof(scalar_t);
-  scalar_t v[size];
-};
 
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t add(scalar_t x, scalar_t y) {
@@ -33,7 +25,7 @@ __device__ __forceinline__ scalar_t add(scalar_t x, scalar_t y) {
 template <typename scalar_t>
 __global__ void add2_vectorized_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                                        scalar_t* __restrict__ out, int64_t n) {
-  using V = Vec<scalar_t>;
+  using V = Vec<scalar_t, max_vec_size<scalar_t>()>;
   const int64_t n_vec = n / V::size;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -61,8 +53,6 @@ __global__ void add2_scalar_kernel(const scalar_t* __restrict__ a, const scalar_
   }
 }
 
-bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
-
 }  // namespace
 
 void add2_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
@@ -73,18 +63,13 @@ void add2_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   if (n == 0) return;
   const c10::cuda::CUDAGuard device_guard(a.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  // A grid-stride loop with a few waves of blocks per SM keeps enough loads in flight to reach the
-  // memory roofline without one block per element.
-  int sm_count = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, a.device().index()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "add2_cuda", [&] {
     const scalar_t* pa = a.const_data_ptr<scalar_t>();
     const scalar_t* pb = b.const_data_ptr<scalar_t>();
     scalar_t* po = out.mutable_data_ptr<scalar_t>();
     const bool vectorized = is_aligned(pa) && is_aligned(pb) && is_aligned(po);
-    const int64_t work_items = vectorized ? ceil_div<int64_t>(n, Vec<scalar_t>::size) : n;
-    const int64_t max_blocks = static_cast<int64_t>(sm_count) * 8;
-    const int blocks = static_cast<int>(std::min(ceil_div<int64_t>(work_items, kThreads), max_blocks));
+    const int64_t work_items = vectorized ? ceil_div<int64_t>(n, max_vec_size<scalar_t>()) : n;
+    const int blocks = grid_size(work_items, kThreads, a.device().index());
     if (vectorized) {
       add2_vectorized_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n);
     } else {

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+// lltm: the cell of PyTorch's C++-extension tutorial. The matrix products run on ATen's BLAS
+// (bindings/lltm.cpp); these kernels fuse the elementwise parts, forward and backward. The C++
+// entry points take contiguous tensors of one dtype and device. The per-element math lives here,
+// once, for the CPU and the CUDA kernels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/macros/Macros.h>
+
+#include <cmath>
+
+namespace jitops {
+
+// gates: [B, 3S], the pre-activations of the input gate, the output gate and the candidate cell
+// side by side; old_cell: [B, S] -> new_h: [B, S], new_cell: [B, S]
+void lltm_cell_cpu(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell);
+void lltm_cell_cuda(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell);
+
+// grad_h, grad_cell, new_cell: [B, S], gates: [B, 3S] -> grad_gates: [B, 3S], grad_old_cell: [B, S].
+// The gates' activations are recomputed from the pre-activations rather than saved: arithmetic is
+// cheaper than the bytes.
+void lltm_cell_backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+                            const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell);
+void lltm_cell_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+                             const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell);
+
+// One state element's gate activations: i = sigmoid, o = sigmoid, c = elu (alpha 1).
+template <typename acc_t>
+struct LltmGates {
+  acc_t input, output, candidate;
+
+  C10_HOST_DEVICE LltmGates(acc_t input_pre, acc_t output_pre, acc_t candidate_pre)
+      : input(sigmoid(input_pre)),
+        output(sigmoid(output_pre)),
+        candidate(candidate_pre > acc_t(0) ? candidate_pre : std::expm1(candidate_pre)) {}
+
+  C10_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + std::exp(-x)); }
+
+  // new_cell = old_cell + c * i
+  C10_HOST_DEVICE acc_t new_cell(acc_t old_cell) const { return old_cell + candidate * input; }
+
+  // Given d(loss)/d(new_h) and d(loss)/d(new_cell) from the outputs, writes the pre-activations'
+  // gradients and returns d(loss)/d(old_cell).
+  C10_HOST_DEVICE acc_t backward(acc_t grad_h, acc_t grad_cell, acc_t new_cell, acc_t grad_pre[3]) const {
+    const acc_t tanh_cell = std::tanh(new_cell);
+    // new_h = tanh(new_cell) * o, so new_cell also gets new_h's gradient through the tanh.
+    const acc_t grad_new_cell = grad_cell + grad_h * output * (acc_t(1) - tanh_cell * tanh_cell);
+    grad_pre[0] = grad_new_cell * candidate * input * (acc_t(1) - input);
+    grad_pre[1] = grad_h * tanh_cell * output * (acc_t(1) - output);
+    // elu'(x) is 1 for x > 0 and exp(x) = elu(x) + 1 otherwise.
+    grad_pre[2] = grad_new_cell * input * (candidate > acc_t(0) ? acc_t(1) : candidate + acc_t(1));
+    return grad_new_cell;
+  }
+};
+
+}  // namespace jitops
