@@ -35,14 +35,28 @@ $(CUDA_VENV)/bin/python:
 cuda-build: $(CUDA_VENV)/bin/python
 	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_VENV)/bin/python .ci/cuda_build_check.py
 
-# On a lent GPU machine whose python3 already has torch: install, run every test (CUDA ones
-# included), the add2 example and the loader benchmark; logs go to $(OUT).
+# On a lent GPU machine whose python3 already has torch: `make gpu OUT=dir` installs jitops and runs
+# both halves below, logging to $(OUT). Each half fits in one 10-minute device call on its own.
 OUT ?= gpu-logs
-gpu:
+GPU_ENV := TORCH_CUDA_ARCH_LIST=9.0 JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache
+.PHONY: gpu-install gpu-bench gpu-test
+gpu: gpu-bench gpu-test
+
+gpu-install:
 	mkdir -p $(OUT)
 	python3 -m pip install -q -e . --no-deps --no-build-isolation
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $(OUT)/gpu.txt
 	python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a $(OUT)/gpu.txt
-	set -o pipefail; TORCH_CUDA_ARCH_LIST=9.0 python3 -m pytest -q -rs tests 2>&1 | tee $(OUT)/pytest.log; \
-	TORCH_CUDA_ARCH_LIST=9.0 python3 examples/add2.py 2>&1 | tee $(OUT)/add2.log; \
-	TORCH_CUDA_ARCH_LIST=9.0 python3 examples/load_time.py --json $(OUT)/load_time.json 2>&1 | tee $(OUT)/load_time.log
+
+# Timings first, on an idle GPU: the benchmark table and plot data, the examples, the loader.
+gpu-bench: gpu-install
+	set -o pipefail; cd examples && export $(GPU_ENV) && \
+	python3 benchmark.py --json $(abspath $(OUT))/benchmark.json 2>&1 | tee $(abspath $(OUT))/benchmark.log && \
+	python3 trilinear.py 2>&1 | tee $(abspath $(OUT))/trilinear.log && \
+	python3 lltm.py 2>&1 | tee $(abspath $(OUT))/lltm.log && \
+	python3 add2.py 2>&1 | tee $(abspath $(OUT))/add2.log && \
+	python3 load_time.py --json $(abspath $(OUT))/load_time.json 2>&1 | tee $(abspath $(OUT))/load_time.log
+
+# Every test, the CUDA ones included.
+gpu-test: gpu-install
+	set -o pipefail; $(GPU_ENV) python3 -m pytest -q -rs tests 2>&1 | tee $(OUT)/pytest.log

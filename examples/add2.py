@@ -8,31 +8,12 @@ prints achieved bandwidth next to torch.add's and a device-to-device copy's.
 """
 
 import argparse
-import statistics
 import time
 
 import torch
+from timing import median_ms
 
 import jitops
-
-
-def median_ms(fn, device: str, repeats: int = 50) -> float:
-    for _ in range(5):  # warm-up
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            started = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -35,7 +35,9 @@ from . import __version__
 from . import _cache
 
 # Compiler flags are part of every cache key. -O3 because torch's load() adds no optimisation flag.
-CFLAGS = ["-O3"]
+# -fno-trapping-math (clang's default) lets GCC vectorize loops with branch-free selects, such as the
+# clamps in kernels/fast_math.h; no jitops kernel relies on floating-point exceptions.
+CFLAGS = ["-O3", "-fno-trapping-math"]
 CUDA_CFLAGS = ["-O3"]
 LDFLAGS: list[str] = []
 DEFAULT_LOCK_TIMEOUT_S = 1800.0  # generous for a cold CUDA build on a busy machine, but finite

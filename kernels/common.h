@@ -24,6 +24,15 @@
   TORCH_CHECK((x).sizes() == at::IntArrayRef({__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
               "), got ", jitops::shape_str((x).sizes()))
 
+// On a CPU kernel's hot loop: GCC compiles it twice, for AVX2+FMA and for the baseline, and picks
+// one at load time, so the .so stays portable while a modern CPU gets 8-wide float math. (ATen's
+// own CPU kernels do the same with their CPU_CAPABILITY builds.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define JITOPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define JITOPS_CPU_MULTIVERSION
+#endif
+
 namespace jitops {
 
 // Elements per at::parallel_for chunk: ATen's own value (at::internal::GRAIN_SIZE), which lives in

@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/macros/Macros.h>
 
-#include <cmath>
+#include "fast_math.h"
 
 namespace jitops {
 
@@ -33,9 +33,15 @@ struct LltmGates {
   C10_HOST_DEVICE LltmGates(acc_t input_pre, acc_t output_pre, acc_t candidate_pre)
       : input(sigmoid(input_pre)),
         output(sigmoid(output_pre)),
-        candidate(candidate_pre > acc_t(0) ? candidate_pre : std::expm1(candidate_pre)) {}
+        candidate(elu(candidate_pre)) {}
 
-  C10_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + std::exp(-x)); }
+  // Both sides computed, then selected: a branch-free loop body the CPU kernels can vectorize.
+  C10_HOST_DEVICE static acc_t elu(acc_t x) {
+    const acc_t negative_side = fast::expm1(x);
+    return x > acc_t(0) ? x : negative_side;
+  }
+
+  C10_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + fast::exp(-x)); }
 
   // new_cell = old_cell + c * i
   C10_HOST_DEVICE acc_t new_cell(acc_t old_cell) const { return old_cell + candidate * input; }
@@ -43,7 +49,7 @@ struct LltmGates {
   // Given d(loss)/d(new_h) and d(loss)/d(new_cell) from the outputs, writes the pre-activations'
   // gradients and returns d(loss)/d(old_cell).
   C10_HOST_DEVICE acc_t backward(acc_t grad_h, acc_t grad_cell, acc_t new_cell, acc_t grad_pre[3]) const {
-    const acc_t tanh_cell = std::tanh(new_cell);
+    const acc_t tanh_cell = fast::tanh(new_cell);
     // new_h = tanh(new_cell) * o, so new_cell also gets new_h's gradient through the tanh.
     const acc_t grad_new_cell = grad_cell + grad_h * output * (acc_t(1) - tanh_cell * tanh_cell);
     grad_pre[0] = grad_new_cell * candidate * input * (acc_t(1) - input);

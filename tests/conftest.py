@@ -18,3 +18,23 @@ CUDA_DTYPES = CPU_DTYPES + [torch.float16, torch.bfloat16]
 DEVICE_DTYPES = [pytest.param("cpu", d, id=f"cpu-{str(d)[6:]}") for d in CPU_DTYPES] + [
     pytest.param("cuda", d, id=f"cuda-{str(d)[6:]}", marks=needs_cuda) for d in CUDA_DTYPES
 ]
+
+# Tolerances for comparing an op computed in `dtype` against its *_ref computed in float64 on the
+# same (exactly representable) inputs: a few units in the last place of the dtype, plus room for
+# float32 accumulation over a few hundred terms.
+TOLERANCES = {
+    torch.float64: dict(rtol=1e-10, atol=1e-10),
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+}
+
+
+def assert_close_to_float64(actual, expected_float64, dtype):
+    """actual (computed in dtype) against the same computation done in float64."""
+    torch.testing.assert_close(actual, expected_float64.to(actual.dtype), **TOLERANCES[dtype])
+
+
+def float64_leaves(*tensors):
+    """float64 copies of tensors, as autograd leaves that require grad."""
+    return [t.detach().double().requires_grad_() for t in tensors]

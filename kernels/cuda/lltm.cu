@@ -28,7 +28,7 @@ __global__ void lltm_cell_kernel(const scalar_t* __restrict__ gates, const scala
     const LltmGates<acc_t> g(row[s], row[state + s], row[2 * state + s]);
     const acc_t cell = g.new_cell(old_cell[i]);
     new_cell[i] = static_cast<scalar_t>(cell);
-    new_h[i] = static_cast<scalar_t>(std::tanh(cell) * g.output);
+    new_h[i] = static_cast<scalar_t>(fast::tanh(cell) * g.output);
   }
 }
 

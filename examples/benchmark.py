@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: MIT
+"""Time jitops ops against eager PyTorch, torch.compile and the device-copy floor, in one run.
+
+    python examples/benchmark.py [OP ...] [--device cuda|cpu] [--json FILE] [--plot FILE.png]
+    python examples/benchmark.py --from-json FILE --plot FILE.png   # plot saved results
+
+For every op and size it prints the forward, the backward alone (jitops' backward op) and the
+forward+backward, each for jitops, eager PyTorch (the op's *_ref), torch.compile of the *_ref,
+and the copy floor: the time a device-to-device copy takes to move the bytes the pass must read
+and write at least. "% copy BW" is jitops' bandwidth as a share of the copy's; "x eager" and
+"x compile" are speed-ups of jitops (above 1 means jitops is faster). Every figure comes from
+fresh random inputs, after warm-up, as the median of many samples (examples/timing.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from timing import median_ms
+
+import jitops
+import jitops.ops
+from jitops.ops.lltm import lltm_ref
+from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
+
+IMPLEMENTATIONS = ("jitops", "eager", "compile")
+
+
+@dataclass
+class Case:
+    """One op at one size: what to run for each pass, and the bytes each pass must move."""
+
+    size: str  # printed label
+    scale: float  # x axis of the plot: the problem's size in elements
+    passes: dict[str, dict[str, Callable[[], object]]] = field(default_factory=dict)  # pass -> impl -> fn
+    min_bytes: dict[str, int] = field(default_factory=dict)  # pass -> bytes read + written at least
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def training_step(fn, inputs, grads):
+    """forward + backward of fn, as torch.autograd.grad would run it in training."""
+    differentiable = [t for t in inputs if t.requires_grad]
+
+    def step():
+        outputs = fn(*inputs)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        torch.autograd.grad(outputs, differentiable, grads)
+
+    return step
+
+
+def implementations(op, ref):
+    return {"jitops": op, "eager": ref, "compile": torch.compile(ref, fullgraph=True)}
+
+
+def add_forward_and_training(case: Case, op, ref, inputs, grads) -> None:
+    impls = implementations(op, ref)
+    with torch.no_grad():
+        case.passes["forward"] = {name: (lambda fn=fn: fn(*inputs)) for name, fn in impls.items()}
+    case.passes["forward+backward"] = {name: training_step(fn, inputs, grads) for name, fn in impls.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The ops. Each yields its Cases for a device; sizes on a GPU reach many times its L2.
+# ---------------------------------------------------------------------------------------------
+
+
+def trilinear_interpolation_cases(device: str, dtype: torch.dtype):
+    jitops.ops.require("trilinear_interpolation")  # the backward op is timed directly
+    f = 256
+    counts = [4096, 16384, 65536, 262144] if device == "cuda" else [1024, 4096, 16384]
+    for n in counts:
+        feats = torch.randn(n, 8, f, device=device, dtype=dtype, requires_grad=True)
+        points = (torch.rand(n, 3, device=device, dtype=dtype) * 2 - 1).requires_grad_()
+        grad_out = torch.randn(n, f, device=device, dtype=dtype)
+        case = Case(f"N={n} F={f}", n * f)
+        add_forward_and_training(case, jitops.trilinear_interpolation, trilinear_interpolation_ref, (feats, points), (grad_out,))
+        backward = torch.ops.jitops._trilinear_interpolation_backward
+        case.passes["backward"] = {"jitops": lambda: backward(grad_out, feats.detach(), points.detach())}
+        case.min_bytes["forward"] = nbytes(feats, points, grad_out)  # read feats, points; write out
+        case.min_bytes["backward"] = nbytes(grad_out, feats, points, feats, points)  # + write both grads
+        case.min_bytes["forward+backward"] = case.min_bytes["forward"] + case.min_bytes["backward"]
+        yield case
+
+
+def lltm_cases(device: str, dtype: torch.dtype):
+    # The issue's two sizes, and one between; matrix products dominate, so no copy floor.
+    for batch, features, state in [(16, 32, 128), (512, 128, 512), (4096, 256, 1024)]:
+        bound = 1 / math.sqrt(state)
+        inputs = (
+            torch.randn(batch, features, device=device, dtype=dtype),
+            torch.empty(3 * state, state + features, device=device, dtype=dtype).uniform_(-bound, bound),
+            torch.empty(3 * state, device=device, dtype=dtype).uniform_(-bound, bound),
+            torch.randn(batch, state, device=device, dtype=dtype),
+            torch.randn(batch, state, device=device, dtype=dtype),
+        )
+        for t in inputs:
+            t.requires_grad_()
+        grads = (torch.randn(batch, state, device=device, dtype=dtype), torch.randn(batch, state, device=device, dtype=dtype))
+        case = Case(f"B={batch} I={features} S={state}", batch * state)
+        add_forward_and_training(case, jitops.lltm, lltm_ref, inputs, grads)
+        yield case
+
+
+OPS = {
+    "trilinear_interpolation": trilinear_interpolation_cases,
+    "lltm": lltm_cases,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring and reporting
+# ---------------------------------------------------------------------------------------------
+
+
+def copy_floor_ms(total_bytes: int, device: str) -> float:
+    """Time a device copy takes to read and write total_bytes in all (half each way)."""
+    src = torch.randint(0, 255, (total_bytes // 2,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return median_ms(lambda: dst.copy_(src), device)
+
+
+def measure(op: str, case: Case, device: str) -> list[dict]:
+    rows = []
+    for pass_name, impls in case.passes.items():
+        row = {"op": op, "size": case.size, "scale": case.scale, "pass": pass_name}
+        for name in IMPLEMENTATIONS:
+            row[name] = median_ms(impls[name], device) if name in impls else None
+        min_bytes = case.min_bytes.get(pass_name)
+        row["copy_floor"] = copy_floor_ms(min_bytes, device) if min_bytes else None
+        rows.append(row)
+    return rows
+
+
+def check_correct(op: str, case: Case) -> None:
+    """The numbers are only worth printing if jitops and the reference agree."""
+    forward = case.passes["forward"]
+    with torch.no_grad():
+        got, want = forward["jitops"](), forward["eager"]()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{op} {case.size}: {m}")
+
+
+def ratio(numerator, denominator) -> str:
+    return f"{numerator / denominator:.2f}" if numerator and denominator else "-"
+
+
+def print_table(rows: list[dict]) -> None:
+    header = f"{'op':<24}{'size':<24}{'pass':<18}{'jitops ms':>10}{'eager ms':>10}{'compile ms':>11}{'floor ms':>10}{'% copy BW':>10}{'x eager':>9}{'x compile':>10}"
+    print(header)
+    print("-" * len(header))
+    ms = lambda v: f"{v:.4f}" if v is not None else "-"  # noqa: E731
+    for r in rows:
+        bandwidth = f"{r['copy_floor'] / r['jitops']:.0%}" if r["copy_floor"] else "-"
+        print(
+            f"{r['op']:<24}{r['size']:<24}{r['pass']:<18}{ms(r['jitops']):>10}{ms(r['eager']):>10}{ms(r['compile']):>11}"
+            f"{ms(r['copy_floor']):>10}{bandwidth:>10}{ratio(r['eager'], r['jitops']):>9}{ratio(r['compile'], r['jitops']):>10}"
+        )
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib (pip install matplotlib); --json saves the results to plot elsewhere")
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.5), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        for pass_name, style in (("forward", "--"), ("forward+backward", "-")):
+            selected = [r for r in rows if r["op"] == op and r["pass"] == pass_name]
+            for impl in IMPLEMENTATIONS + ("copy_floor",):
+                points = [(r["scale"], r[impl]) for r in selected if r[impl] is not None]
+                if points:
+                    ax.plot(*zip(*points), style, marker="o", label=f"{impl} {pass_name}")
+        ax.set(xscale="log", yscale="log", xlabel="problem size (elements)", ylabel="ms", title=op)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def environment(device: str) -> str:
+    where = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    return f"{where}, torch {torch.__version__}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ops", nargs="*", metavar="OP", help=f"ops to time: {', '.join(OPS)} (default: all)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--plot", help="write a PNG of time against size to this file")
+    parser.add_argument("--from-json", help="skip measuring; report (and plot) results saved by --json")
+    args = parser.parse_args()
+    unknown = [op for op in args.ops if op not in OPS]
+    if unknown:
+        parser.error(f"unknown op {', '.join(unknown)}; choose from {', '.join(OPS)}")
+
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        rows, title = saved["rows"], saved["environment"]
+    else:
+        torch.manual_seed(0)
+        dtype = getattr(torch, args.dtype)
+        title = f"{environment(args.device)}, {args.dtype}"
+        print(title)
+        rows = []
+        for op in args.ops or OPS:
+            for case in OPS[op](args.device, dtype):
+                check_correct(op, case)
+                rows += measure(op, case, args.device)
+                print(f"  measured {op} {case.size}", flush=True)
+                del case
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": title, "rows": rows}, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot, title)
+
+
+if __name__ == "__main__":
+    main()
