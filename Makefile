@@ -18,7 +18,7 @@ $(PYTHON):
 
 # The main job: build the ops and run them on example data.
 demo: $(PYTHON)
-	$(PYTHON) examples/add2.py
+	cd examples && $(abspath $(PYTHON)) add2.py && $(abspath $(PYTHON)) trilinear.py && $(abspath $(PYTHON)) lltm.py
 
 # pytest's exit code 5 (no tests collected) is a failure here, not a pass.
 test: $(PYTHON)

@@ -29,8 +29,8 @@ constexpr Kernels kCuda{lltm_cell_cuda, lltm_cell_backward_cuda};
 #endif
 
 void check_2d(const at::Tensor& x, const char* name, int64_t rows, int64_t cols, const std::string& expected) {
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == rows && x.size(1) == cols, name, " must have shape ", expected, " = (",
-              rows, ", ", cols, "), got ", shape_str(x.sizes()));
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == rows && x.size(1) == cols, name, " must have shape ", expected, " = ",
+              shape_str({rows, cols}), ", got ", shape_str(x.sizes()));
 }
 
 // jitops/ops/lltm.py repeats these checks for tracing; keep the two in step.
@@ -42,8 +42,8 @@ void check_inputs(const at::Tensor& input, const at::Tensor& weights, const at::
   check_2d(old_h, "old_h", batch, state, "(B, S)");
   check_2d(old_cell, "old_cell", batch, state, "(B, S)");
   check_2d(weights, "weights", 3 * state, state + features, "(3 * S, S + I)");
-  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == 3 * state, "bias must have shape (3 * S,) = (", 3 * state,
-              ",), got ", shape_str(bias.sizes()));
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == 3 * state, "bias must have shape (3 * S,) = ",
+              shape_str({3 * state}), ", got ", shape_str(bias.sizes()));
   check_floating(input, "input");
   check_same_device_dtype(input, "input", weights, "weights");
   check_same_device_dtype(input, "input", bias, "bias");

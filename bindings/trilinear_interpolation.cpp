@@ -26,7 +26,7 @@ constexpr Kernels kCuda{trilinear_interpolation_cuda, trilinear_interpolation_ba
 // jitops/ops/trilinear_interpolation.py repeats these checks for tracing; keep the two in step.
 void check_points(const at::Tensor& points, int64_t n) {
   TORCH_CHECK(points.dim() == 2 && points.size(0) == n && points.size(1) == 3,
-              "points must have shape (N, 3) with N = ", n, " (feats.size(0)), got ", shape_str(points.sizes()));
+              "points must have shape (N, 3) with N = ", std::to_string(n), " (feats.size(0)), got ", shape_str(points.sizes()));
 }
 
 void check_inputs(const at::Tensor& feats, const at::Tensor& points) {
@@ -39,8 +39,8 @@ void check_inputs(const at::Tensor& feats, const at::Tensor& points) {
 
 void check_grad_out(const at::Tensor& grad_out, const at::Tensor& points, int64_t f) {
   TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == points.size(0) && (f < 0 || grad_out.size(1) == f),
-              "grad_out must have shape (N, F) = (", points.size(0), ", ", f < 0 ? "F" : std::to_string(f),
-              "), got ", shape_str(grad_out.sizes()));
+              "grad_out must have shape (N, F) = (", std::to_string(points.size(0)), ", ",
+              f < 0 ? "F" : std::to_string(f), "), got ", shape_str(grad_out.sizes()));
   check_same_device_dtype(grad_out, "grad_out", points, "points");
 }
 

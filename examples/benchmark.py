@@ -178,10 +178,10 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     for ax, op in zip(axes[0], ops):
         for pass_name, style in (("forward", "--"), ("forward+backward", "-")):
             selected = [r for r in rows if r["op"] == op and r["pass"] == pass_name]
-            for impl in IMPLEMENTATIONS + ("copy_floor",):
+            for color, impl in enumerate(IMPLEMENTATIONS + ("copy_floor",)):
                 points = [(r["scale"], r[impl]) for r in selected if r[impl] is not None]
                 if points:
-                    ax.plot(*zip(*points), style, marker="o", label=f"{impl} {pass_name}")
+                    ax.plot(*zip(*points), style, color=f"C{color}", marker="o", label=f"{impl} {pass_name}")
         ax.set(xscale="log", yscale="log", xlabel="problem size (elements)", ylabel="ms", title=op)
         ax.legend(fontsize=7)
     fig.suptitle(title)

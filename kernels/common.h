@@ -44,9 +44,12 @@ constexpr T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
-// "[3, 4]". Error messages format shapes with this rather than by streaming an IntArrayRef:
-// streaming one into TORCH_CHECK's message crashed a build on torch 2.11 with g++ 13 (H200 machine,
-// 2026-11-22), while the same check with a dtype in its message raised cleanly.
+// "[3, 4]". Error messages pass numbers as strings (this, or std::to_string), never as integers:
+// on the lent GPU machines (torch 2.11, g++ 13 in /opt/gcc) streaming any integer, or an
+// IntArrayRef, into a TORCH_CHECK message segfaulted, while strings, dtypes and devices did not.
+// The .so built there has no libstdc++ among its NEEDED libraries (that g++ links it statically),
+// so two copies of libstdc++'s stream code meet in one message; strings never reach a locale
+// facet. Tests raise every message with numbers in it.
 inline std::string shape_str(at::IntArrayRef sizes) {
   std::string text = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {

@@ -145,16 +145,19 @@ def test_bad_inputs_name_the_argument():
     cases = [
         ((input[0], weights, bias, old_h, old_cell), r"input must have shape \(B, I\), got \[5\]"),
         ((input, weights, bias, old_h[0], old_cell), r"old_h must have shape \(B, S\), got \[6\]"),
-        ((input[:3], weights, bias, old_h, old_cell), r"old_h must have shape \(B, S\) = \(3, 6\), got \[4, 6\]"),
-        ((input, weights, bias, old_h, old_cell[:, :5]), r"old_cell must have shape \(B, S\) = \(4, 6\), got \[4, 5\]"),
-        ((input, weights[:, :10], bias, old_h, old_cell), r"weights must have shape \(3 \* S, S \+ I\) = \(18, 11\), got \[18, 10\]"),
-        ((input, weights, bias[:5], old_h, old_cell), r"bias must have shape \(3 \* S,\) = \(18,\), got \[5\]"),
+        ((input[:3], weights, bias, old_h, old_cell), r"old_h must have shape \(B, S\) = \[3, 6\], got \[4, 6\]"),
+        ((input, weights, bias, old_h, old_cell[:, :5]), r"old_cell must have shape \(B, S\) = \[4, 6\], got \[4, 5\]"),
+        ((input, weights[:, :10], bias, old_h, old_cell), r"weights must have shape \(3 \* S, S \+ I\) = \[18, 11\], got \[18, 10\]"),
+        ((input, weights, bias[:5], old_h, old_cell), r"bias must have shape \(3 \* S,\) = \[18\], got \[5\]"),
         ((input, weights.double(), bias, old_h, old_cell), "input and weights must have the same dtype"),
         ([t.int() for t in (input, weights, bias, old_h, old_cell)], "input must be float32 or float64.*got Int"),
     ]
     for args, message in cases:
         with pytest.raises(RuntimeError, match=message):
             jitops.lltm(*args)
+    new_h, new_cell, gates = torch.ops.jitops.lltm(input, weights, bias, old_h, old_cell)
+    with pytest.raises(RuntimeError, match=r"grad_h must have shape \(B, S\) = \[4, 6\], got \[4, 5\]"):
+        torch.ops.jitops._lltm_backward(new_h[:, :5], new_cell, new_cell, gates, input, old_h, weights)
     with pytest.raises(TypeError, match="old_cell must be a Tensor, got NoneType"):
         jitops.lltm(input, weights, bias, old_h, None)
 

@@ -123,6 +123,11 @@ def test_bad_inputs_name_the_argument():
     for args, message in cases:
         with pytest.raises(RuntimeError, match=message):
             jitops.trilinear_interpolation(*args)
+    # The private backward ops check too: opcheck and users reach them directly.
+    with pytest.raises(RuntimeError, match=r"grad_out must have shape \(N, F\) = \(4, 5\), got \[4, 6\]"):
+        torch.ops.jitops._trilinear_interpolation_backward(torch.randn(4, 6), feats, points)
+    with pytest.raises(RuntimeError, match=r"grad_out must have shape \(N, F\) = \(4, F\), got \[3, 5\]"):
+        torch.ops.jitops._trilinear_interpolation_backward_feats(torch.randn(3, 5), points)
     with pytest.raises(TypeError, match="points must be a Tensor, got list"):
         jitops.trilinear_interpolation(feats, [[0.0, 0.0, 0.0]] * 4)
 

@@ -83,7 +83,7 @@ def _check_args(input, weights, bias, old_h, old_cell) -> None:
     for name, (tensor, (formula, shape)) in expected.items():
         torch._check(
             tuple(tensor.shape) == shape,
-            lambda: f"{name} must have shape {formula} = {shape}, got {list(tensor.shape)}",
+            lambda: f"{name} must have shape {formula} = {list(shape)}, got {list(tensor.shape)}",
         )
         torch._check(tensor.device == input.device, lambda: f"input and {name} must be on the same device, got {input.device} and {tensor.device}")
         torch._check(tensor.dtype == input.dtype, lambda: f"input and {name} must have the same dtype, got {input.dtype} and {tensor.dtype}")
