@@ -39,17 +39,32 @@ JITOPS_CPU_MULTIVERSION void scatter_grad_row(const TrilinearCell<acc_t>& cell, 
   }
 }
 
-// d(loss)/d(u, v, w) of one point, summed over its F channels; corners: [8, F], grad_out: [F]
+// sum_c a[c] * b[c], in kLanes independent partial sums: a reduction the compiler can vectorize
+// without -ffast-math, since no sum is reordered within a lane.
 template <typename scalar_t, typename acc_t>
-JITOPS_CPU_MULTIVERSION void uvw_grad_row(const TrilinearCell<acc_t>& cell, const scalar_t* __restrict corners,
-                                          const scalar_t* __restrict grad_out, int64_t f, acc_t grad_uvw[3]) {
-  acc_t sum[3] = {0, 0, 0};
-  for (int64_t c = 0; c < f; ++c) {
-    acc_t values[8];
-    for (int k = 0; k < 8; ++k) values[k] = static_cast<acc_t>(corners[k * f + c]);
-    cell.accumulate_uvw_grad(values, static_cast<acc_t>(grad_out[c]), sum);
+JITOPS_CPU_MULTIVERSION acc_t dot(const scalar_t* __restrict a, const scalar_t* __restrict b, int64_t n) {
+  constexpr int kLanes = 16;
+  acc_t partial[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] += static_cast<acc_t>(a[c + j]) * static_cast<acc_t>(b[c + j]);
   }
-  for (int axis = 0; axis < 3; ++axis) grad_uvw[axis] = sum[axis];
+  acc_t sum = 0;
+  for (; c < n; ++c) sum += static_cast<acc_t>(a[c]) * static_cast<acc_t>(b[c]);
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
+  return sum;
+}
+
+// d(loss)/d(u, v, w) of one point; corners: [8, F], grad_out: [F]. Every derivative of
+// interpolate() is linear in the corner values, so the channels are summed first: 8 dot products
+// of grad_out with a corner's row, then one accumulate_uvw_grad on them.
+template <typename scalar_t, typename acc_t>
+void uvw_grad_row(const TrilinearCell<acc_t>& cell, const scalar_t* corners, const scalar_t* grad_out, int64_t f,
+                  acc_t grad_uvw[3]) {
+  acc_t dots[8];
+  for (int k = 0; k < 8; ++k) dots[k] = dot<scalar_t, acc_t>(grad_out, corners + k * f, f);
+  for (int axis = 0; axis < 3; ++axis) grad_uvw[axis] = 0;
+  cell.accumulate_uvw_grad(dots, acc_t(1), grad_uvw);
 }
 
 // Points per at::parallel_for chunk: about kGrainSize feature values each.
