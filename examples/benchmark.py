@@ -25,6 +25,7 @@ from timing import median_ms
 
 import jitops
 import jitops.ops
+from jitops.ops.bias_act import bias_act_ref
 from jitops.ops.lltm import lltm_ref
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
 
@@ -110,9 +111,30 @@ def lltm_cases(device: str, dtype: torch.dtype):
         yield case
 
 
+def bias_act_cases(device: str, dtype: torch.dtype):
+    # StyleGAN2's common case: lrelu with a clamp on an NCHW activation, up to 64 Mi elements.
+    jitops.ops.require("bias_act")  # the backward op is timed directly
+    sizes = [(8, 64, 64, 64), (16, 512, 64, 64), (64, 512, 64, 32)] if device == "cuda" else [(4, 64, 32, 32), (8, 128, 64, 64)]
+    for shape in sizes:
+        x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+        b = torch.randn(shape[1], device=device, dtype=dtype, requires_grad=True)
+        grad = torch.randn(shape, device=device, dtype=dtype)
+        case = Case("x".join(map(str, shape)), x.numel())
+        op = lambda x, b: jitops.bias_act(x, b, act="lrelu", clamp=256.0)  # noqa: E731
+        ref = lambda x, b: bias_act_ref(x, b, act="lrelu", clamp=256.0)  # noqa: E731
+        add_forward_and_training(case, op, ref, (x, b), (grad,))
+        derivative = torch.ops.jitops._bias_act_derivative
+        case.passes["backward"] = {"jitops": lambda: derivative(grad, x.detach(), b.detach(), 1, "lrelu", 0.2, 2**0.5, 256.0, 1)}
+        case.min_bytes["forward"] = nbytes(x, x)  # read x, write y
+        case.min_bytes["backward"] = nbytes(grad, x, x)  # read grad and x, write grad_x
+        case.min_bytes["forward+backward"] = case.min_bytes["forward"] + case.min_bytes["backward"]
+        yield case
+
+
 OPS = {
     "trilinear_interpolation": trilinear_interpolation_cases,
     "lltm": lltm_cases,
+    "bias_act": bias_act_cases,
 }
 
 

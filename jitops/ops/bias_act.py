@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: MIT
+"""bias_act(x, b=None, dim=1, act='linear', alpha=None, gain=None, clamp=None).
+
+StyleGAN2's fused bias + activation: y = clamp(act(x + b) * gain, -clamp, clamp), with
+StyleGAN2's defaults for alpha and gain, and first and second order gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from . import check_backend, check_tensor_args, require
+
+__all__ = ["bias_act", "bias_act_ref", "ACTIVATIONS"]
+
+
+class Activation(NamedTuple):
+    func: object  # (x, alpha) -> y, in pure torch
+    default_alpha: float
+    default_gain: float
+    has_second_derivative: bool  # False: piecewise linear, the second derivative is zero
+
+
+# StyleGAN2's table (torch_utils/ops/bias_act.py); bindings/bias_act.cpp knows the same names.
+ACTIVATIONS = {
+    "linear": Activation(lambda x, alpha: x, 0.0, 1.0, False),
+    "relu": Activation(lambda x, alpha: torch.nn.functional.relu(x), 0.0, math.sqrt(2), False),
+    "lrelu": Activation(lambda x, alpha: torch.nn.functional.leaky_relu(x, alpha), 0.2, math.sqrt(2), False),
+    "tanh": Activation(lambda x, alpha: torch.tanh(x), 0.0, 1.0, True),
+    "sigmoid": Activation(lambda x, alpha: torch.sigmoid(x), 0.0, 1.0, True),
+    "elu": Activation(lambda x, alpha: torch.nn.functional.elu(x), 0.0, 1.0, True),
+    "selu": Activation(lambda x, alpha: torch.nn.functional.selu(x), 0.0, 1.0, True),
+    "softplus": Activation(lambda x, alpha: torch.nn.functional.softplus(x), 0.0, 1.0, True),
+    "swish": Activation(lambda x, alpha: torch.sigmoid(x) * x, 0.0, math.sqrt(2), True),
+}
+
+
+def _resolve(act: str, alpha: float | None, gain: float | None) -> tuple[float, float]:
+    if act not in ACTIVATIONS:
+        raise ValueError(f"bias_act(): act must be one of {', '.join(ACTIVATIONS)}; got {act!r}")
+    spec = ACTIVATIONS[act]
+    return float(spec.default_alpha if alpha is None else alpha), float(spec.default_gain if gain is None else gain)
+
+
+def bias_act(
+    x: torch.Tensor,  # [*], any memory format (channels_last stays channels_last)
+    b: torch.Tensor | None = None,  # [x.shape[dim]]
+    dim: int = 1,
+    act: str = "linear",
+    alpha: float | None = None,  # lrelu's negative slope; default 0.2
+    gain: float | None = None,  # default sqrt(2) for relu, lrelu and swish, 1 otherwise
+    clamp: float | None = None,  # clamp the output to [-clamp, clamp]
+) -> torch.Tensor:
+    """act(x + b) * gain, clamped; b broadcast along dim. Differentiable twice in x and b."""
+    check_tensor_args("bias_act", x=x, **({} if b is None else {"b": b}))
+    alpha, gain = _resolve(act, alpha, gain)
+    clamp = None if clamp is None else float(clamp)
+    require("bias_act")
+    check_backend("bias_act", x, *([] if b is None else [b]))
+    return torch.ops.jitops.bias_act.default(x, b, dim, act, alpha, gain, clamp)
+
+
+def bias_act_ref(x, b=None, dim=1, act="linear", alpha=None, gain=None, clamp=None):
+    """Pure-torch reference (StyleGAN2's _bias_act_ref), for tests and machines without a compiler."""
+    alpha, gain = _resolve(act, alpha, gain)
+    if b is not None:
+        x = x + b.reshape([-1 if i == dim % x.ndim else 1 for i in range(x.ndim)])
+    x = ACTIVATIONS[act].func(x, alpha)
+    if gain != 1:
+        x = x * gain
+    if clamp is not None:
+        x = x.clamp(-clamp, clamp)
+    return x
+
+
+# The fake kernels' copy of the C++ checks in bindings/bias_act.cpp.
+def _check_args(x, b, dim, act, clamp) -> None:
+    torch._check(act in ACTIVATIONS, lambda: f"act must be one of {', '.join(ACTIVATIONS)}; got '{act}'")
+    torch._check(clamp is None or clamp >= 0, lambda: f"clamp must be None or >= 0, got {clamp}")
+    if b is not None:
+        torch._check(-x.dim() <= dim < x.dim(), lambda: f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape {list(x.shape)}, got {dim}")
+        channels = x.shape[dim]
+        torch._check(
+            b.dim() == 1 and b.shape[0] == channels,
+            lambda: f"b must be 1-D with x.shape[dim] = {channels} elements (x: {list(x.shape)}, dim {dim % x.dim()}), got b of shape {list(b.shape)}",
+        )
+        torch._check(x.device == b.device, lambda: f"x and b must be on the same device, got {x.device} and {b.device}")
+        torch._check(x.dtype == b.dtype, lambda: f"x and b must have the same dtype, got {x.dtype} and {b.dtype}")
+
+
+def _fake_forward(x, b, dim, act, alpha, gain, clamp):
+    _check_args(x, b, dim, act, clamp)
+    # preserve_format: x's strides when x is dense, the same order of strides otherwise (as in C++).
+    return torch.empty_like(x)
+
+
+def _fake_derivative(grad, x, b, dim, act, alpha, gain, clamp, derivative):
+    _check_args(x, b, dim, act, clamp)
+    return torch.empty_like(x)
+
+
+def _reduce_to_bias(grad_x: torch.Tensor, b: torch.Tensor | None, dim: int) -> torch.Tensor | None:
+    if b is None:
+        return None
+    dims = [i for i in range(grad_x.ndim) if i != dim % grad_x.ndim]
+    return grad_x.sum(dims) if dims else grad_x
+
+
+def _setup_forward(ctx, inputs, output) -> None:
+    x, b, dim, act, alpha, gain, clamp = inputs
+    ctx.save_for_backward(x, b)
+    ctx.args = (dim, act, alpha, gain, clamp)
+
+
+def _backward_forward(ctx, grad):
+    x, b = ctx.saved_tensors
+    dim = ctx.args[0]
+    grad_x = torch.ops.jitops._bias_act_derivative(grad, x, b, *ctx.args, 1)
+    return grad_x, _reduce_to_bias(grad_x, b, dim), None, None, None, None, None
+
+
+def _setup_derivative(ctx, inputs, output) -> None:
+    grad, x, b, dim, act, alpha, gain, clamp, derivative = inputs
+    ctx.save_for_backward(grad, x, b)
+    ctx.args = (dim, act, alpha, gain, clamp)
+    ctx.derivative = derivative
+
+
+def _backward_derivative(ctx, grad_out):
+    # out = grad * f^(k)(x + b): linear in grad; its x-derivative is grad * f^(k+1)(x + b).
+    grad, x, b = ctx.saved_tensors
+    dim, k = ctx.args[0], ctx.derivative
+    grad_grad = torch.ops.jitops._bias_act_derivative(grad_out, x, b, *ctx.args, k)
+    grad_x = None
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        if k >= 2:
+            raise RuntimeError("bias_act supports gradients up to the second order")
+        grad_x = torch.ops.jitops._bias_act_derivative(grad_out * grad, x, b, *ctx.args, k + 1)
+    grad_b = _reduce_to_bias(grad_x, b, dim) if grad_x is not None else None
+    return grad_grad, grad_x, grad_b, None, None, None, None, None, None
+
+
+def _register() -> None:
+    torch.library.register_fake("jitops::bias_act")(_fake_forward)
+    torch.library.register_fake("jitops::_bias_act_derivative")(_fake_derivative)
+    torch.library.register_autograd("jitops::bias_act", _backward_forward, setup_context=_setup_forward)
+    torch.library.register_autograd("jitops::_bias_act_derivative", _backward_derivative, setup_context=_setup_derivative)

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: MIT
+import pytest
+import torch
+from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
+
+import jitops
+import jitops.ops
+from jitops.ops.bias_act import ACTIVATIONS, bias_act_ref
+
+
+@pytest.fixture(autouse=True, scope="module")
+def loaded():
+    jitops.ops.require("bias_act")
+
+
+# alpha, gain, clamp: StyleGAN2's defaults, then explicit values, then a clamp that bites.
+OPTIONS = [dict(), dict(alpha=0.3, gain=0.5), dict(gain=2.0, clamp=0.7)]
+
+
+def random(shape, device, dtype, requires_grad=False):
+    return (torch.randn(shape, device=device, dtype=dtype) * 2).requires_grad_(requires_grad)
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+@pytest.mark.parametrize("act", ACTIVATIONS)
+@pytest.mark.parametrize("options", OPTIONS, ids=["defaults", "alpha-gain", "clamp"])
+def test_forward_and_gradients_match_reference(device, dtype, act, options):
+    x = random((3, 6, 5, 7), device, dtype, requires_grad=True)
+    b = random((6,), device, dtype, requires_grad=True)
+    y = jitops.bias_act(x, b, act=act, **options)
+    grad = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, b), grad)
+
+    x64, b64 = float64_leaves(x, b)
+    expected = bias_act_ref(x64, b64, act=act, **options)
+    expected_grads = torch.autograd.grad(expected, (x64, b64), grad.double())
+    assert y.dtype == dtype
+    assert_close_to_float64(y, expected, dtype)
+    assert_close_to_float64(grads[0], expected_grads[0], dtype)
+    # b's gradient sums 105 elements per channel: allow for the sum's rounding in half precision.
+    torch.testing.assert_close(grads[1].double(), expected_grads[1], rtol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4, atol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((0, 4), 1), ((5,), 0), ((4, 9), -1), ((2, 3, 4), 2), ((2, 3, 4), 0), ((1, 1), 1), ((3, 17, 1, 5), 1)],
+    ids=str,
+)
+def test_shapes_and_dims(device, shape, dim):
+    x = random(shape, device, torch.float64)
+    b = random((shape[dim],), device, torch.float64)
+    for act in ("lrelu", "swish"):
+        torch.testing.assert_close(jitops.bias_act(x, b, dim=dim, act=act), bias_act_ref(x, b, dim=dim, act=act))
+    # No bias, and a 0-d tensor.
+    torch.testing.assert_close(jitops.bias_act(x, act="tanh"), bias_act_ref(x, act="tanh"))
+    scalar = torch.tensor(0.3, device=device, dtype=torch.float64)
+    torch.testing.assert_close(jitops.bias_act(scalar, act="elu"), bias_act_ref(scalar, act="elu"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_memory_formats(device):
+    x = random((2, 8, 5, 6), device, torch.float32).to(memory_format=torch.channels_last)
+    b = random((8,), device, torch.float32)
+    y = jitops.bias_act(x, b, act="lrelu", clamp=1.0)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y, bias_act_ref(x, b, act="lrelu", clamp=1.0))
+    # Non-dense views are compacted; the gradient of a channels_last input keeps its layout.
+    sliced = random((2, 8, 10, 6), device, torch.float32)[:, :, ::2]
+    torch.testing.assert_close(jitops.bias_act(sliced, b, act="selu"), bias_act_ref(sliced, b, act="selu"))
+    x.requires_grad_()
+    (grad_x,) = torch.autograd.grad(jitops.bias_act(x, b, act="swish").sum(), x)
+    torch.testing.assert_close(grad_x, torch.autograd.grad(bias_act_ref(x, b, act="swish").sum(), x)[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_gradcheck_and_gradgradcheck(device, act):
+    x = random((2, 3, 4), device, torch.float64, requires_grad=True)
+    b = random((3,), device, torch.float64, requires_grad=True)
+    for options in (dict(), dict(gain=1.5, clamp=1.0)):
+        fn = lambda x, b: jitops.bias_act(x, b, act=act, **options)  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (x, b))
+        assert torch.autograd.gradgradcheck(fn, (x, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_second_order_matches_reference(device):
+    x = random((4, 5), device, torch.float64, requires_grad=True)
+    b = random((5,), device, torch.float64, requires_grad=True)
+    for act in ("tanh", "softplus", "swish", "selu"):
+        results = []
+        for fn in (jitops.bias_act, bias_act_ref):
+            (gx,) = torch.autograd.grad(fn(x, b, act=act).square().sum(), x, create_graph=True)
+            results.append(torch.autograd.grad(gx.sin().sum(), (x, b)))
+        for got, want in zip(*results):
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_opcheck(device, dtype):
+    x = random((3, 4, 5), device, dtype, requires_grad=True)
+    b = random((4,), device, dtype, requires_grad=True)
+    torch.library.opcheck(torch.ops.jitops.bias_act.default, (x, b, 1, "swish", 0.0, 1.4, 0.9))
+    torch.library.opcheck(torch.ops.jitops.bias_act.default, (x, None, 1, "relu", 0.0, 1.0, None))
+    args = (torch.randn_like(x), x, b, 1, "tanh", 0.0, 1.0, None)
+    torch.library.opcheck(torch.ops.jitops._bias_act_derivative.default, (*args, 1))
+    # Third-order gradients are unsupported (a clear error), so the second derivative is checked
+    # without inputs that require grad.
+    detached = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    torch.library.opcheck(torch.ops.jitops._bias_act_derivative.default, (*detached, 2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(device)
+    bias = torch.randn(8, device=device, requires_grad=True)
+
+    def block(x):
+        return jitops.bias_act(conv(x), bias, act="lrelu", clamp=256.0).square().mean()
+
+    x = torch.randn(2, 3, 8, 8, device=device)
+    loss = torch.compile(block, fullgraph=True)(x)
+    grads = torch.autograd.grad(loss, [bias, conv.weight])
+    expected = block(x)
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip(grads, torch.autograd.grad(expected, [bias, conv.weight])):
+        torch.testing.assert_close(got, want)
+
+
+def test_bad_inputs():
+    x, b = random((2, 4, 3), "cpu", torch.float32), random((4,), "cpu", torch.float32)
+    with pytest.raises(ValueError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"):
+        jitops.bias_act(x, b, act="gelu")
+    with pytest.raises(RuntimeError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"):
+        torch.ops.jitops.bias_act(x, b, 1, "gelu", 0.0, 1.0, None)
+    with pytest.raises(RuntimeError, match=r"b must be 1-D with x.shape\[dim\] = 4 elements \(x: \[2, 4, 3\], dim 1\), got b of shape \[5\]"):
+        jitops.bias_act(x, random((5,), "cpu", torch.float32))
+    with pytest.raises(RuntimeError, match=r"b must be 1-D.*got b of shape \[1, 4\]"):
+        jitops.bias_act(x, b[None])
+    with pytest.raises(RuntimeError, match=r"dim must be in \[-3, 3\) for x of shape \[2, 4, 3\], got 3"):
+        jitops.bias_act(x, b, dim=3)
+    with pytest.raises(RuntimeError, match="clamp must be None or >= 0, got -1"):
+        jitops.bias_act(x, b, clamp=-1)
+    with pytest.raises(RuntimeError, match="x and b must have the same dtype"):
+        jitops.bias_act(x, b.double())
+    with pytest.raises(RuntimeError, match="x must be float32 or float64.*got Int"):
+        jitops.bias_act(x.int(), b.int())
+    with pytest.raises(TypeError, match="b must be a Tensor, got list"):
+        jitops.bias_act(x, [0.0] * 4)
+    with pytest.raises(RuntimeError, match="x and grad must have the same shape"):
+        torch.ops.jitops._bias_act_derivative(x[0], x, b, 1, "tanh", 0.0, 1.0, None, 1)
+    with pytest.raises(RuntimeError, match="derivative must be 1 or 2, got 3"):
+        torch.ops.jitops._bias_act_derivative(x, x, b, 1, "tanh", 0.0, 1.0, None, 3)
+
+
+def test_third_order_is_a_clear_error():
+    x = random((3, 4), "cpu", torch.float64, requires_grad=True)
+    (g1,) = torch.autograd.grad(jitops.bias_act(x, act="tanh").sum(), x, create_graph=True)
+    (g2,) = torch.autograd.grad(g1.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="up to the second order"):
+        torch.autograd.grad(g2.sum(), x)
+
+
+@needs_cuda
+def test_device_mix_is_an_error():
+    x, b = random((2, 4), "cpu", torch.float32), random((4,), "cpu", torch.float32)
+    with pytest.raises(RuntimeError, match="x and b must be on the same device"):
+        jitops.bias_act(x.cuda(), b)
