@@ -167,7 +167,13 @@ def check_correct(op: str, case: Case) -> None:
     forward = case.passes["forward"]
     with torch.no_grad():
         got, want = forward["jitops"](), forward["eager"]()
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{op} {case.size}: {m}")
+    # Both sides round to the dtype; half precision allows a couple of units in the last place.
+    tolerance = {torch.float16: 4e-3, torch.bfloat16: 3e-2}.get(_first_tensor(got).dtype, 1e-4)
+    torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance, msg=lambda m: f"{op} {case.size}: {m}")
+
+
+def _first_tensor(value):
+    return value[0] if isinstance(value, tuple) else value
 
 
 def ratio(numerator, denominator) -> str:
