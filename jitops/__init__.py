@@ -50,7 +50,10 @@ def __getattr__(name: str):
     for op in available_ops():
         module = importlib.import_module(f"{__name__}.ops.{op}")
         if name in _public_names(module):
-            return getattr(module, name)
+            # Kept as a module attribute, so later lookups skip this search (which lists the
+            # ops folder: about 70 us, more than a small op's whole call).
+            value = globals()[name] = getattr(module, name)
+            return value
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
 
 

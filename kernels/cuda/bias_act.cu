@@ -60,15 +60,24 @@ __global__ void bias_act_kernel(const scalar_t* __restrict x, const scalar_t* __
     const V xv = reinterpret_cast<const V*>(x)[v];
     V gv;
     if constexpr (kDerivative > 0) gv = reinterpret_cast<const V*>(grad)[v];
-    ChannelCursor cursor(v * kVec, layout);
     V result;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const acc_t b = bias ? static_cast<acc_t>(bias[cursor.channel]) : acc_t(0);
+    const auto element = [&](int e, acc_t b) {
       const acc_t g = kDerivative > 0 ? static_cast<acc_t>(gv.v[e]) : acc_t(0);
       result.v[e] = static_cast<scalar_t>(
           bias_act_element<kAct, kDerivative, acc_t>(static_cast<acc_t>(xv.v[e]), b, g, alpha, gain, clamp, clamped));
-      cursor.advance(layout);
+    };
+    ChannelCursor cursor(v * kVec, layout);
+    if (bias == nullptr || cursor.offset + kVec <= layout.inner) {
+      // The whole vector in one channel (NCHW, or no bias): one bias load.
+      const acc_t b = bias ? static_cast<acc_t>(bias[cursor.channel]) : acc_t(0);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) element(e, b);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        element(e, static_cast<acc_t>(bias[cursor.channel]));
+        cursor.advance(layout);
+      }
     }
     reinterpret_cast<V*>(out)[v] = result;
   }
