@@ -28,6 +28,7 @@ import jitops.ops
 from jitops.ops.bias_act import bias_act_ref
 from jitops.ops.lltm import lltm_ref
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
+from jitops.ops.upfirdn2d import upfirdn2d_ref
 
 IMPLEMENTATIONS = ("jitops", "eager", "compile")
 
@@ -131,10 +132,31 @@ def bias_act_cases(device: str, dtype: torch.dtype):
         yield case
 
 
+def upfirdn2d_cases(device: str, dtype: torch.dtype):
+    # StyleGAN2's resampling: a 4-tap separable filter, 2x up (padding [2, 1, 2, 1], gain 4) and
+    # 2x down (padding [1, 1, 1, 1]), at N=8, C=512.
+    f = torch.tensor([1.0, 3.0, 3.0, 1.0], device=device, dtype=dtype) / 8
+    sizes = [64, 256] if device == "cuda" else [16, 32]
+    batch, channels = (8, 512) if device == "cuda" else (2, 64)
+    for side in sizes:
+        for name, kwargs in (("up2", dict(up=2, padding=[2, 1, 2, 1], gain=4)), ("down2", dict(down=2, padding=1))):
+            x = torch.randn(batch, channels, side, side, device=device, dtype=dtype, requires_grad=True)
+            out_side = side * 2 if name == "up2" else side // 2
+            grad = torch.randn(batch, channels, out_side, out_side, device=device, dtype=dtype)
+            case = Case(f"{batch}x{channels}x{side}x{side} {name}", grad.numel())
+            op = lambda x, kwargs=kwargs: jitops.upfirdn2d(x, f, **kwargs)  # noqa: E731
+            ref = lambda x, kwargs=kwargs: upfirdn2d_ref(x, f, **kwargs)  # noqa: E731
+            add_forward_and_training(case, op, ref, (x,), (grad,))
+            case.min_bytes["forward"] = nbytes(x, grad)  # read x, write out
+            case.min_bytes["forward+backward"] = 2 * case.min_bytes["forward"]
+            yield case
+
+
 OPS = {
     "trilinear_interpolation": trilinear_interpolation_cases,
     "lltm": lltm_cases,
     "bias_act": bias_act_cases,
+    "upfirdn2d": upfirdn2d_cases,
 }
 
 

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+// torch.ops.jitops.upfirdn2d: schema, checks, per-backend registration. Its gradient is another
+// upfirdn2d (jitops/ops/upfirdn2d.py), so there is no backward op.
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "../kernels/common.h"
+#include "../kernels/upfirdn2d.h"
+#include "python_module.h"
+
+namespace jitops {
+namespace {
+
+using Kernel = void (*)(const at::Tensor&, const at::Tensor&, const Upfirdn2dParams&, at::Tensor&);
+
+std::string pair_str(const char* name, at::IntArrayRef values) { return std::string(name) + "=" + shape_str(values); }
+
+// jitops/ops/upfirdn2d.py repeats these checks for tracing; keep the two in step.
+template <Kernel kernel>
+at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
+                     at::IntArrayRef padding, bool flip_filter, double gain) {
+  TORCH_CHECK(x.dim() == 4, "x must have shape (N, C, H, W), got ", shape_str(x.sizes()));
+  TORCH_CHECK(f.dim() == 2 && f.size(0) >= 1 && f.size(1) >= 1, "f must be a non-empty 2-D filter here, got ",
+              shape_str(f.sizes()));
+  TORCH_CHECK(up.size() == 2 && up[0] >= 1 && up[1] >= 1, "up must be >= 1 per axis, got ", pair_str("up", up));
+  TORCH_CHECK(down.size() == 2 && down[0] >= 1 && down[1] >= 1, "down must be >= 1 per axis, got ",
+              pair_str("down", down));
+  TORCH_CHECK(padding.size() == 4, "padding must be [x0, x1, y0, y1], got ", shape_str(padding));
+  check_floating(x, "x");
+  check_same_device_dtype(x, "x", f, "f");
+  const int64_t fh = f.size(0), fw = f.size(1);
+  const int64_t out_w = (x.size(3) * up[0] + padding[0] + padding[1] - fw) / down[0] + 1;
+  const int64_t out_h = (x.size(2) * up[1] + padding[2] + padding[3] - fh) / down[1] + 1;
+  TORCH_CHECK(x.size(3) * up[0] + padding[0] + padding[1] >= fw && x.size(2) * up[1] + padding[2] + padding[3] >= fh,
+              "the upsampled, padded input (", std::to_string(x.size(2) * up[1] + padding[2] + padding[3]), " x ",
+              std::to_string(x.size(3) * up[0] + padding[0] + padding[1]), ") is smaller than the filter ",
+              shape_str(f.sizes()), ": no output pixel; x ", shape_str(x.sizes()), ", ", pair_str("up", up),
+              ", padding=", shape_str(padding));
+  at::Tensor out = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
+  const Upfirdn2dParams params{up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
+  kernel(x.contiguous(), f.contiguous(), params, out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(jitops, m) {
+  m.def(
+      "upfirdn2d(Tensor x, Tensor f, int[2] up, int[2] down, int[4] padding, bool flip_filter, float gain) "
+      "-> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(jitops, CPU, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cpu>); }
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(jitops, CUDA, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cuda>); }
+#endif
+
+}  // namespace jitops
+
+JITOPS_PYTHON_MODULE()
