@@ -18,7 +18,8 @@ $(PYTHON):
 
 # The main job: build the ops and run them on example data.
 demo: $(PYTHON)
-	cd examples && $(abspath $(PYTHON)) add2.py && $(abspath $(PYTHON)) trilinear.py && $(abspath $(PYTHON)) lltm.py
+	cd examples && $(abspath $(PYTHON)) add2.py && $(abspath $(PYTHON)) trilinear.py && $(abspath $(PYTHON)) lltm.py \
+		&& $(abspath $(PYTHON)) stylegan_block.py
 
 # pytest's exit code 5 (no tests collected) is a failure here, not a pass.
 test: $(PYTHON)
@@ -54,6 +55,7 @@ gpu-bench: gpu-install
 	python3 benchmark.py --json $(abspath $(OUT))/benchmark.json 2>&1 | tee $(abspath $(OUT))/benchmark.log && \
 	python3 trilinear.py 2>&1 | tee $(abspath $(OUT))/trilinear.log && \
 	python3 lltm.py 2>&1 | tee $(abspath $(OUT))/lltm.log && \
+	python3 stylegan_block.py 2>&1 | tee $(abspath $(OUT))/stylegan_block.log && \
 	python3 add2.py 2>&1 | tee $(abspath $(OUT))/add2.log && \
 	python3 load_time.py --json $(abspath $(OUT))/load_time.json 2>&1 | tee $(abspath $(OUT))/load_time.log
 

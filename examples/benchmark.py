@@ -272,7 +272,7 @@ def main() -> None:
             for case in OPS[op](args.device, dtype):
                 check_correct(op, case)
                 rows += measure(op, case, args.device)
-                print(f"  measured {op} {case.size}", flush=True)
+                print(f"  measured {op} {case.size}: " + ", ".join(f"{r['pass']} jitops {r['jitops']:.4f} eager {r['eager'] or 0:.4f} compile {r['compile'] or 0:.4f} ms" for r in rows if r["size"] == case.size), flush=True)
                 del case
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
