@@ -51,7 +51,7 @@ def upfirdn2d(
     flip_filter: bool = False,
     gain: float = 1,
 ) -> torch.Tensor:  # [N, C, (H * up_y + y0 + y1 - fh) // down_y + 1, likewise for W]
-    """StyleGAN2's upfirdn2d. Differentiable in x, to any order."""
+    """StyleGAN2's upfirdn2d. Differentiable in x, to any order; not in f (as in StyleGAN2)."""
     check_tensor_args("upfirdn2d", x=x, **({} if f is None else {"f": f}))
     up, down, padding = _pair(up, "up"), _pair(down, "down"), _padding(padding)
     require("upfirdn2d")
