@@ -40,16 +40,12 @@ def train(cell_fn, device: str, steps: int, batch: int, length: int, features: i
     model = SequenceModel(features, state, cell_fn).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 
-    def step():
+    def batch_loss():
         sequence = torch.randn(length, batch, features, device=device)
         target = sequence[:, :, :2].mean(dim=0)
-        loss = (model(sequence) - target).square().mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss
+        return (model(sequence) - target).square().mean()
 
-    return train_and_time(step, device, steps, log_every)
+    return train_and_time(batch_loss, optimizer, device, steps, log_every)
 
 
 def main() -> None:

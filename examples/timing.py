@@ -35,9 +35,17 @@ def _sample_ms(fn, device: str, inner: int) -> float:
     return (time.perf_counter() - started) * 1e3 / inner
 
 
-def train_and_time(step, device: str, steps: int, log_every: int) -> tuple[float, float]:
-    """Run step() (one optimiser step, returning the loss) steps times, printing the loss every
+def train_and_time(loss_fn, optimizer, device: str, steps: int, log_every: int) -> tuple[float, float]:
+    """Take `steps` optimiser steps on loss_fn() (a fresh batch's loss), printing the loss every
     log_every steps (never when 0); then time more steps. Returns (median ms per step, last loss)."""
+
+    def step():
+        loss = loss_fn()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss
+
     for i in range(steps):
         loss = step()
         if log_every and (i % log_every == 0 or i == steps - 1):

@@ -46,16 +46,12 @@ def train(interpolate, device: str, steps: int, batch: int, resolution: int, log
     grid = torch.zeros(resolution + 1, resolution + 1, resolution + 1, 4, device=device).normal_(0, 0.01).requires_grad_()
     optimizer = torch.optim.Adam([grid], lr=0.05)
 
-    def step():
+    def batch_loss():
         xyz = torch.rand(batch, 3, device=device) * 2 - 1
         feats, local = cell_inputs(grid, xyz)
-        loss = (interpolate(feats, local) - target_function(xyz)).square().mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss
+        return (interpolate(feats, local) - target_function(xyz)).square().mean()
 
-    return train_and_time(step, device, steps, log_every)
+    return train_and_time(batch_loss, optimizer, device, steps, log_every)
 
 
 def main() -> None:
