@@ -39,6 +39,8 @@ cuda-build: $(CUDA_VENV)/bin/python
 # On a lent GPU machine whose python3 already has torch: `make gpu OUT=dir` installs jitops and runs
 # both halves below, logging to $(OUT). Each half fits in one 10-minute device call on its own.
 OUT ?= gpu-logs
+OPS ?=  # benchmark.py's ops; empty: all of them
+TESTS ?= tests
 GPU_ENV := TORCH_CUDA_ARCH_LIST=9.0 JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache
 .PHONY: gpu-install gpu-bench gpu-test
 gpu: gpu-bench gpu-test
@@ -52,7 +54,7 @@ gpu-install:
 # Timings first, on an idle GPU: the benchmark table and plot data, the examples, the loader.
 gpu-bench: gpu-install
 	set -o pipefail; cd examples && export $(GPU_ENV) && \
-	python3 benchmark.py --json $(abspath $(OUT))/benchmark.json 2>&1 | tee $(abspath $(OUT))/benchmark.log && \
+	python3 benchmark.py $(OPS) --json $(abspath $(OUT))/benchmark.json 2>&1 | tee $(abspath $(OUT))/benchmark.log && \
 	python3 trilinear.py 2>&1 | tee $(abspath $(OUT))/trilinear.log && \
 	python3 lltm.py 2>&1 | tee $(abspath $(OUT))/lltm.log && \
 	python3 stylegan_block.py 2>&1 | tee $(abspath $(OUT))/stylegan_block.log && \
@@ -61,4 +63,4 @@ gpu-bench: gpu-install
 
 # Every test, the CUDA ones included.
 gpu-test: gpu-install
-	set -o pipefail; $(GPU_ENV) python3 -m pytest -q -rs tests 2>&1 | tee $(OUT)/pytest.log
+	set -o pipefail; $(GPU_ENV) python3 -m pytest -q -rs $(TESTS) 2>&1 | tee $(OUT)/pytest.log

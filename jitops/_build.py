@@ -40,6 +40,18 @@ from . import _cache
 CFLAGS = ["-O3", "-fno-trapping-math"]
 CUDA_CFLAGS = ["-O3"]
 LDFLAGS: list[str] = []
+
+
+def openmp_flags() -> list[str]:
+    """Compile and link flags that make at::parallel_for parallel in our CPU kernels.
+
+    With an OpenMP build of torch, at::parallel_for is an inline `#pragma omp parallel` loop
+    (ATen/ParallelOpenMP.h): compiled without -fopenmp it silently runs on one thread. The .so then
+    needs libgomp.so.1, which torch has already loaded, so there is one OpenMP runtime.
+    """
+    import torch
+
+    return ["-fopenmp"] if torch.backends.openmp.is_available() else []
 DEFAULT_LOCK_TIMEOUT_S = 1800.0  # generous for a cold CUDA build on a busy machine, but finite
 
 
@@ -202,9 +214,9 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
         "nvcc": f"{cuda.nvcc.resolve()}: {tool_version(cuda.nvcc)}" if cuda.enabled and cuda.nvcc else None,
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
-        "cflags": CFLAGS + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
-        "ldflags": LDFLAGS,
+        "ldflags": LDFLAGS + openmp_flags(),
         "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
     }
 

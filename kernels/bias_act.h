@@ -35,6 +35,11 @@ void bias_act_cpu(const at::Tensor& x, const at::Tensor& b, const at::Tensor& gr
                   int derivative, at::Tensor& out);
 void bias_act_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad, const BiasActParams& params,
                    int derivative, at::Tensor& out);
+// The first-order backward with a bias in one pass: grad_x as bias_act_cuda(derivative 1) writes it,
+// and the returned bias gradient, grad_x summed over all but dim. Where x's layout has no fused
+// kernel it writes nothing and returns an undefined tensor; the caller then does both in two passes.
+at::Tensor bias_act_backward_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad,
+                                  const BiasActParams& params, at::Tensor& grad_x);
 
 // act(x) and its first two derivatives, in acc_t.
 template <Activation kAct, typename acc_t>

@@ -31,11 +31,18 @@ inline bool is_aligned(const void* p, int bytes = kVecBytes) { return reinterpre
 
 // Blocks for a grid-stride loop over work_items: enough to fill the device a few times over (so
 // loads stay in flight), never more than the work needs.
-inline int grid_size(int64_t work_items, int threads_per_block, int device_index, int blocks_per_sm = 8) {
+constexpr int kBlocksPerSm = 8;
+
+// Blocks that fill the device kBlocksPerSm times over.
+inline int device_blocks(int device_index) {
   int sm_count = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_index));
+  return sm_count * kBlocksPerSm;
+}
+
+inline int grid_size(int64_t work_items, int threads_per_block, int device_index) {
   const int64_t needed = ceil_div<int64_t>(std::max<int64_t>(work_items, 1), threads_per_block);
-  return static_cast<int>(std::min<int64_t>(needed, static_cast<int64_t>(sm_count) * blocks_per_sm));
+  return static_cast<int>(std::min<int64_t>(needed, device_blocks(device_index)));
 }
 
 }  // namespace jitops

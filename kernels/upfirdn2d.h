@@ -24,27 +24,46 @@ void upfirdn2d_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dPar
 
 // The first tap k >= 0 for which start + k is a multiple of up: the first real (not inserted
 // zero) sample under the filter.
-C10_HOST_DEVICE inline int64_t first_sample_tap(int64_t start, int64_t up) { return ((-start) % up + up) % up; }
+template <typename index_t>
+C10_HOST_DEVICE inline index_t first_sample_tap(index_t start, index_t up) {
+  return ((-start) % up + up) % up;
+}
 
-// out[oy, ox] of one [in_h, in_w] plane, before the gain. Row u of the upsampled, padded image is
-// oy * downy - pady0 + ky; it holds input row u / upy when u is a multiple of upy, else zero.
-template <typename acc_t, typename scalar_t>
-C10_HOST_DEVICE inline acc_t upfirdn2d_pixel(const scalar_t* plane, int64_t in_h, int64_t in_w, const scalar_t* f,
-                                             int64_t fh, int64_t fw, const Upfirdn2dParams& p, int64_t oy,
-                                             int64_t ox) {
-  const int64_t u0 = oy * p.downy - p.pady0, v0 = ox * p.downx - p.padx0;
-  const int64_t kx0 = first_sample_tap(v0, p.upx);
+// Along one axis, the input samples under the filter for one output position: `count` samples
+// first_in, first_in + 1, ..., weighted by filter taps first_tap, first_tap + tap_step, ... (the
+// taps that land on inserted zeros or on padding are left out). Rows and columns are independent,
+// so a kernel computes each once and reuses it along the other axis.
+template <typename index_t>
+struct AxisTaps {
+  index_t first_in, first_tap, tap_step, count;
+};
+
+// Output position o reads upsampled, padded positions o * down - pad0 + k for taps k < taps; that
+// position holds input sample (o * down - pad0 + k) / up when it is a multiple of up, else zero.
+template <typename index_t>
+C10_HOST_DEVICE inline AxisTaps<index_t> axis_taps(index_t o, index_t up, index_t down, index_t pad0, index_t taps,
+                                                   index_t in_size, bool flip_filter) {
+  const index_t start = o * down - pad0;
+  const index_t k0 = first_sample_tap(start, up);
+  const index_t i0 = (start + k0) / up;  // exact: start + k0 is a multiple of up
+  const index_t all = k0 < taps ? (taps - 1 - k0) / up + 1 : 0;
+  const index_t skip = i0 < 0 ? -i0 : 0;                     // samples in the leading padding
+  const index_t end = all < in_size - i0 ? all : in_size - i0;  // stop at the trailing padding
+  const index_t k = k0 + skip * up;
+  // flip_filter false convolves (the filter reversed, as StyleGAN2 does); true correlates.
+  return {i0 + skip, flip_filter ? k : taps - 1 - k, flip_filter ? up : -up, end > skip ? end - skip : 0};
+}
+
+// One output pixel of one plane (row stride in_w), before the gain; f is [fh, fw], row-major.
+template <typename acc_t, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline acc_t upfirdn2d_pixel(const scalar_t* plane, index_t in_w, const scalar_t* f, index_t fw,
+                                             const AxisTaps<index_t>& row, const AxisTaps<index_t>& col) {
   acc_t sum = 0;
-  for (int64_t ky = first_sample_tap(u0, p.upy); ky < fh; ky += p.upy) {
-    const int64_t iy = (u0 + ky) / p.upy;  // exact: u0 + ky is a multiple of upy
-    if (u0 + ky < 0) continue;
-    if (iy >= in_h) break;
-    const scalar_t* f_row = f + (p.flip_filter ? ky : fh - 1 - ky) * fw;
-    for (int64_t kx = kx0; kx < fw; kx += p.upx) {
-      const int64_t ix = (v0 + kx) / p.upx;
-      if (v0 + kx < 0) continue;
-      if (ix >= in_w) break;
-      sum += static_cast<acc_t>(plane[iy * in_w + ix]) * static_cast<acc_t>(f_row[p.flip_filter ? kx : fw - 1 - kx]);
+  for (index_t j = 0; j < row.count; ++j) {
+    const scalar_t* in = plane + (row.first_in + j) * in_w + col.first_in;
+    const scalar_t* taps = f + (row.first_tap + j * row.tap_step) * fw + col.first_tap;
+    for (index_t i = 0; i < col.count; ++i) {
+      sum += static_cast<acc_t>(in[i]) * static_cast<acc_t>(taps[i * col.tap_step]);
     }
   }
   return sum;

@@ -116,6 +116,42 @@ def test_opcheck(device, dtype):
     # without inputs that require grad.
     detached = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
     torch.library.opcheck(torch.ops.jitops._bias_act_derivative.default, (*detached, 2))
+    # The fused first-order backward is only called where no graph is built (it has no gradient).
+    torch.library.opcheck(torch.ops.jitops._bias_act_backward.default, detached)
+
+
+# (shape, dim, channels_last): on CUDA the first two take the fused kernel (runs of >= 32 vectors
+# per channel; the second with several blocks per channel), the others the two-pass path.
+BACKWARD_LAYOUTS = [
+    ((2, 3, 32, 48), 1, False),
+    ((3, 2, 128, 130), 1, False),
+    ((2, 3, 5, 7), 1, False),
+    ((2, 8, 16, 16), 1, True),
+    ((37,), 0, False),
+    ((4, 6, 33), -1, False),
+]
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+@pytest.mark.parametrize("shape,dim,channels_last", BACKWARD_LAYOUTS)
+@pytest.mark.parametrize("act,options", [("lrelu", dict(gain=2.0, clamp=0.7)), ("swish", dict())])
+def test_fused_backward_matches_derivative_and_sum(device, dtype, shape, dim, channels_last, act, options):
+    x = random(shape, device, dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    b = random((shape[dim],), device, dtype)
+    grad = random(shape, device, dtype)
+    alpha, gain = jitops.ops.bias_act._resolve(act, options.get("alpha"), options.get("gain"))
+    args = (grad, x, b, dim, act, alpha, gain, options.get("clamp"))
+    grad_x, grad_b = torch.ops.jitops._bias_act_backward(*args)
+    expected_grad_x = torch.ops.jitops._bias_act_derivative(*args, 1)
+    torch.testing.assert_close(grad_x, expected_grad_x, rtol=0, atol=0)
+    assert grad_x.stride() == x.stride()
+    # The sums differ from torch's only in their order: compare both with the float64 sum.
+    other_dims = [d for d in range(x.dim()) if d != dim % x.dim()]
+    expected_grad_b = expected_grad_x.double().sum(other_dims) if other_dims else expected_grad_x.double()
+    assert_close_to_float64(grad_b, expected_grad_b, dtype)
+    assert grad_b.shape == b.shape and grad_b.dtype == dtype
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -102,6 +102,11 @@ def _fake_derivative(grad, x, b, dim, act, alpha, gain, clamp, derivative):
     return torch.empty_like(x)
 
 
+def _fake_backward(grad, x, b, dim, act, alpha, gain, clamp):
+    _check_args(x, b, dim, act, clamp)
+    return torch.empty_like(x), torch.empty_like(b)
+
+
 def _reduce_to_bias(grad_x: torch.Tensor, b: torch.Tensor | None, dim: int) -> torch.Tensor | None:
     if b is None:
         return None
@@ -118,6 +123,11 @@ def _setup_forward(ctx, inputs, output) -> None:
 def _backward_forward(ctx, grad):
     x, b = ctx.saved_tensors
     dim = ctx.args[0]
+    if b is not None and ctx.needs_input_grad[1] and not torch.is_grad_enabled():
+        # A plain backward (no create_graph, so this need not be differentiable): grad_x and
+        # grad_b from one op, which on CUDA sums grad_x per channel as it writes it.
+        grad_x, grad_b = torch.ops.jitops._bias_act_backward(grad, x, b, *ctx.args)
+        return grad_x, grad_b, None, None, None, None, None
     grad_x = torch.ops.jitops._bias_act_derivative(grad, x, b, *ctx.args, 1)
     return grad_x, _reduce_to_bias(grad_x, b, dim), None, None, None, None, None
 
@@ -146,5 +156,6 @@ def _backward_derivative(ctx, grad_out):
 def _register() -> None:
     torch.library.register_fake("jitops::bias_act")(_fake_forward)
     torch.library.register_fake("jitops::_bias_act_derivative")(_fake_derivative)
+    torch.library.register_fake("jitops::_bias_act_backward")(_fake_backward)
     torch.library.register_autograd("jitops::bias_act", _backward_forward, setup_context=_setup_forward)
     torch.library.register_autograd("jitops::_bias_act_derivative", _backward_derivative, setup_context=_setup_derivative)
