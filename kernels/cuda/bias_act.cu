@@ -186,7 +186,15 @@ Scalars<at::opmath_type<scalar_t>> scalars(const BiasActParams& params) {
   return {acc_t(params.alpha), acc_t(params.gain), acc_t(params.clamp.value_or(0.0)), params.clamp.has_value()};
 }
 
-constexpr int64_t kMaxGridY = 65535;
+constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
+
+// One block per kThreads * kUnroll vectors, not a grid capped at a few blocks per SM: the loops
+// then run once, and the hardware spreads the blocks evenly. With the cap, fp16 at 64 Mi elements
+// ran 5-8 loop steps per block and the uneven last step left the kernels at 84-88% of the copy
+// bandwidth. (The loops still stride, for grids past the limit.)
+inline int64_t blocks_for(int64_t vectors) {
+  return std::min(std::max<int64_t>(1, ceil_div<int64_t>(vectors, int64_t{kThreads} * kUnroll)), kMaxGridX);
+}
 
 }  // namespace
 
@@ -213,8 +221,8 @@ void bias_act_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& g
       constexpr int kOrder = decltype(order)::value;
       const auto launch = [&](auto vec) {
         constexpr int kVec = decltype(vec)::value;
-        const int blocks = grid_size(ceil_div<int64_t>(n / kVec, kUnroll), kThreads, x.device().index());
-        bias_act_kernel<kAct, kOrder, kVec, scalar_t><<<blocks, kThreads, 0, stream>>>(
+        const int64_t blocks = blocks_for(n / kVec);
+        bias_act_kernel<kAct, kOrder, kVec, scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
             x_p, b_p, g_p, out_p, layout, scalars<scalar_t>(params));
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
@@ -246,14 +254,12 @@ at::Tensor bias_act_backward_cuda(const at::Tensor& x, const at::Tensor& b, cons
     const ChannelRuns runs{n / (channels * inner), channels, inner / kVec,
                            n / (channels * kVec) < (int64_t{1} << 32)};
     const c10::cuda::CUDAGuard device_guard(x.device());
-    // About eight blocks per SM in all, never more than a channel's work fills.
-    const int64_t blocks_per_channel = std::max<int64_t>(
-        1, std::min(ceil_div<int64_t>(device_blocks(x.device().index()), channels),
-                    ceil_div<int64_t>(runs.outer * runs.inner_vec, int64_t{kThreads} * kUnroll)));
+    const int64_t blocks_per_channel = blocks_for(runs.outer * runs.inner_vec);
+    const dim3 grid(static_cast<unsigned>(blocks_per_channel), static_cast<unsigned>(channels));
     at::Tensor partial_sums = at::empty({channels, blocks_per_channel}, x.options().dtype(at::toOpMathType(x.scalar_type())));
     dispatch_bias_act(params.act, 1, [&](auto act, auto) {
       bias_act_backward_kernel<decltype(act)::value, kVec, scalar_t>
-          <<<dim3(blocks_per_channel, channels), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
               x_p, b.const_data_ptr<scalar_t>(), g_p, out_p, partial_sums.mutable_data_ptr<acc_t>(), runs,
               scalars<scalar_t>(params));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
