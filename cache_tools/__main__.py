@@ -1,65 +1,433 @@
 # SPDX-License-Identifier: MIT
-"""jitops-cache: `dir` and `list` so far; the full command set is tracked in issue 5."""
+"""jitops-cache: inspect, verify, prune and clear jitops' build cache; report the environment;
+build ops ahead of time. Only `build` ever compiles.
+
+Every command takes --json. Exit status: 0 success, 1 a problem was found (a corrupt entry, a
+stale lock left in place, an op that cannot be had, a failed build), 2 bad usage.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
+import re
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 from jitops import _cache
+
+from . import inventory
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments that argparse cannot see (exit 2)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def when(timestamp: float | None) -> str:
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "-"
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(v)) for v in column) for column in zip(headers, *rows)]
+    for line in [headers, *rows]:
+        print("  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+def emit(args: argparse.Namespace, data, human) -> None:
+    """--json: data as JSON; else human() prints the readable form."""
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        human()
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** ["", "k", "m", "g", "t"].index(unit.lower()))
+
+
+def parse_age(text: str) -> float:
+    match = _AGE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not an age: {text!r} (examples: 90m, 12h, 30d)")
+    number, unit = match.groups()
+    return float(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit.lower()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands that read
+# ---------------------------------------------------------------------------------------------
 
 
 def cmd_dir(args: argparse.Namespace) -> int:
     root, reason = _cache.configured_root()
-    if args.json:
-        print(json.dumps({"root": str(root), "reason": reason}))
-    else:
-        print(f"{root}  ({reason})")
-    return 0
+    emit(args, {"root": str(root), "reason": reason}, lambda: print(f"{root}  ({reason})"))
+    return EXIT_OK
+
+
+def selected_rows(ops: list[str]) -> tuple[Path, list[inventory.Row]]:
+    root, _ = _cache.configured_root()
+    rows = inventory.entry_rows(root)
+    return root, [row for row in rows if not ops or row.op in ops]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    root, _ = _cache.configured_root()
-    rows = []
-    for entry, manifest in _cache.list_entries(root):
-        if args.ops and entry.op not in args.ops:
-            continue
-        manifest = manifest or {}
-        components = manifest.get("components", {})
-        rows.append(
-            {
-                "op": entry.op,
-                "key": entry.key,
-                "backends": components.get("backends"),
-                "torch": components.get("torch"),
-                "built_at": manifest.get("built_at"),
-                "build_seconds": manifest.get("build_seconds"),
-                "path": str(entry.path),
-            }
+    root, rows = selected_rows(args.ops)
+
+    def human():
+        print_table(
+            ["OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
+            [
+                [
+                    r.op,
+                    "+".join(r.backends) or "-",
+                    r.key[:8],
+                    r.torch or "-",
+                    r.cuda or "-",
+                    r.arch or "-",
+                    human_size(r.size),
+                    when(r.built_at),
+                    f"{r.build_seconds:.1f}" if r.build_seconds else "-",
+                    when(r.last_used),
+                    r.status,
+                ]
+                for r in rows
+            ],
         )
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
+        for r in rows:
+            if r.reason:
+                print(f"  {r.op}-{r.key[:8]} {r.status}: {r.reason}")
+        print(f"{len(rows)} entries, {human_size(sum(r.size for r in rows))} in {root}")
+
+    emit(args, [r.as_dict() for r in rows], human)
+    return EXIT_OK
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from jitops import _build
+
+    root, reason = _cache.configured_root()
+    rows = inventory.entry_rows(root)
+    by_status = {s: sum(1 for r in rows if r.status == s) for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)}
+    data = {
+        "root": str(root),
+        "root_reason": reason,
+        "entries": len(rows),
+        "bytes": sum(r.size for r in rows),
+        "by_status": by_status,
+        "environment": environment_summary(),
+        "lock_timeout_s": _build.lock_timeout(),
+        "prebuilt_dirs": [str(d) for d in _cache.prebuilt_dirs()],
+    }
+
+    def human():
+        print(f"cache root      {root}  ({reason})")
+        print(f"entries         {len(rows)}, {human_size(data['bytes'])}")
+        print("by status       " + ", ".join(f"{s} {n}" for s, n in by_status.items()))
+        for name, value in data["environment"].items():
+            print(f"{name:<15} {value}")
+        print(f"lock timeout    {data['lock_timeout_s']:.0f} s (JITOPS_LOCK_TIMEOUT)")
+        print(f"prebuilt dirs   {', '.join(data['prebuilt_dirs'])}")
+
+    emit(args, data, human)
+    return EXIT_OK
+
+
+def environment_summary() -> dict:
+    import sysconfig
+
+    import torch
+
+    return {
+        "python": f"{sys.version.split()[0]} ({sysconfig.get_config_var('SOABI')})",
+        "torch": torch.__version__,
+        "torch cuda": torch.version.cuda or "none (CPU-only build)",
+    }
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    root, _ = _cache.configured_root()
+    results = []
+    for entry, _ in _cache.list_entries(root):
+        try:
+            entry.verified_library(touch=False)
+            results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
+        except (_cache.CacheError, OSError) as err:
+            results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
+    bad = [r for r in results if not r["ok"]]
+
+    def human():
+        for r in results:
+            print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['op']}-{r['key']}" + (f": {r['problem']}" if r["problem"] else ""))
+        print(f"{len(results)} entries checked, {len(bad)} with problems")
+
+    emit(args, {"entries": results, "problems": len(bad)}, human)
+    return EXIT_PROBLEM if bad else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands that remove
+# ---------------------------------------------------------------------------------------------
+
+
+def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row]) -> int:
+    """Remove the rows' directories (never one being built) and report what was freed."""
+    removed, skipped = [], []
     for row in rows:
-        built = datetime.datetime.fromtimestamp(row["built_at"]).isoformat(" ", "seconds") if row["built_at"] else "?"
-        backends = "+".join(row["backends"] or ["?"])
-        print(f"{row['op']:<24} {row['key']}  {backends:<9} torch {row['torch']}  built {built}")
-    print(f"{len(rows)} entries in {root}")
-    return 0
+        if row.status == inventory.BUILDING:
+            skipped.append({"path": row.path, "why": "being built"})
+            continue
+        if not args.dry_run:
+            try:
+                with _entry_lock(root, row) as acquired:
+                    if not acquired:
+                        skipped.append({"path": row.path, "why": "a build started"})
+                        continue
+                    _cache.remove_tree(Path(row.path))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        removed.append({"op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size})
+    freed = sum(r["bytes"] for r in removed)
+
+    def human():
+        verb = "would remove" if args.dry_run else "removed"
+        for r in removed:
+            print(f"{verb} {r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
+        for s in skipped:
+            print(f"kept {s['path']}: {s['why']}")
+        print(f"{verb} {len(removed)} entries, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
+
+    emit(args, {"dry_run": args.dry_run, "removed": removed, "skipped": skipped, "bytes_freed": freed}, human)
+    return EXIT_OK
+
+
+class _entry_lock:
+    """Hold the entry's build lock while removing it, so that no build starts on it meanwhile."""
+
+    def __init__(self, root: Path, row: inventory.Row):
+        self.path = root / f"{row.op}-{row.key}.lock" if row.status != inventory.ORPHAN else None
+        self.fd = None
+
+    def __enter__(self) -> bool:
+        if self.path is None:
+            return True
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    if not (args.ops or args.stale or args.all):
+        raise UsageError("say what to clear: OP names, --stale or --all")
+    root, rows = selected_rows(args.ops)
+    if args.stale and not args.all:
+        rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
+    return remove_rows(args, root, rows)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.max_size is None and args.older_than is None:
+        raise UsageError("give --max-size SIZE, --older-than AGE, or both")
+    import time
+
+    root, rows = selected_rows([])
+    rows = [r for r in rows if r.status != inventory.BUILDING]
+    # Stale, corrupt and orphan entries go first, then the least recently used.
+    useless = [r for r in rows if r.status != inventory.OK]
+    usable = sorted((r for r in rows if r.status == inventory.OK), key=lambda r: r.last_used or 0)
+    doomed = list(useless)
+    if args.older_than is not None:
+        cutoff = time.time() - args.older_than
+        doomed += [r for r in usable if (r.last_used or 0) < cutoff]
+    if args.max_size is not None:
+        total = sum(r.size for r in rows) - sum(r.size for r in doomed)
+        for r in usable:
+            if total <= args.max_size:
+                break
+            if r not in doomed:
+                doomed.append(r)
+                total -= r.size
+    return remove_rows(args, root, doomed)
+
+
+def cmd_locks(args: argparse.Namespace) -> int:
+    roots = [_cache.torch_extensions_root(), _cache.configured_root()[0]]
+    rows = inventory.lock_rows(roots)
+    cleared = []
+    if args.clear_stale:
+        for row in rows:
+            if row.state == "stale":
+                Path(row.path).unlink(missing_ok=True)
+                cleared.append(row.path)
+    remaining_stale = [r for r in rows if r.state == "stale" and r.path not in cleared]
+
+    def human():
+        print_table(
+            ["STATE", "KIND", "PIDS", "AGE", "PATH"],
+            [[r.state, r.kind, ",".join(map(str, r.pids)) if r.pids else ("?" if r.pids is None else "-"), f"{r.age_s / 60:.0f} min", r.path] for r in rows],
+        )
+        for path in cleared:
+            print(f"removed stale lock {path}")
+        print(f"{len(rows)} lock files under {', '.join(map(str, dict.fromkeys(roots)))}; {len(remaining_stale)} stale left")
+
+    emit(args, {"locks": [r.as_dict() for r in rows], "cleared": cleared}, human)
+    return EXIT_PROBLEM if remaining_stale else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor and build
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    report = doctor.report()
+    emit(args, report, lambda: doctor.print_report(report))
+    return EXIT_OK if all(op["available"] for op in report["ops"]) else EXIT_PROBLEM
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    import jitops
+    from jitops import _build
+
+    if args.arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
+    ops = args.ops or jitops.available_ops()
+    unknown = sorted(set(ops) - set(jitops.available_ops()))
+    if unknown:
+        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(jitops.available_ops())}")
+    try:
+        jitops.load_all(ops)
+        failure = None
+    except RuntimeError as err:
+        failure = str(err)
+    results = []
+    for op in ops:
+        loaded = _build._loaded.get(op)
+        if loaded is None:
+            continue
+        result = {"op": op, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
+        if args.out:
+            result["prebuilt"] = str(export_prebuilt(loaded.library.parent, Path(args.out)))
+        results.append(result)
+
+    def human():
+        for r in results:
+            where = f" -> {r['prebuilt']}" if "prebuilt" in r else ""
+            print(f"{r['op']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
+        if failure:
+            print(failure, file=sys.stderr)
+
+    emit(args, {"built": results, "error": failure}, human)
+    return EXIT_PROBLEM if failure else EXIT_OK
+
+
+def export_prebuilt(entry_dir: Path, out: Path) -> Path:
+    """Copy a published entry (.so and manifest) into out/<op>-<key>/ for JITOPS_PREBUILT_DIR,
+    replacing an older copy in one rename, so a reader never sees half of it."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / entry_dir.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry_dir.name}-", dir=out))
+    try:
+        manifest = json.loads((entry_dir / _cache.MANIFEST_NAME).read_text())
+        shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
+        _cache.write_json_atomic(staging / _cache.MANIFEST_NAME, manifest)
+        os.chmod(staging, 0o755)
+        if target.exists():
+            _cache.remove_tree(target)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    # --json after the command works too (`jitops-cache list --json`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, handler, help_text):
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("dir", cmd_dir, "the cache root in use and why")
+    command("list", cmd_list, "one row per cache entry, with its status").add_argument("ops", nargs="*", metavar="OP")
+    command("info", cmd_info, "totals, the environment, the lock timeout")
+    command("verify", cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
+    clear = command("clear", cmd_clear, "remove entries (never one being built)")
+    clear.add_argument("ops", nargs="*", metavar="OP")
+    clear.add_argument("--stale", action="store_true", help="only stale, corrupt and orphan entries")
+    clear.add_argument("--all", action="store_true", help="every entry and leftover")
+    clear.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    prune = command("prune", cmd_prune, "evict least recently used entries (stale and orphan ones first)")
+    prune.add_argument("--max-size", type=parse_size, metavar="SIZE", help="evict until the cache is at most SIZE (e.g. 2G)")
+    prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")
+    prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    locks = command("locks", cmd_locks, "lock files under torch's extension root, live or stale")
+    locks.add_argument("--clear-stale", action="store_true", help="remove stale torch FileBaton locks")
+    command("doctor", cmd_doctor, "environment report; exit 1 when an op cannot be had")
+    build = command("build", cmd_build, "build ops now, in parallel")
+    build.add_argument("ops", nargs="*", metavar="OP")
+    build.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST for this build, e.g. '8.0;9.0'")
+    build.add_argument("--out", help="also write prebuilt .so files with manifests here (for JITOPS_PREBUILT_DIR)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jitops-cache", description=__doc__)
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("dir", help="the cache root in use and why").set_defaults(handler=cmd_dir)
-    listing = sub.add_parser("list", help="one row per cached build")
-    listing.add_argument("ops", nargs="*", help="only these ops")
-    listing.set_defaults(handler=cmd_list)
+    parser = build_parser()
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except UsageError as err:
+        parser.print_usage(sys.stderr)
+        print(f"jitops-cache {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -198,18 +198,27 @@ def missing_tools(cxx: Path | None) -> list[str]:
     return missing
 
 
-def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
-    """Everything that can change the built .so. Any difference gives a different cache entry."""
+def abi_components(sources: OpSources) -> dict:
+    """The key components a built .so must share with this process to be usable here (see
+    _cache.PREBUILT_MATCH_FIELDS): no compiler is run to get them."""
     import torch
 
     return {
-        "op": sources.op,
         "jitops": __version__,
         "torch": torch.__version__,
         "torch_git": torch.version.git_version,
         "torch_cuda": torch.version.cuda,
         "python_soabi": sysconfig.get_config_var("SOABI"),
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
+    }
+
+
+def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
+    """Everything that can change the built .so. Any difference gives a different cache entry."""
+    return {
+        "op": sources.op,
+        **abi_components(sources),
         "cxx": f"{cxx.resolve()}: {tool_version(cxx)}" if cxx else None,
         "nvcc": f"{cuda.nvcc.resolve()}: {tool_version(cuda.nvcc)}" if cuda.enabled and cuda.nvcc else None,
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
@@ -217,7 +226,6 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
         "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
         "ldflags": LDFLAGS + openmp_flags(),
-        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
     }
 
 
@@ -232,7 +240,7 @@ class LoadedOp:
     with_cuda: bool
     cuda_reason: str  # why the CUDA kernels are absent; empty when present
     library: Path
-    how: str  # "cache" or "built"
+    how: str  # "cache", "built" or "prebuilt"
 
 
 _loaded: dict[str, LoadedOp] = {}
@@ -275,13 +283,52 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
     if library is None:
         missing = missing_tools(cxx)
         if missing:
-            raise BuildError(
-                f"jitops: cannot build op {sources.op!r}: " + "; ".join(missing) + ". "
-                "No cached build matches this torch/compiler/source combination either."
-            )
-        library, how = _build_locked(entry, sources, cuda, components)
+            # DESIGN.md's step 4: building is impossible, so a matching prebuilt or a clear error.
+            library, how = _prebuilt(sources.op, components, why="; ".join(missing), required=True), "prebuilt"
+        elif cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
+            # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
+            library, how = prebuilt, "prebuilt"
+        else:
+            try:
+                library, how = _build_locked(entry, sources, cuda, components)
+            except BuildError as err:
+                why = str(err).removeprefix("jitops: ")
+                library, how = _prebuilt(sources.op, components, why=why, required=True), "prebuilt"
     module = _import_extension(sources.extension_name, library)
     return LoadedOp(module, bool(getattr(module, "with_cuda", False)), cuda.reason, library, how)
+
+
+def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
+    """True when this torch has CUDA but no toolkit was found: a build would be CPU-only."""
+    return not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
+
+
+_warned_prebuilt: set[str] = set()
+
+
+def _prebuilt(op: str, components: dict, why: str, required: bool) -> Path | None:
+    """DESIGN.md's step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources.
+
+    `why` says why building is not an option. With required=True the absence of a match is an
+    error naming both that reason and what each refused prebuilt differs in; else None.
+    """
+    library, manifest, refused = _cache.find_prebuilt(op, components)
+    if library is None:
+        if not required:
+            return None
+        refusals = "".join(f"\n  - {reason}" for reason in refused) or (
+            "\n  - none found in " + ", ".join(str(d) for d in _cache.prebuilt_dirs())
+        )
+        raise BuildError(
+            f"jitops: cannot build op {op!r}: {why}\nand no prebuilt library matches this torch/CUDA/Python:"
+            f"{refusals}\nInstall the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
+            "`jitops-cache build --out DIR` under this same torch."
+        )
+    if op not in _warned_prebuilt:
+        _warned_prebuilt.add(op)
+        backends = "+".join(manifest["components"].get("backends", []))
+        _warn(f"loading the prebuilt {op} ({backends}) from {library.parent}, since building is not possible: {why}")
+    return library
 
 
 def _verified_or_discarded(entry: _cache.Entry) -> Path | None:

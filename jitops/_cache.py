@@ -17,6 +17,7 @@ Layout of a cache root::
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -197,10 +198,11 @@ class Entry:
             raise CacheError(f"{self.manifest_path} is not a JSON object")
         return manifest
 
-    def verified_library(self) -> Path | None:
+    def verified_library(self, touch: bool = True) -> Path | None:
         """The entry's .so if its manifest matches this key and the .so its hash, else None.
 
         Raises CacheError when the entry exists but is corrupt (the caller rebuilds and warns).
+        touch=False leaves the last-used stamp alone (for inspecting, as the CLI does).
         """
         if not self.path.is_dir():
             return None
@@ -221,7 +223,8 @@ class Entry:
             raise CacheError(f"{library} is missing") from None
         if actual != manifest.get("library_sha256"):
             raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
-        self._touch_last_used(manifest)
+        if touch:
+            self._touch_last_used(manifest)
         return library
 
     def _touch_last_used(self, manifest: dict) -> None:
@@ -300,3 +303,152 @@ def remember_toolchain_probe(root: Path, identity: str, version: str) -> None:
         write_json_atomic(root / TOOLCHAIN_PROBES_NAME, probes)
     except OSError:
         pass  # probing again next time is only slower
+
+
+# ---------------------------------------------------------------------------------------------
+# Inspecting: sizes, locks, orphans (for `jitops-cache`)
+# ---------------------------------------------------------------------------------------------
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the regular files under path (symbolic links are not followed)."""
+    if path.is_file() and not path.is_symlink():
+        return path.stat().st_size
+    total = 0
+    for parent, _, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(parent, name))
+            except OSError:
+                continue  # removed while walking
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
+
+
+def flock_is_held(lock_path: Path) -> bool:
+    """Whether some process holds the kernel lock on lock_path (filelock's kind), without waiting.
+
+    Taking the lock for an instant is the only portable test; a builder that asks in that instant
+    waits for it, as it would for any other process.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock if it was taken here
+    return False
+
+
+def pids_holding_open(path: Path) -> list[int] | None:
+    """Processes with path open, from /proc; None where that cannot be known (no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    try:
+        target = os.path.realpath(path)
+    except OSError:
+        return []
+    pids = []
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                if os.readlink(fd) == target:
+                    pids.append(int(pid_dir.name))
+                    break
+        except OSError:
+            continue  # gone, or another user's process
+    return pids
+
+
+def orphan_dirs(root: Path) -> list[Path]:
+    """Temporary build directories left under root (by a killed or running build)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir() and not p.is_symlink())
+
+
+def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
+    """The entry lock a `.tmp-<op>-<key>-*` build directory was made under, if its name tells."""
+    for entry_lock in root.glob("*.lock"):
+        if temporary.name.startswith(f"{TMP_PREFIX}{entry_lock.stem}-"):
+            return entry_lock
+    return None
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory so that no reader sees it half deleted: rename away, then delete."""
+    trash = path.parent / f"{TMP_PREFIX}removing-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prebuilt libraries (DESIGN.md's loader step 4)
+# ---------------------------------------------------------------------------------------------
+
+# What a prebuilt .so must share with the running process to be loaded: the torch build it links
+# against, the CUDA runtime torch uses, the Python ABI, the C++ ABI, and the very sources.
+PREBUILT_MATCH_FIELDS = ("jitops", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "sources_sha256")
+PACKAGE_PREBUILT_DIR = Path(__file__).resolve().parent / "prebuilt"
+
+
+def prebuilt_dirs() -> list[Path]:
+    """Where prebuilt libraries are looked for: JITOPS_PREBUILT_DIR (os.pathsep-separated), then
+    the ones shipped inside the installed package (an ahead-of-time wheel)."""
+    configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
+    return configured + [PACKAGE_PREBUILT_DIR]
+
+
+def prebuilt_entries(op: str) -> list[Entry]:
+    entries = []
+    for directory in prebuilt_dirs():
+        if directory.is_dir():
+            entries += [Entry(directory, op, p.name[len(op) + 1 :]) for p in sorted(directory.glob(f"{op}-*")) if p.is_dir()]
+    return entries
+
+
+def prebuilt_mismatch(components: dict, wanted: dict) -> list[str]:
+    """How a prebuilt's key components differ from the running ones, one 'field X, here Y' each."""
+    return [
+        f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
+        for field in PREBUILT_MATCH_FIELDS
+        if components.get(field) != wanted.get(field)
+    ]
+
+
+def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
+    """A verified prebuilt .so of op matching `wanted` (the running key components), its manifest,
+    and why every other candidate was refused. Candidates with CUDA kernels are preferred when the
+    running torch has CUDA."""
+    refused, matches = [], []
+    for entry in prebuilt_entries(op):
+        if (entry.path.parent.stat().st_mode & stat.S_IWOTH) and entry.path.parent != PACKAGE_PREBUILT_DIR:
+            refused.append(f"{entry.path}: its directory is writable by anyone; not loaded")
+            continue
+        try:
+            library = entry.verified_library(touch=False)
+            manifest = entry.read_manifest()
+        except (CacheError, OSError) as err:
+            refused.append(f"{entry.path}: {err}")
+            continue
+        differences = prebuilt_mismatch(manifest.get("components", {}), wanted)
+        if differences:
+            refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
+        else:
+            matches.append((library, manifest))
+    if not matches:
+        return None, None, refused
+    with_cuda = [m for m in matches if "cuda" in m[1]["components"].get("backends", [])]
+    library, manifest = (with_cuda or matches)[0] if wanted.get("torch_cuda") else matches[0]
+    return library, manifest, refused
+

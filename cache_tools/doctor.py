@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: MIT
+"""`jitops-cache doctor`: what this machine has for building and loading jitops' ops, in the spirit
+of DeepSpeed's ds_report. Runs version probes (`c++ --version`, `nvcc --version`), never a build."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+import sysconfig
+
+from jitops import _cache
+
+
+def _cuda_major(version: str | None) -> str | None:
+    match = re.search(r"(\d+)\.\d+", version or "")
+    return match.group(1) if match else None
+
+
+def report() -> dict:
+    import torch
+
+    import jitops
+    from jitops import _build
+
+    cxx = _build.find_cxx()
+    cuda = _build.plan_cuda()
+    nvcc = _build.find_cuda_home()
+    nvcc_version = None
+    if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
+        nvcc_version = _build.tool_version(nvcc / "bin" / "nvcc")
+    nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
+    root, root_reason = _cache.configured_root()
+    gpus = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
+    data = {
+        "python": f"{sys.version.split()[0]} ({sysconfig.get_config_var('SOABI')}) at {sys.executable}",
+        "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
+        "torch_cuda": torch.version.cuda,
+        "nvcc": {
+            "path": str(nvcc / "bin" / "nvcc") if nvcc else None,
+            "release": nvcc_release.group(1) if nvcc_release else None,
+            # nvcc must share torch's CUDA major version: objects of another major do not link
+            # against torch's CUDA runtime (torch's own load() refuses that too).
+            "major_matches_torch": (
+                _cuda_major(nvcc_release.group(1)) == _cuda_major(torch.version.cuda)
+                if nvcc_release and torch.version.cuda
+                else None
+            ),
+        },
+        "ninja": shutil.which("ninja"),
+        "cxx": {"path": str(cxx) if cxx else None, "version": _build.tool_version(cxx) if cxx else None},
+        "gpus": gpus,
+        "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+        "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
+        "cache_root": _root_report(root, root_reason),
+        "prebuilt_dirs": [str(d) for d in _cache.prebuilt_dirs()],
+        "ops": [],
+    }
+    missing = _build.missing_tools(cxx)
+    for op in jitops.available_ops():
+        data["ops"].append(_op_report(op, cxx, cuda, missing))
+    return data
+
+
+def _root_report(root, reason: str) -> dict:
+    info = {"path": str(root), "reason": reason, "exists": root.is_dir(), "usable": False, "problem": ""}
+    if not root.exists():
+        info["problem"] = "does not exist yet (created 0700 on first build)"
+        info["usable"] = os.access(_nearest_existing(root), os.W_OK)
+        return info
+    try:
+        _cache.ensure_private_dir(root)
+        info["mode"] = oct(stat.S_IMODE(root.stat().st_mode))
+        info["usable"] = os.access(root, os.W_OK | os.X_OK)
+        if not info["usable"]:
+            info["problem"] = "not writable: builds go to a private temporary cache"
+    except (OSError, _cache.CacheError) as err:
+        info["problem"] = f"{err}; builds go to a private temporary cache"
+    return info
+
+
+def _nearest_existing(path):
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _op_report(op: str, cxx, cuda, missing: list[str]) -> dict:
+    from jitops import _build
+
+    sources = _build.OpSources(op)
+    plan = cuda if (not cuda.enabled or sources.cuda.is_file()) else _build.CudaPlan(False, None, None, "no CUDA source")
+    components = _build.key_components(sources, cxx, plan)
+    root, _ = _cache.configured_root()
+    entry = _cache.Entry(root, op, _cache.compute_key(components))
+    try:
+        cached = entry.verified_library(touch=False) is not None
+    except (_cache.CacheError, OSError):
+        cached = False
+    prebuilt, manifest, refused = _cache.find_prebuilt(op, components)
+    buildable = not missing
+    if cached:
+        how, reason = "cached", str(entry.path)
+    elif buildable:
+        how, reason = "buildable", "+".join(plan.backends) + ("" if plan.enabled else f" (CUDA off: {plan.reason})")
+    elif prebuilt is not None:
+        how, reason = "prebuilt", str(prebuilt.parent)
+    else:
+        how, reason = "unavailable", "; ".join(missing + refused) or "no prebuilt library found"
+    return {
+        "op": op,
+        "how": how,
+        "available": how != "unavailable",
+        "detail": reason,
+        "cached": cached,
+        "prebuilt": str(prebuilt.parent) if prebuilt is not None else None,
+        "buildable": buildable,
+    }
+
+
+def print_report(data: dict) -> None:
+    nvcc = data["nvcc"]
+    major = {True: "same major as torch", False: "MAJOR VERSION DIFFERS FROM TORCH'S", None: "-"}[nvcc["major_matches_torch"]]
+    lines = [
+        ("python", data["python"]),
+        ("torch", data["torch"]),
+        ("torch CUDA", data["torch_cuda"] or "none (CPU-only build)"),
+        ("nvcc", f"{nvcc['path']} (release {nvcc['release']}, {major})" if nvcc["path"] else "not found (set CUDA_HOME)"),
+        ("ninja", data["ninja"] or "NOT FOUND (pip install ninja)"),
+        ("C++ compiler", f"{data['cxx']['path']}: {data['cxx']['version']}" if data["cxx"]["path"] else "NOT FOUND"),
+        ("GPUs", ", ".join(f"{g['index']}: {g['name']} (sm {g['arch']})" for g in data["gpus"]) or "none visible"),
+        ("TORCH_CUDA_ARCH_LIST", data["TORCH_CUDA_ARCH_LIST"] or "unset"),
+        ("CUDA kernels", data["cuda_build"]),
+        ("cache root", f"{data['cache_root']['path']} ({data['cache_root']['reason']})"),
+        ("cache root state", data["cache_root"]["problem"] or f"ok, mode {data['cache_root'].get('mode', '-')}"),
+        ("prebuilt dirs", ", ".join(data["prebuilt_dirs"])),
+    ]
+    for name, value in lines:
+        print(f"{name:<21} {value}")
+    print()
+    for op in data["ops"]:
+        print(f"{op['op']:<24} {op['how']:<12} {op['detail']}")

@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: MIT
+"""`jitops-cache` on a real cache: real built entries (add2), plus corrupt, stale, orphan and
+locked ones, and locks held by live child processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import jitops.ops
+from jitops import _build, _cache
+
+TIMEOUT_S = 300
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli(cache: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "cache_tools", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def cli_json(cache: Path, *args: str, expect_rc: int = 0, env_extra: dict | None = None):
+    result = cli(cache, *args, "--json", env_extra=env_extra)
+    assert result.returncode == expect_rc, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout)
+
+
+def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None = None) -> Path:
+    """A copy of a published entry under another key, its manifest rewritten to match (and with
+    some key components changed, to stand for a build made under another torch, say)."""
+    op = source.name.rpartition("-")[0]
+    target = cache / f"{op}-{key}"
+    shutil.copytree(source, target)
+    manifest = json.loads((target / _cache.MANIFEST_NAME).read_text())
+    manifest["key"] = key
+    manifest["components"].update(edit_components or {})
+    _cache.write_json_atomic(target / _cache.MANIFEST_NAME, manifest)
+    return target
+
+
+class HeldLock:
+    """A child process holding a lock file: flock (as a jitops build does) or merely open (as a
+    torch FileBaton holder does)."""
+
+    CODE = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+if sys.argv[2] == "flock":
+    fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+    def __init__(self, path: Path, how: str):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(path), how], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "held"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def add2_entry() -> Path:
+    """A real build of add2 (from the session's cache, where the op tests build it)."""
+    jitops.ops.require("add2")
+    return _build._loaded["add2"].library.parent
+
+
+@pytest.fixture
+def cache(tmp_path, add2_entry) -> Path:
+    """A cache holding one entry of each status but `building`."""
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    shutil.copytree(add2_entry, root / add2_entry.name)  # ok
+    copy_entry(add2_entry, root, "0" * 16, {"torch": "1.13.0"})  # stale: another torch
+    corrupt = copy_entry(add2_entry, root, "1" * 16)
+    (library,) = corrupt.glob("*.so")
+    library.write_bytes(library.read_bytes()[:1000])  # corrupt: truncated
+    orphan = root / f"{_cache.TMP_PREFIX}add2-{'2' * 16}-abc"
+    orphan.mkdir()
+    (orphan / "half.o").write_bytes(b"\0" * 5000)
+    return root
+
+
+def statuses(rows) -> dict:
+    return {row["key"]: row["status"] for row in rows}
+
+
+def test_dir_names_the_root_and_why(tmp_path):
+    data = cli_json(tmp_path / "somewhere", "dir")
+    assert data == {"root": str(tmp_path / "somewhere"), "reason": "JITOPS_CACHE_DIR"}
+
+
+def test_list_shows_every_status(cache, add2_entry):
+    ok_key = add2_entry.name.rpartition("-")[2]
+    with HeldLock(cache / f"add2-{'3' * 16}.lock", "flock"):
+        (cache / f"{_cache.TMP_PREFIX}add2-{'3' * 16}-xyz").mkdir()  # a build in progress
+        rows = cli_json(cache, "list")
+    assert statuses(rows) == {ok_key: "ok", "0" * 16: "stale", "1" * 16: "corrupt", "2" * 16 + "-abc": "orphan", "3" * 16 + "-xyz": "building"}
+    ok = next(r for r in rows if r["status"] == "ok")
+    assert ok["op"] == "add2" and ok["backends"] and ok["torch"] and ok["size"] > 0 and ok["built_at"] and ok["last_used"]
+    stale = next(r for r in rows if r["status"] == "stale")
+    assert "torch '1.13.0'" in stale["reason"]
+    readable = cli(cache, "list")
+    assert readable.returncode == 0 and "STATUS" in readable.stdout and "corrupt" in readable.stdout
+    assert cli_json(cache, "list", "lltm") == []
+
+
+def test_info_totals(cache):
+    data = cli_json(cache, "info")
+    assert data["entries"] == 4 and data["by_status"] == {"ok": 1, "stale": 1, "corrupt": 1, "building": 0, "orphan": 1}
+    assert data["bytes"] > 0 and data["lock_timeout_s"] == _build.DEFAULT_LOCK_TIMEOUT_S
+    assert "torch" in data["environment"]
+
+
+def test_verify_finds_the_corrupt_entry(cache):
+    data = cli_json(cache, "verify", expect_rc=1)
+    bad = [e for e in data["entries"] if not e["ok"]]
+    assert [e["key"] for e in bad] == ["1" * 16] and "sha256" in bad[0]["problem"]
+    shutil.rmtree(cache / f"add2-{'1' * 16}")
+    assert cli_json(cache, "verify")["problems"] == 0
+
+
+def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
+    before = sorted(p.name for p in cache.iterdir())
+    dry = cli_json(cache, "clear", "--all", "--dry-run")
+    assert dry["dry_run"] and len(dry["removed"]) == 4 and dry["bytes_freed"] > 0
+    assert sorted(p.name for p in cache.iterdir()) == before
+
+    stale = cli_json(cache, "clear", "--stale")
+    assert sorted(r["status"] for r in stale["removed"]) == ["corrupt", "orphan", "stale"]
+    assert [r["status"] for r in cli_json(cache, "list")] == ["ok"]
+
+    with HeldLock(cache / f"{add2_entry.name}.lock", "flock"):
+        kept = cli_json(cache, "clear", "--all")
+        assert kept["removed"] == [] and kept["skipped"], "an entry being built must survive clear --all"
+    cleared = cli_json(cache, "clear", "add2")
+    assert len(cleared["removed"]) == 1 and cli_json(cache, "list") == []
+
+
+def test_clear_without_a_selection_is_bad_usage(cache):
+    result = cli(cache, "clear")
+    assert result.returncode == 2 and "say what to clear" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["prune"], ["prune", "--max-size", "lots"], ["list", "--bogus"]])
+def test_bad_usage_exits_2(cache, args):
+    assert cli(cache, *args).returncode == 2
+
+
+def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
+    # A second usable entry, used longer ago than the first.
+    older = copy_entry(add2_entry, cache, "4" * 16)
+    manifest = json.loads((older / _cache.MANIFEST_NAME).read_text())
+    _cache.write_json_atomic(older / _cache.MANIFEST_NAME, {**manifest, "last_used": time.time() - 86400})
+    one_entry = _cache.tree_size(older)
+    dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
+    assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]
+    assert dry["removed"][-1]["key"] == "4" * 16, "the least recently used usable entry goes next"
+    assert len(list(cache.iterdir())) == 5
+    done = cli_json(cache, "prune", "--max-size", str(one_entry + 100))
+    assert len(done["removed"]) == 4
+    assert [r["status"] for r in cli_json(cache, "list")] == ["ok"]
+    assert cli_json(cache, "prune", "--older-than", "1h")["removed"] == []
+
+
+def test_locks_tells_live_from_stale_and_clears_only_stale(cache, tmp_path):
+    torch_ext = tmp_path / "torch_ext"
+    stale_baton = torch_ext / "other_project" / "lock"
+    live_baton = torch_ext / "busy_project" / "lock"
+    for path in (stale_baton, live_baton):
+        path.parent.mkdir(parents=True)
+        path.write_text("")
+    entry_lock = cache / f"add2-{'5' * 16}.lock"
+    with HeldLock(live_baton, "open") as baton_holder, HeldLock(entry_lock, "flock") as builder:
+        data = cli_json(cache, "locks", expect_rc=1)
+        states = {row["path"]: row for row in data["locks"]}
+        assert states[str(stale_baton)]["state"] == "stale"
+        assert states[str(live_baton)]["state"] == "live" and baton_holder.proc.pid in states[str(live_baton)]["pids"]
+        assert states[str(entry_lock)]["state"] == "held" and builder.proc.pid in states[str(entry_lock)]["pids"]
+        assert stale_baton.exists(), "listing removes nothing"
+
+        cleared = cli_json(cache, "locks", "--clear-stale")
+        assert cleared["cleared"] == [str(stale_baton)]
+        assert not stale_baton.exists() and live_baton.exists() and entry_lock.exists()
+        assert cli(cache, "locks").returncode == 0
+
+
+def test_doctor_reports_every_op(tmp_path):
+    data = cli_json(tmp_path / "cache", "doctor")
+    assert {op["op"] for op in data["ops"]} == set(jitops.available_ops())
+    assert all(op["how"] == "buildable" for op in data["ops"])
+    assert data["ninja"] and data["cxx"]["path"] and data["torch"]
+    text = cli(tmp_path / "cache", "doctor").stdout
+    assert "C++ compiler" in text and "add2" in text
+
+
+def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()  # no compiler, no ninja
+    result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"PATH": str(bin_dir), "CXX": "c++"})
+    assert result.returncode == 1, result.stderr
+    ops = json.loads(result.stdout)["ops"]
+    assert all(op["how"] == "unavailable" and "ninja is not on PATH" in op["detail"] for op in ops)
+
+
+def test_commands_other_than_build_never_compile(cache, tmp_path):
+    # With no compiler and no ninja on PATH, every inspecting command still works.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"PATH": str(bin_dir), "CXX": "c++"}
+    for command in (["dir"], ["list"], ["info"], ["locks"], ["clear", "--stale", "--dry-run"], ["prune", "--max-size", "1G", "--dry-run"]):
+        result = cli(cache, *command, env_extra=env)
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+    assert cli(cache, "verify", env_extra=env).returncode == 1  # the corrupt entry

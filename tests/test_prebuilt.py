@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""DESIGN.md's loader step 4: prebuilt libraries (`jitops-cache build --out DIR`, then
+JITOPS_PREBUILT_DIR) on a machine that cannot compile; refused when built for another setup."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jitops import _cache
+
+TIMEOUT_S = 300
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs add2 in a fresh process and checks it against torch; prints how the op was loaded.
+RUN_ADD2 = """
+import torch, jitops
+from jitops import _build
+a, b = torch.randn(1000), torch.randn(1000)
+torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
+print(_build._loaded["add2"].how)
+"""
+
+
+def no_tools_path(tmp_path: Path) -> str:
+    """A PATH with neither a compiler nor ninja on it."""
+    bin_dir = tmp_path / "empty_bin"
+    bin_dir.mkdir(exist_ok=True)
+    return str(bin_dir)
+
+
+def run(code_or_args: list[str], tmp_path: Path, **env_extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, *code_or_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def prebuilt_dir(tmp_path_factory) -> Path:
+    """`jitops-cache build add2 --out DIR`, using the session's cache (where add2 is built)."""
+    out = tmp_path_factory.mktemp("prebuilt")
+    result = subprocess.run(
+        [sys.executable, "-m", "cache_tools", "build", "add2", "--out", str(out), "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    (built,) = json.loads(result.stdout)["built"]
+    assert Path(built["prebuilt"]).parent == out
+    return out
+
+
+def test_build_out_writes_library_and_manifest(prebuilt_dir):
+    (entry,) = prebuilt_dir.glob("add2-*")
+    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    assert _cache.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
+    assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
+
+
+def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir):
+    result = run(
+        ["-c", RUN_ADD2], tmp_path,
+        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
+        JITOPS_PREBUILT_DIR=str(prebuilt_dir),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "prebuilt"
+    assert "loading the prebuilt add2" in result.stderr and "ninja is not on PATH" in result.stderr
+    assert not (tmp_path / "empty_cache").exists() or not list((tmp_path / "empty_cache").glob("add2-*"))
+
+
+def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, prebuilt_dir):
+    mismatched = tmp_path / "mismatched"
+    shutil.copytree(prebuilt_dir, mismatched)
+    (entry,) = mismatched.glob("add2-*")
+    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    manifest["components"]["torch"] = "1.13.0"
+    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
+    result = run(
+        ["-c", RUN_ADD2], tmp_path,
+        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(mismatched),
+    )
+    assert result.returncode != 0
+    assert "ninja is not on PATH" in result.stderr and "no C++ compiler" in result.stderr
+    assert "was built for another setup: torch '1.13.0', here " in result.stderr, result.stderr
+
+
+def test_tampered_prebuilt_is_never_loaded(tmp_path, prebuilt_dir):
+    tampered = tmp_path / "tampered"
+    shutil.copytree(prebuilt_dir, tampered)
+    (library,) = tampered.glob("add2-*/*.so")
+    library.write_bytes(library.read_bytes() + b"planted")
+    result = run(
+        ["-c", RUN_ADD2], tmp_path,
+        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(tampered),
+    )
+    assert result.returncode != 0
+    assert "does not match the sha256 in its manifest" in result.stderr, result.stderr
