@@ -8,7 +8,7 @@ CUDA_VENV ?= .venv-cuda
 # ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test cuda-build gpu
+.PHONY: demo test three-ways cuda-build gpu
 
 $(PYTHON):
 	python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(PYTHON)
 test: $(PYTHON)
 	$(PYTHON) -m pytest -q -rs tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# examples/build_three_ways/: add2 built by jitops, setuptools and CMake; identical results.
+# (cmake comes from pip, with the test extras.)
+three-ways: $(PYTHON)
+	$(PYTHON) examples/build_three_ways/build_three_ways.py
 
 # Compile every op's CUDA kernels through the real loader (CI has nvcc but no GPU): a CUDA
 # build of torch (about 5 GB) in its own venv, TORCH_CUDA_ARCH_LIST=9.0, nothing run on a GPU.

@@ -160,12 +160,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def environment_summary() -> dict:
-    import sysconfig
-
     import torch
 
+    from jitops import _build
+
     return {
-        "python": f"{sys.version.split()[0]} ({sysconfig.get_config_var('SOABI')})",
+        "python": f"{sys.version.split()[0]} ({_build.PYTHON_SOABI})",
         "torch": torch.__version__,
         "torch cuda": torch.version.cuda or "none (CPU-only build)",
     }

@@ -9,7 +9,6 @@ import re
 import shutil
 import stat
 import sys
-import sysconfig
 
 from jitops import _cache
 
@@ -39,7 +38,7 @@ def report() -> dict:
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
     data = {
-        "python": f"{sys.version.split()[0]} ({sysconfig.get_config_var('SOABI')}) at {sys.executable}",
+        "python": f"{sys.version.split()[0]} ({_build.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
         "nvcc": {

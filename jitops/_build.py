@@ -52,7 +52,11 @@ def openmp_flags() -> list[str]:
     import torch
 
     return ["-fopenmp"] if torch.backends.openmp.is_available() else []
-DEFAULT_LOCK_TIMEOUT_S = 1800.0  # generous for a cold CUDA build on a busy machine, but finite
+DEFAULT_LOCK_TIMEOUT_S = 1800.0
+# Read once, at import: sysconfig fills its variables lazily and not thread-safely (CPython 3.11),
+# and load_all() computes keys in several threads at once; one of them got SOABI None, so its
+# entry was keyed (and listed as stale) for no Python at all.
+PYTHON_SOABI = sysconfig.get_config_var("SOABI")  # generous for a cold CUDA build on a busy machine, but finite
 
 
 def _find_source_root() -> Path:
@@ -208,7 +212,7 @@ def abi_components(sources: OpSources) -> dict:
         "torch": torch.__version__,
         "torch_git": torch.version.git_version,
         "torch_cuda": torch.version.cuda,
-        "python_soabi": sysconfig.get_config_var("SOABI"),
+        "python_soabi": PYTHON_SOABI,
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
     }

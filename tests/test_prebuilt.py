@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def no_tools_path(tmp_path: Path) -> str:
     return str(bin_dir)
 
 
-def run(code_or_args: list[str], tmp_path: Path, **env_extra: str) -> subprocess.CompletedProcess:
+def run(code_or_args: list[str], cwd: Path, **env_extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, *code_or_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run([sys.executable, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_build_out_writes_library_and_manifest(prebuilt_dir):
 
 def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir):
     result = run(
-        ["-c", RUN_ADD2], tmp_path,
+        ["-c", RUN_ADD2], REPO,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
         JITOPS_PREBUILT_DIR=str(prebuilt_dir),
     )
@@ -79,7 +80,7 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     manifest["components"]["torch"] = "1.13.0"
     _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
     result = run(
-        ["-c", RUN_ADD2], tmp_path,
+        ["-c", RUN_ADD2], REPO,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(mismatched),
     )
     assert result.returncode != 0
@@ -93,8 +94,43 @@ def test_tampered_prebuilt_is_never_loaded(tmp_path, prebuilt_dir):
     (library,) = tampered.glob("add2-*/*.so")
     library.write_bytes(library.read_bytes() + b"planted")
     result = run(
-        ["-c", RUN_ADD2], tmp_path,
+        ["-c", RUN_ADD2], REPO,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(tampered),
     )
     assert result.returncode != 0
     assert "does not match the sha256 in its manifest" in result.stderr, result.stderr
+
+
+def build_wheel(out: Path, **env_extra: str) -> Path:
+    env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), **env_extra}
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-build-isolation", "--no-deps", "-q", "-w", str(out)],
+        env=env, capture_output=True, text=True, timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = out.glob("jitops-*.whl")
+    return wheel
+
+
+def test_plain_wheel_is_source_only(tmp_path):
+    names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
+    assert "jitops/kernels/cuda/add2.cu" in names and "jitops/bindings/add2.cpp" in names
+    assert not [n for n in names if n.endswith(".so") or "/prebuilt/" in n]
+
+
+def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
+    wheel = build_wheel(tmp_path / "wheel", JITOPS_AOT="1")
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    manifests = sorted(site.glob("jitops/prebuilt/*/manifest.json"))
+    assert sorted(m.parent.name.rpartition("-")[0] for m in manifests) == sorted(
+        ["add2", "bias_act", "lltm", "trilinear_interpolation", "upfirdn2d"]
+    )
+    # The installed package (on PYTHONPATH; run outside the checkout) with no compiler, no ninja
+    # and an empty cache.
+    result = run(
+        ["-c", RUN_ADD2], tmp_path,
+        PYTHONPATH=str(site), PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "prebuilt" and str(site / "jitops" / "prebuilt") in result.stderr
