@@ -9,7 +9,9 @@ stale lock left in place, an op that cannot be had, a failed build), 2 bad usage
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -205,7 +207,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             continue
         if not args.dry_run:
             try:
-                with _entry_lock(root, row) as acquired:
+                with entry_lock_taken(root, row) as acquired:
                     if not acquired:
                         skipped.append({"path": row.path, "why": "a build started"})
                         continue
@@ -227,28 +229,23 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     return EXIT_OK
 
 
-class _entry_lock:
-    """Hold the entry's build lock while removing it, so that no build starts on it meanwhile."""
-
-    def __init__(self, root: Path, row: inventory.Row):
-        self.path = root / f"{row.op}-{row.key}.lock" if row.status != inventory.ORPHAN else None
-        self.fd = None
-
-    def __enter__(self) -> bool:
-        if self.path is None:
-            return True
-        import fcntl
-
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+@contextlib.contextmanager
+def entry_lock_taken(root: Path, row: inventory.Row):
+    """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
+    Yields False when a build holds it. Orphans have no entry lock of their own."""
+    if row.status == inventory.ORPHAN:
+        yield True
+        return
+    fd = os.open(root / f"{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
-        return True
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
