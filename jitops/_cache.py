@@ -198,16 +198,20 @@ class Entry:
             raise CacheError(f"{self.manifest_path} is not a JSON object")
         return manifest
 
-    def verified_library(self, touch: bool = True) -> Path | None:
+    def verified_library(self, touch: bool = True, private: bool = True) -> Path | None:
         """The entry's .so if its manifest matches this key and the .so its hash, else None.
 
-        Raises CacheError when the entry exists but is corrupt (the caller rebuilds and warns).
+        Raises CacheError when the entry exists but is corrupt (the caller rebuilds and warns), or,
+        with private=True (cache entries; not prebuilt ones, which may sit in a shared, read-only
+        install), when the directory is not ours alone: an entry planted by someone else.
         touch=False leaves the last-used stamp alone (for inspecting, as the CLI does).
         """
         if not self.path.is_dir():
             return None
         if self.path.is_symlink():
             raise CacheError(f"{self.path} is a symbolic link; refusing to load from it")
+        if private:
+            _check_private_dir(self.path)
         manifest = self.read_manifest()
         if manifest is None:
             raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
@@ -436,7 +440,7 @@ def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list
             refused.append(f"{entry.path}: its directory is writable by anyone; not loaded")
             continue
         try:
-            library = entry.verified_library(touch=False)
+            library = entry.verified_library(touch=False, private=False)
             manifest = entry.read_manifest()
         except (CacheError, OSError) as err:
             refused.append(f"{entry.path}: {err}")

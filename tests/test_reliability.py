@@ -1,0 +1,296 @@
+# SPDX-License-Identifier: MIT
+"""Faults the loader must survive, each with real processes and the real toolchain on the tiny
+test extension: builds killed at chosen points, crowds of cold starts, corrupt entries, a
+read-only cache, a lock held past its timeout, and caches that are not ours. RELIABILITY.md
+records the trials; JITOPS_KILL_TRIALS sets how many kills run (default 20)."""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, start_tiny
+
+from cache_tools import inventory
+from jitops import _cache
+
+KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "20"))
+KILL_POINTS = ("compile", "link", "publish", "random")
+
+
+def wall_time_of_cold_load(cache: Path) -> float:
+    started = time.monotonic()
+    assert load_tiny(cache)["how"] == "built"
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def cold_wall_s(tmp_path_factory) -> float:
+    """Seconds a cold build of tiny takes here, process start included: the yardstick."""
+    return wall_time_of_cold_load(tmp_path_factory.mktemp("yardstick") / "cache")
+
+
+def staging_dirs(cache: Path) -> list[Path]:
+    return list(cache.glob(f"{_cache.TMP_PREFIX}tiny-*"))
+
+
+def build_phase(cache: Path) -> str:
+    """Where a build of tiny in cache has got to, from what is on disk."""
+    if entries(cache):
+        return "published"
+    for staging in staging_dirs(cache):
+        build = staging / "build"
+        if list(staging.glob("*.so")) or list(build.glob("*.so")):
+            return "publish"  # linked: the child imports it, then the parent publishes
+        if len(list(build.glob("*.o"))) >= 2:
+            return "link"
+        if (build / "build.ninja").exists():
+            return "compile"
+        return "prepare"
+    return "start"
+
+
+def wait_for(condition, victim: subprocess.Popen, deadline: float) -> bool:
+    while not condition():
+        if victim.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
+    rng = random.Random(20261122)
+    hit = Counter()
+    for trial in range(KILL_TRIALS):
+        cache = tmp_path / f"trial{trial}"
+        target = KILL_POINTS[trial % len(KILL_POINTS)]
+        victim = start_tiny(cache)
+        deadline = time.monotonic() + TIMEOUT_S
+        if target == "random":
+            time.sleep(rng.uniform(0.0, cold_wall_s))
+        else:
+            order = ["compile", "link", "publish"]
+            wait_for(lambda: build_phase(cache) in order[order.index(target) :] + ["published"], victim, deadline)
+        phase = build_phase(cache)
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate(timeout=TIMEOUT_S)
+        hit[phase] += 1
+
+        # Whatever is published verifies; no loader can see anything else.
+        for entry in entries(cache):
+            assert _cache.Entry(cache, "tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
+        # Every leftover is listed, as an orphan (its build is dead).
+        rows = inventory.entry_rows(cache)
+        leftovers = {str(p) for p in staging_dirs(cache)}
+        assert {r.path for r in rows if r.status == inventory.ORPHAN} == leftovers
+        assert all(r.status != inventory.BUILDING for r in rows)
+
+        started = time.monotonic()
+        result = load_tiny(cache)
+        elapsed = time.monotonic() - started
+        assert result["value"] == 42, f"trial {trial} ({phase})"
+        assert elapsed < cold_wall_s * 1.5 + 5, f"trial {trial} ({phase}): {elapsed:.1f}s, a cold load takes {cold_wall_s:.1f}s"
+    print(f"\n{KILL_TRIALS} kills, by the phase they hit: {dict(hit)}")
+    assert len(hit) >= 3, f"the kills must land in several phases, got {dict(hit)}"
+
+
+def tiny_variant(tmp_path: Path, value: int) -> Path:
+    copy = tmp_path / f"tiny_{value}"
+    shutil.copytree(TINY_SOURCES, copy)
+    header = copy / "kernels" / "tiny.h"
+    header.write_text(header.read_text().replace("TINY_VALUE 42", f"TINY_VALUE {value}"))
+    return copy
+
+
+def test_crowd_of_eight_builds_once(tmp_path):
+    cache = tmp_path / "cache"
+    results = [finish(p) for p in [start_tiny(cache) for _ in range(8)]]
+    assert all(r["value"] == 42 for r in results)
+    assert Counter(r["how"] for r in results) == {"built": 1, "cache": 7}
+    assert len(entries(cache)) == 1
+
+
+def test_crowd_with_a_mix_of_ops_builds_each_once(tmp_path):
+    cache = tmp_path / "cache"
+    sources = [TINY_SOURCES, tiny_variant(tmp_path, 43)] * 4
+    results = [finish(p) for p in [start_tiny(cache, s) for s in sources]]
+    for value in (42, 43):
+        mine = [r for r, s in zip(results, sources) if r["value"] == value]
+        assert len(mine) == 4 and Counter(r["how"] for r in mine) == {"built": 1, "cache": 3}
+    assert len(entries(cache)) == 2
+
+
+def corrupt_truncated(entry: Path) -> None:
+    (library,) = entry.glob("*.so")
+    library.write_bytes(library.read_bytes()[:4096])
+
+
+def corrupt_garbage(entry: Path) -> None:
+    (library,) = entry.glob("*.so")
+    library.write_bytes(random.Random(0).randbytes(library.stat().st_size))
+
+
+def corrupt_no_manifest(entry: Path) -> None:
+    (entry / _cache.MANIFEST_NAME).unlink()
+
+
+def corrupt_malformed_manifest(entry: Path) -> None:
+    (entry / _cache.MANIFEST_NAME).write_text('{"op": "tiny", "key": ')
+
+
+def corrupt_other_key(entry: Path) -> None:
+    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, {**manifest, "key": "0" * 16})
+
+
+@pytest.mark.parametrize(
+    "corrupt,message",
+    [
+        (corrupt_truncated, "does not match the sha256"),
+        (corrupt_garbage, "does not match the sha256"),
+        (corrupt_no_manifest, "has no manifest.json"),
+        (corrupt_malformed_manifest, "is not valid JSON"),
+        (corrupt_other_key, "describes another build"),
+    ],
+    ids=["truncated", "garbage", "no-manifest", "malformed-manifest", "other-key"],
+)
+def test_corrupt_entry_is_rebuilt_with_a_warning_never_loaded(tmp_path, corrupt, message):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (entry,) = entries(cache)
+    corrupt(entry)
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert message in result["stderr"] and "discarding the corrupt cache entry" in result["stderr"]
+    assert load_tiny(cache)["how"] == "cache"
+
+
+def read_only_root(tmp_path: Path) -> Path:
+    """An existing directory this process cannot write. root ignores mode bits, so for root it is
+    /proc/sys (root's own, mode 0555, on a read-only filesystem)."""
+    if os.geteuid() == 0:
+        return Path("/proc/sys")
+    root = tmp_path / "readonly"
+    root.mkdir(mode=0o500)
+    return root
+
+
+def test_read_only_cache_falls_back_with_one_warning(tmp_path):
+    result = load_tiny(read_only_root(tmp_path))
+    assert result["how"] == "built" and result["value"] == 42
+    assert result["stderr"].count("cannot use the cache at") == 1 and "private temporary" in result["stderr"]
+
+
+SLOW_CXX = """#!/bin/sh
+sleep 30
+exec {cxx} "$@"
+"""
+
+
+def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
+    cache = tmp_path / "cache"
+    # A real build, made slow by a compiler wrapper, holds the entry's lock.
+    wrapper = tmp_path / "slow-c++"
+    wrapper.write_text(SLOW_CXX.format(cxx=shutil.which("c++")))
+    wrapper.chmod(0o755)
+    holder = start_tiny(cache, CXX=str(wrapper))
+    try:
+        deadline = time.monotonic() + 60
+        while not list(cache.glob("tiny-*.owner")):
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        # The same CXX, so that the waiter computes the same key and waits on the same lock.
+        waiter = start_tiny(cache, CXX=str(wrapper), JITOPS_LOCK_TIMEOUT="3")
+        _, stderr = waiter.communicate(timeout=TIMEOUT_S)
+        assert waiter.returncode != 0
+        assert time.monotonic() - started < 30, "the waiter must give up at its timeout"
+        assert f"timed out after 3 s waiting for another process (pid {holder.pid} on" in stderr, stderr
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+# ---------------------------------------------------------------------------------------------
+# Security
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cache_root_and_entries_are_private(tmp_path):
+    cache = tmp_path / "new" / "cache"
+    load_tiny(cache)
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(e.stat().st_mode & 0o777) == "0o700" for e in entries(cache))
+
+
+def shared_root(tmp_path: Path) -> Path:
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)
+    return root
+
+
+def symlinked_root(tmp_path: Path) -> Path:
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(target)
+    return tmp_path / "link"
+
+
+def foreign_root(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("making a directory another user owns needs root")
+    root = tmp_path / "foreign"
+    root.mkdir(mode=0o700)
+    os.chown(root, 4242, 4242)
+    return root
+
+
+@pytest.mark.parametrize(
+    "make_root,message",
+    [(shared_root, "writable by group or others"), (symlinked_root, "is a symbolic link"), (foreign_root, "is owned by uid 4242")],
+    ids=["world-writable", "symlink", "other-owner"],
+)
+def test_unsafe_cache_root_is_refused_and_a_private_one_used(tmp_path, make_root, message):
+    root = make_root(tmp_path)
+    result = load_tiny(root)
+    assert result["value"] == 42 and message in result["stderr"] and "private temporary" in result["stderr"]
+    assert not list(Path(os.path.realpath(root)).glob("tiny-*")), "nothing is written into a refused root"
+
+
+@pytest.mark.parametrize("plant", ["group-writable", "other-owner"])
+def test_planted_entry_is_never_loaded(tmp_path, plant):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (entry,) = entries(cache)
+    # Someone else could have replaced the .so (and its manifest) in such a directory.
+    if plant == "group-writable":
+        entry.chmod(0o770)
+    elif os.geteuid() == 0:
+        os.chown(entry, 4242, 4242)
+    else:
+        pytest.skip("making a directory another user owns needs root")
+    result = load_tiny(cache)
+    assert result["how"] == "built" and "discarding the corrupt cache entry" in result["stderr"]
+
+
+def test_no_shell_strings():
+    """Processes are started from argument lists only: no shell=True, os.system or os.popen."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for path in [*root.glob("jitops/**/*.py"), *root.glob("cache_tools/*.py"), *root.glob("examples/**/*.py"), root / "setup.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "shell":
+                offenders.append(f"{path}:{node.value.lineno} shell=")
+            if isinstance(node, ast.Attribute) and node.attr in ("system", "popen") and getattr(node.value, "id", "") == "os":
+                offenders.append(f"{path}:{node.lineno} os.{node.attr}")
+    assert offenders == []
