@@ -294,3 +294,18 @@ def test_no_shell_strings():
             if isinstance(node, ast.Attribute) and node.attr in ("system", "popen") and getattr(node.value, "id", "") == "os":
                 offenders.append(f"{path}:{node.lineno} os.{node.attr}")
     assert offenders == []
+
+
+def test_torchrun_four_ranks_build_each_op_once(tmp_path):
+    out = tmp_path / "ranks.json"
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    job = Path(__file__).resolve().parent / "jobs" / "torchrun_ops.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(job), str(out)],
+        env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = json.loads(out.read_text())["ranks"]
+    assert len(ranks) == 4
+    for op in ("add2", "trilinear_interpolation"):
+        assert Counter(r[op] for r in ranks) == {"built": 1, "cache": 3}, ranks
