@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """One rank of `torchrun --nproc-per-node N tests/jobs/torchrun_ops.py OUT.json`: every rank imports
 jitops with the same (empty) cache and runs add2 and trilinear_interpolation; the results are
-all-reduced and checked, and rank 0 writes how each rank got each op (built, cache)."""
+all-reduced and checked, and rank 0 writes how many ranks built each op and how many loaded it."""
 
 import json
 import sys
@@ -28,12 +28,14 @@ def main() -> None:
     dist.all_reduce(want)
     torch.testing.assert_close(got, want)
 
-    hows = {op: _build._loaded[op].how for op in ("add2", "trilinear_interpolation")}
-    everyone = [None] * world
-    dist.all_gather_object(everyone, hows)
+    # How many ranks built each op and how many loaded it from the cache, summed over ranks
+    # (with tensors: all_gather_object would need numpy).
+    ops = ("add2", "trilinear_interpolation")
+    counts = torch.tensor([[_build._loaded[op].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64)
+    dist.all_reduce(counts)
     if rank == 0:
         with open(sys.argv[1], "w") as out:
-            json.dump({"ranks": everyone, "checksum": got.sum().item()}, out)
+            json.dump({"world": world, **{op: dict(zip(("built", "cache"), row)) for op, row in zip(ops, counts.tolist())}}, out)
     dist.destroy_process_group()
 
 
