@@ -57,12 +57,15 @@ def check(call, ref, valid: bool, dtype: torch.dtype):
         torch.testing.assert_close(g.double(), w.double(), **TOLERANCES.get(dtype, TOLERANCES[torch.float32]))
 
 
+def property_test(test):
+    """A hypothesis test per device, drawing its case from `data`."""
+    return pytest.mark.parametrize("device", DEVICES)(PROFILE(given(data=st.data())(test)))
+
+
 shapes = st.lists(st.integers(0, 5), min_size=0, max_size=4)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@PROFILE
-@given(data=st.data())
+@property_test
 def test_add2(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
     shape_a = data.draw(shapes)
@@ -71,9 +74,7 @@ def test_add2(device, data):
     check(lambda: jitops.add2(a, b), lambda: a + b, shape_a == shape_b and dtype.is_floating_point, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@PROFILE
-@given(data=st.data())
+@property_test
 def test_trilinear_interpolation(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
     n, f = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 9))
@@ -86,9 +87,7 @@ def test_trilinear_interpolation(device, data):
     check(lambda: jitops.trilinear_interpolation(feats, points), lambda: trilinear_interpolation_ref(feats, points), valid, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@PROFILE
-@given(data=st.data())
+@property_test
 def test_bias_act(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
     shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
@@ -105,9 +104,7 @@ def test_bias_act(device, data):
     check(lambda: jitops.bias_act(x, b, **kwargs), lambda: bias_act_ref(x, b, **kwargs), valid, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@PROFILE
-@given(data=st.data())
+@property_test
 def test_upfirdn2d(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
     shape = [data.draw(st.integers(0, 2)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 7)), data.draw(st.integers(1, 7))]
@@ -124,9 +121,7 @@ def test_upfirdn2d(device, data):
     check(lambda: jitops.upfirdn2d(x, f, **kwargs), lambda: upfirdn2d_ref(x, f, **kwargs), valid, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@PROFILE
-@given(data=st.data())
+@property_test
 def test_lltm(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
     batch, features, state = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 5)), data.draw(st.integers(1, 6))
