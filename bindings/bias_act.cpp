@@ -12,8 +12,7 @@
 #include <vector>
 
 #include "../kernels/bias_act.h"
-#include "../kernels/common.h"
-#include "python_module.h"
+#include "../kernels/aten_checks.h"
 
 namespace jitops {
 namespace {
@@ -162,4 +161,3 @@ TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
 
 }  // namespace jitops
 
-JITOPS_PYTHON_MODULE()

@@ -11,9 +11,8 @@
 #include <string>
 #include <tuple>
 
-#include "../kernels/common.h"
+#include "../kernels/aten_checks.h"
 #include "../kernels/lltm.h"
-#include "python_module.h"
 
 namespace jitops {
 namespace {
@@ -120,4 +119,3 @@ TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
 
 }  // namespace jitops
 
-JITOPS_PYTHON_MODULE()

@@ -7,8 +7,7 @@
 
 #include <tuple>
 
-#include "../kernels/common.h"
-#include "python_module.h"
+#include "../kernels/aten_checks.h"
 #include "../kernels/trilinear_interpolation.h"
 
 namespace jitops {
@@ -101,4 +100,3 @@ TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
 
 }  // namespace jitops
 
-JITOPS_PYTHON_MODULE()

@@ -6,9 +6,8 @@
 
 #include <string>
 
-#include "../kernels/common.h"
+#include "../kernels/aten_checks.h"
 #include "../kernels/upfirdn2d.h"
-#include "python_module.h"
 
 namespace jitops {
 namespace {
@@ -60,4 +59,3 @@ TORCH_LIBRARY_IMPL(jitops, CUDA, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_c
 
 }  // namespace jitops
 
-JITOPS_PYTHON_MODULE()

@@ -178,7 +178,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     results = []
     for entry, _ in _cache.list_entries(root):
         try:
-            entry.verified_library(touch=False)
+            entry.verified_library(touch=False, full_hash=True)
             results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
         except (_cache.CacheError, OSError) as err:
             results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})

@@ -2,33 +2,31 @@
 """Build or load one op's extension, following DESIGN.md's resolution order.
 
 1. loaded in this process already      -> return it
-2. verified cache entry                 -> import it (no lock, no ninja, no subprocess)
+2. verified cache entry                 -> load it (no lock, no ninja, no subprocess)
 3. build under the entry's file lock    -> torch's load() in a child process and a private
                                            directory, then an atomic publish
-4. (prebuilt fallback: not yet)
+4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
 5. otherwise one BuildError naming the op, what is missing or the first compiler error, and
    the path of the full log.
 
 The build runs in a child process (`python -m jitops._build SPEC`) so that ninja's step counter can
 be shown live, the compiler output can be kept as a log, and a failed or killed build never leaves
 half-initialised state in the user's process.
+
+A warm load (step 2) is on every user's start-up path, so it spawns no process, takes no lock and
+re-hashes nothing whose identity is unchanged (_cache.py), and this module imports only what that
+path needs; the build machinery imports the rest when it runs.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import sysconfig
 import threading
 import time
-import types
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
@@ -41,22 +39,34 @@ CFLAGS = ["-O3", "-fno-trapping-math"]
 CUDA_CFLAGS = ["-O3"]
 LDFLAGS: list[str] = []
 
+# How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):
+# generous for a cold CUDA build on a busy machine, but finite.
+DEFAULT_LOCK_TIMEOUT_S = 1800.0
+
+# The Python ABI tag (e.g. cpython-311-x86_64-linux-gnu), read from the import system's extension
+# suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
+# lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
+PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
+
+# A .cu file may ask to be compiled as several translation units, which ninja runs in parallel:
+# a line `// jitops: cuda-shards N` makes the loader compile it N times, with JITOPS_SHARD set to
+# 0 .. N-1 and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels.
+# (Patterns in this module are compiled where they are used, by re's own cache: compiling them
+# at import would cost a warm load a few hundred microseconds for code it never runs.)
+_CUDA_SHARDS = rb"(?m)^// jitops: cuda-shards (\d+)\s*$"
+
 
 def openmp_flags() -> list[str]:
-    """Compile and link flags that make at::parallel_for parallel in our CPU kernels.
+    """Compile and link flags that make at::parallel_for parallel in the CPU kernels that use it.
 
     With an OpenMP build of torch, at::parallel_for is an inline `#pragma omp parallel` loop
     (ATen/ParallelOpenMP.h): compiled without -fopenmp it silently runs on one thread. The .so then
-    needs libgomp.so.1, which torch has already loaded, so there is one OpenMP runtime.
+    needs libgomp.so.1, which torch has already loaded, so there is one OpenMP runtime. (Kernels on
+    the stable API call torch::stable::parallel_for, which runs inside libtorch and needs neither.)
     """
     import torch
 
     return ["-fopenmp"] if torch.backends.openmp.is_available() else []
-DEFAULT_LOCK_TIMEOUT_S = 1800.0
-# Read once, at import: sysconfig fills its variables lazily and not thread-safely (CPython 3.11),
-# and load_all() computes keys in several threads at once; one of them got SOABI None, so its
-# entry was keyed (and listed as stale) for no Python at all.
-PYTHON_SOABI = sysconfig.get_config_var("SOABI")  # generous for a cold CUDA build on a busy machine, but finite
 
 
 def _find_source_root() -> Path:
@@ -75,28 +85,16 @@ class BuildError(RuntimeError):
     """An op could not be built or loaded. The message says why and what to do."""
 
 
-@dataclass(frozen=True)
 class OpSources:
     """The source files of one op under a root holding kernels/ and bindings/ (DESIGN.md layout)."""
 
-    op: str
-    root: Path = SOURCE_ROOT
-
-    @property
-    def cpu(self) -> Path:
-        return self.root / "kernels" / "cpu" / f"{self.op}.cpp"
-
-    @property
-    def cuda(self) -> Path:
-        return self.root / "kernels" / "cuda" / f"{self.op}.cu"
-
-    @property
-    def binding(self) -> Path:
-        return self.root / "bindings" / f"{self.op}.cpp"
-
-    @property
-    def extension_name(self) -> str:
-        return f"jitops_{self.op}"
+    def __init__(self, op: str, root: Path = SOURCE_ROOT):
+        self.op = op
+        self.root = Path(root)
+        self.cpu = self.root / "kernels" / "cpu" / f"{op}.cpp"
+        self.cuda = self.root / "kernels" / "cuda" / f"{op}.cu"
+        self.binding = self.root / "bindings" / f"{op}.cpp"
+        self.extension_name = f"jitops_{op}"
 
     def hashed_files(self) -> list[Path]:
         # Every header, since any of them may be included; the op's sources whether or not this
@@ -110,20 +108,25 @@ class OpSources:
         if missing:
             raise BuildError(f"jitops: op {self.op!r} has no sources: missing {', '.join(missing)}")
 
+    def cuda_shards(self) -> int:
+        """How many translation units the .cu file asks to be compiled as (see _CUDA_SHARDS)."""
+        match = re.search(_CUDA_SHARDS, self.cuda.read_bytes())
+        return max(1, int(match.group(1))) if match else 1
+
 
 # ---------------------------------------------------------------------------------------------
 # The toolchain
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class CudaPlan:
     """Whether this build compiles the CUDA kernels, for which archs, and if not, why not."""
 
-    enabled: bool
-    arch_list: str | None
-    cuda_home: Path | None
-    reason: str  # why CUDA is off; empty when enabled
+    def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str):
+        self.enabled = enabled
+        self.arch_list = arch_list
+        self.cuda_home = cuda_home
+        self.reason = reason  # why CUDA is off; empty when enabled
 
     @property
     def nvcc(self) -> Path | None:
@@ -159,19 +162,27 @@ def find_cuda_home() -> Path | None:
     return None
 
 
+_probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
+
+
 def tool_version(binary: Path) -> str:
     """First informative line of `binary --version`, cached per binary identity in the cache root."""
-    root = _cache.cache_root()
     identity = _cache.binary_identity(binary)
-    probes = _cache.read_toolchain_probes(root)
-    if identity in probes:
-        return probes[identity]
+    if identity in _probed_versions:
+        return _probed_versions[identity]
+    root = _cache.cache_root()
+    _probed_versions.update(_cache.read_toolchain_probes(root))
+    if identity in _probed_versions:
+        return _probed_versions[identity]
+    import subprocess
+
     result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     # nvcc's first lines are a banner; the release line is the one that identifies it.
     release = [line for line in lines if "release" in line]
     version = (release or lines or [f"unknown (exit {result.returncode})"])[0]
     _cache.remember_toolchain_probe(root, identity, version)
+    _probed_versions[identity] = version
     return version
 
 
@@ -214,7 +225,7 @@ def abi_components(sources: OpSources) -> dict:
         "torch_cuda": torch.version.cuda,
         "python_soabi": PYTHON_SOABI,
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root),
+        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root, _cache.known_file_hashes()),
     }
 
 
@@ -238,26 +249,19 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class LoadedOp:
-    module: types.ModuleType
-    with_cuda: bool
-    cuda_reason: str  # why the CUDA kernels are absent; empty when present
-    library: Path
-    how: str  # "cache", "built" or "prebuilt"
+    """An op's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
+
+    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+        self.library = library
+        self.with_cuda = with_cuda
+        self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
+        self.how = how  # "cache", "built" or "prebuilt"
 
 
 _loaded: dict[str, LoadedOp] = {}
 _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
-
-
-def _import_extension(name: str, library: Path) -> types.ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
-    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def load_op(op: str, root: Path = SOURCE_ROOT) -> LoadedOp:
@@ -284,22 +288,28 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
 
     library = _verified_or_discarded(entry)
     how = "cache"
+    backends = cuda.backends
     if library is None:
         missing = missing_tools(cxx)
         if missing:
             # DESIGN.md's step 4: building is impossible, so a matching prebuilt or a clear error.
-            library, how = _prebuilt(sources.op, components, why="; ".join(missing), required=True), "prebuilt"
+            (library, backends), how = _prebuilt(sources.op, components, why="; ".join(missing), required=True), "prebuilt"
         elif cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
             # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
-            library, how = prebuilt, "prebuilt"
+            (library, backends), how = prebuilt, "prebuilt"
         else:
             try:
                 library, how = _build_locked(entry, sources, cuda, components)
             except BuildError as err:
                 why = str(err).removeprefix("jitops: ")
-                library, how = _prebuilt(sources.op, components, why=why, required=True), "prebuilt"
-    module = _import_extension(sources.extension_name, library)
-    return LoadedOp(module, bool(getattr(module, "with_cuda", False)), cuda.reason, library, how)
+                (library, backends), how = _prebuilt(sources.op, components, why=why, required=True), "prebuilt"
+    import torch
+
+    # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
+    torch.ops.load_library(str(library))
+    with_cuda = "cuda" in backends
+    reason = "" if with_cuda else (cuda.reason or "the prebuilt library has no CUDA kernels")
+    return LoadedOp(library, with_cuda, reason, how)
 
 
 def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
@@ -310,8 +320,9 @@ def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
 _warned_prebuilt: set[str] = set()
 
 
-def _prebuilt(op: str, components: dict, why: str, required: bool) -> Path | None:
-    """DESIGN.md's step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources.
+def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path, list[str]] | None:
+    """DESIGN.md's step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources,
+    with the backends it was built for.
 
     `why` says why building is not an option. With required=True the absence of a match is an
     error naming both that reason and what each refused prebuilt differs in; else None.
@@ -328,11 +339,11 @@ def _prebuilt(op: str, components: dict, why: str, required: bool) -> Path | Non
             f"{refusals}\nInstall the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
             "`jitops-cache build --out DIR` under this same torch."
         )
+    backends = list(manifest["components"].get("backends", []))
     if op not in _warned_prebuilt:
         _warned_prebuilt.add(op)
-        backends = "+".join(manifest["components"].get("backends", []))
-        _warn(f"loading the prebuilt {op} ({backends}) from {library.parent}, since building is not possible: {why}")
-    return library
+        _warn(f"loading the prebuilt {op} ({'+'.join(backends)}) from {library.parent}, since building is not possible: {why}")
+    return library, backends
 
 
 def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
@@ -416,6 +427,9 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
             "components": components,
             "library": library.name,
             "library_sha256": _cache.sha256_file(library),
+            # Renaming the staging directory into place keeps the file's identity, so loads can
+            # trust this hash until the file changes (_cache.Entry.verified_library).
+            "library_identity": _cache.file_identity(library),
             "built_at": started,
             "build_seconds": round(seconds, 3),
             "last_used": time.time(),
@@ -433,13 +447,16 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     # bindings/<op>.cpp share theirs; one-line wrappers give each translation unit its own name.
     src = staging / "src"
     src.mkdir()
-    units = [(sources.cpu, f"{sources.op}_cpu.cpp"), (sources.binding, f"{sources.op}_bindings.cpp")]
+    units = [(sources.cpu, f"{sources.op}_cpu.cpp", ""), (sources.binding, f"{sources.op}_bindings.cpp", "")]
     if cuda.enabled:
-        units.append((sources.cuda, f"{sources.op}_cuda.cu"))
+        shards = sources.cuda_shards()
+        for shard in range(shards):
+            defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {shards}\n" if shards > 1 else ""
+            units.append((sources.cuda, f"{sources.op}_cuda{shard if shards > 1 else ''}.cu", defines))
     wrappers = []
-    for original, wrapper_name in units:
+    for original, wrapper_name, defines in units:
         wrapper = src / wrapper_name
-        wrapper.write_text(f'#include "{original.resolve()}"\n')
+        wrapper.write_text(f'{defines}#include "{original.resolve()}"\n')
         wrappers.append(str(wrapper))
     (staging / "build").mkdir()
     spec = {
@@ -453,16 +470,20 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
         "cuda_arch_list": cuda.arch_list,
         "cuda_home": str(cuda.cuda_home) if cuda.enabled else None,
     }
+    import json
+
     path = staging / "spec.json"
     path.write_text(json.dumps(spec, indent=2))
     return path
 
 
-_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+_NINJA_STEP = r"^\[(\d+)/(\d+)\]"
 
 
 def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
     """Run the child build, teeing its output to the log; returns its exit code."""
+    import subprocess
+
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
     status = _BuildStatus(op, cuda, verbose)
     proc = subprocess.Popen(
@@ -481,7 +502,7 @@ def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> in
                 log.write(line)
                 if verbose:
                     sys.stderr.write(line)
-                step = _NINJA_STEP.match(line)
+                step = re.match(_NINJA_STEP, line)
                 if step:
                     status.step = f"[{step.group(1)}/{step.group(2)}]"
         returncode = proc.wait()
@@ -502,10 +523,10 @@ def _worker_env() -> dict[str, str]:
 
 
 _COMPILER_ERROR = [
-    re.compile(r"^(\S+?:\d+(?::\d+)?): (?:fatal )?error: (.*)$"),  # gcc/clang: file:line:col: error: msg
-    re.compile(r"^(\S+?\(\d+\)): (?:catastrophic )?error:? (.*)$"),  # nvcc: file(line): error: msg
-    re.compile(r"^()(.*undefined reference to .*)$"),  # linker: missing symbol
-    re.compile(r"^()(?:\S*/)?ld: (.*)$"),  # linker: missing library and the like
+    r"^(\S+?:\d+(?::\d+)?): (?:fatal )?error: (.*)$",  # gcc/clang: file:line:col: error: msg
+    r"^(\S+?\(\d+\)): (?:catastrophic )?error:? (.*)$",  # nvcc: file(line): error: msg
+    r"^()(.*undefined reference to .*)$",  # linker: missing symbol
+    r"^()(?:\S*/)?ld: (.*)$",  # linker: missing library and the like
 ]
 
 
@@ -514,7 +535,7 @@ def first_compiler_error(log: str) -> str:
     lines = log.splitlines()
     for line in lines:
         for pattern in _COMPILER_ERROR:
-            match = pattern.match(line.strip())
+            match = re.match(pattern, line.strip())
             if match:
                 location, message = match.groups()
                 return f"{location}: {message}" if location else message
@@ -564,6 +585,8 @@ def _warn(message: str) -> None:
 
 
 def _worker_main(spec_path: str) -> None:
+    import json
+
     spec = json.loads(Path(spec_path).read_text())
     if spec["with_cuda"]:
         # Set before cpp_extension is imported: it reads CUDA_HOME once, at import.
@@ -571,8 +594,8 @@ def _worker_main(spec_path: str) -> None:
         os.environ["CUDA_HOME"] = spec["cuda_home"]
     from torch.utils.cpp_extension import load
 
-    # load() also imports the result, so a library with unresolved symbols fails here, in the
-    # child, and is never published.
+    # load() also loads the result (torch.ops.load_library), so a library with unresolved symbols
+    # or a registration that torch refuses fails here, in the child, and is never published.
     load(
         name=spec["name"],
         sources=spec["sources"],
@@ -581,6 +604,7 @@ def _worker_main(spec_path: str) -> None:
         extra_ldflags=spec["extra_ldflags"],
         build_directory=spec["build_directory"],
         with_cuda=spec["with_cuda"],
+        is_python_module=False,
         verbose=True,
     )
 

@@ -13,11 +13,17 @@ Layout of a cache root::
     <root>/<op>-<key>.lock      kernel file lock taken while building that entry
     <root>/.tmp-<op>-<key>-*    a build in progress (or an orphan of a killed one)
     <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
+    <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
+
+A file's identity is its (size, mtime_ns, inode, device). A hash recorded together with an
+identity is trusted while the file still has that identity; any change forces a full hash. So a
+warm load reads no source and no library in full, yet an edited, truncated or replaced file is
+always hashed again (a writer would have to restore size and mtime in place to slip past, and the
+cache root is private to its owner).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -26,12 +32,12 @@ import stat
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
+FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
 KEY_LENGTH = 16  # hex digits of sha256 kept in directory names; 64 bits is plenty per op
 # Rewriting a manifest on every warm load would make 64 ranks that start together write the same
@@ -125,14 +131,72 @@ def cache_root() -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def hash_files(paths: list[Path], relative_to: Path) -> str:
-    """sha256 over each file's relative name and bytes, so a rename changes the hash too."""
+def file_identity(path: Path) -> list[int]:
+    """(size, mtime_ns, inode, device): changes whenever the file is written, truncated or replaced."""
+    info = os.stat(path)
+    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
+
+
+class KnownFileHashes:
+    """sha256 of files as some process last hashed them, each with the identity it had then.
+
+    Kept in <root>/file-hashes.json; a lost or stale record only costs a full hash.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.records: dict[str, list] = {}
+        self.changed = False
+        if path is not None:
+            try:
+                loaded = json.loads(path.read_text())
+                self.records = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                pass
+
+    def sha256(self, path: Path) -> str:
+        identity = file_identity(path)
+        record = self.records.get(str(path))
+        if isinstance(record, list) and len(record) == 2 and record[0] == identity:
+            return record[1]
+        digest = sha256_file(path)
+        # Recorded with the identity read before hashing: a write during the hash changes the
+        # identity, so the next load hashes again rather than trusting a torn read.
+        self.records[str(path)] = [identity, digest]
+        self.changed = True
+        return digest
+
+    def save(self) -> None:
+        if self.path is None or not self.changed:
+            return
+        try:
+            write_json_atomic(self.path, self.records)
+            self.changed = False
+        except OSError:
+            pass  # hashing again next time is only slower
+
+
+_known_file_hashes: dict[Path, KnownFileHashes] = {}
+
+
+def known_file_hashes() -> KnownFileHashes:
+    """The cache root's record, read once per process (every op shares the headers)."""
+    root = cache_root()
+    if root not in _known_file_hashes:
+        _known_file_hashes[root] = KnownFileHashes(root / FILE_HASHES_NAME)
+    return _known_file_hashes[root]
+
+
+def hash_files(paths: list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
+    """sha256 over each file's relative name and sha256, so a rename changes the hash too."""
+    known = known or KnownFileHashes(None)
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(str(path.relative_to(relative_to)).encode())
         digest.update(b"\0")
-        digest.update(path.read_bytes())
+        digest.update(known.sha256(path).encode())
         digest.update(b"\0")
+    known.save()
     return digest.hexdigest()
 
 
@@ -164,13 +228,22 @@ def write_json_atomic(path: Path, data: dict) -> None:
         raise
 
 
-@dataclass(frozen=True)
 class Entry:
     """One `<op>-<key>` directory of a cache root (which may not exist yet)."""
 
-    root: Path
-    op: str
-    key: str
+    def __init__(self, root: Path, op: str, key: str):
+        self.root = root
+        self.op = op
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"Entry({str(self.root)!r}, {self.op!r}, {self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and (self.root, self.op, self.key) == (other.root, other.op, other.key)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.op, self.key))
 
     @property
     def path(self) -> Path:
@@ -198,13 +271,16 @@ class Entry:
             raise CacheError(f"{self.manifest_path} is not a JSON object")
         return manifest
 
-    def verified_library(self, touch: bool = True, private: bool = True) -> Path | None:
+    def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
         """The entry's .so if its manifest matches this key and the .so its hash, else None.
 
-        Raises CacheError when the entry exists but is corrupt (the caller rebuilds and warns), or,
-        with private=True (cache entries; not prebuilt ones, which may sit in a shared, read-only
-        install), when the directory is not ours alone: an entry planted by someone else.
-        touch=False leaves the last-used stamp alone (for inspecting, as the CLI does).
+        The .so is hashed in full unless it still has the identity recorded with its hash (at
+        publish, or by the last load that hashed it), or always with full_hash=True (as
+        `jitops-cache verify` asks). Raises CacheError when the entry exists but is corrupt (the
+        caller rebuilds and warns), or, with private=True (cache entries; not prebuilt ones, which
+        may sit in a shared, read-only install), when the directory is not ours alone: an entry
+        planted by someone else. touch=False leaves the manifest alone (for inspecting, as the CLI
+        does).
         """
         if not self.path.is_dir():
             return None
@@ -222,21 +298,25 @@ class Entry:
             raise CacheError(f"{self.manifest_path} names no valid library file")
         library = self.path / library_name
         try:
-            actual = sha256_file(library)
+            identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
-        if actual != manifest.get("library_sha256"):
-            raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
+        updates = {}
+        if full_hash or identity != manifest.get("library_identity"):
+            if sha256_file(library) != manifest.get("library_sha256"):
+                raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
+            updates["library_identity"] = identity
         if touch:
-            self._touch_last_used(manifest)
+            self._update_manifest(manifest, updates)
         return library
 
-    def _touch_last_used(self, manifest: dict) -> None:
+    def _update_manifest(self, manifest: dict, updates: dict) -> None:
+        """Record a new identity, and the last-used time at most once a minute."""
         now = time.time()
-        if now - float(manifest.get("last_used", 0)) < LAST_USED_RESOLUTION_S:
+        if not updates and now - float(manifest.get("last_used", 0)) < LAST_USED_RESOLUTION_S:
             return
         try:
-            write_json_atomic(self.manifest_path, {**manifest, "last_used": now})
+            write_json_atomic(self.manifest_path, {**manifest, **updates, "last_used": now})
         except OSError:
             pass  # a read-only cache still loads; pruning order is all that is lost
 
@@ -336,6 +416,8 @@ def flock_is_held(lock_path: Path) -> bool:
     Taking the lock for an instant is the only portable test; a builder that asks in that instant
     waits for it, as it would for any other process.
     """
+    import fcntl
+
     try:
         fd = os.open(lock_path, os.O_RDONLY)
     except OSError:

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
-// add2: out = a + b, elementwise. The C++ entry points take contiguous tensors of one shape, dtype
-// and device and write into a preallocated, contiguous out; bindings/add2.cpp makes them so.
+// add2: out = a + b, elementwise, over n contiguous elements of one dtype T. bindings/add2.cpp
+// makes the tensors so and picks T (float, double; Half, BFloat16 on CUDA: common.h).
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <cstdint>
+
+#include "common.h"
 
 namespace jitops {
 
-// a: [*], b: [*], out: [*]  (same shape, dtype, device; all contiguous)
-void add2_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out);
-void add2_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out);
+template <typename T>
+void add2_cpu(const T* a, const T* b, T* out, int64_t n);  // a, b, out: [n]
+template <typename T>
+void add2_cuda(const T* a, const T* b, T* out, int64_t n, CudaStream stream);
 
 }  // namespace jitops

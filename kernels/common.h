@@ -1,28 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Shared argument checks and helpers for every jitops kernel. Light headers only: this file is
-// included by CPU and CUDA translation units, and each heavy include costs seconds per cold build.
+// What every kernel file shares. No torch header at all: kernel files take plain pointers, sizes
+// and a stream, so that they compile in about a second (a file that includes ATen's Tensor costs
+// several seconds under g++ and more under nvcc, on every cold build). The tensors, the checks and
+// the dtype dispatch live in bindings/<op>.cpp.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
 #include <cstdint>
-#include <string>
-
-// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor").
-#define JITOPS_CHECK_CUDA(x) TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor, got device ", (x).device())
-#define JITOPS_CHECK_CPU(x) TORCH_CHECK((x).is_cpu(), #x " must be a CPU tensor, got device ", (x).device())
-#define JITOPS_CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
-#define CHECK_INPUT_CUDA(x) \
-  JITOPS_CHECK_CUDA(x);     \
-  JITOPS_CHECK_CONTIGUOUS(x)
-#define CHECK_INPUT_CPU(x) \
-  JITOPS_CHECK_CPU(x);     \
-  JITOPS_CHECK_CONTIGUOUS(x)
-// CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
-#define CHECK_SHAPE(x, ...)                                                                      \
-  TORCH_CHECK((x).sizes() == at::IntArrayRef({__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
-              "), got ", jitops::shape_str((x).sizes()))
 
 // On a CPU kernel's hot loop: GCC compiles it twice, for AVX2+FMA and for the baseline, and picks
 // one at load time, so the .so stays portable while a modern CPU gets 8-wide float math. (ATen's
@@ -33,53 +16,34 @@
 #define JITOPS_CPU_MULTIVERSION
 #endif
 
+#ifdef __CUDACC__
+#define JITOPS_HOST_DEVICE __host__ __device__
+#else
+#define JITOPS_HOST_DEVICE
+#endif
+
+// CUDA's own spelling of a stream, so that host-only files can pass one without CUDA's headers.
+struct CUstream_st;
+
 namespace jitops {
 
-// Elements per at::parallel_for chunk: ATen's own value (at::internal::GRAIN_SIZE), which lives in
-// the heavy TensorIterator.h.
+using CudaStream = CUstream_st*;
+
+// Elements per parallel_for chunk: ATen's own value (at::internal::GRAIN_SIZE).
 constexpr int64_t kGrainSize = 32768;
 
 template <typename T>
-constexpr T ceil_div(T a, T b) {
+constexpr JITOPS_HOST_DEVICE T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
-// "[3, 4]". Error messages pass numbers as strings (this, or std::to_string), never as integers:
-// on the lent GPU machines (torch 2.11, g++ 13 in /opt/gcc) streaming any integer, or an
-// IntArrayRef, into a TORCH_CHECK message segfaulted, while strings, dtypes and devices did not.
-// The .so built there has no libstdc++ among its NEEDED libraries (that g++ links it statically),
-// so two copies of libstdc++'s stream code meet in one message; strings never reach a locale
-// facet. Tests raise every message with numbers in it.
-inline std::string shape_str(at::IntArrayRef sizes) {
-  std::string text = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(sizes[i]);
-  }
-  return text + "]";
-}
-
-// The dtypes every op takes (DESIGN.md): float32/float64 everywhere, float16/bfloat16 on CUDA.
-inline void check_floating(const at::Tensor& x, const char* x_name) {
-  const at::ScalarType t = x.scalar_type();
-  const bool cuda_half = x.is_cuda() && (t == at::kHalf || t == at::kBFloat16);
-  TORCH_CHECK(t == at::kFloat || t == at::kDouble || cuda_half, x_name,
-              " must be float32 or float64 (float16 and bfloat16 on CUDA too), got ", t, " on ", x.device());
-}
-
-// Tensors one op combines must share a device and a dtype.
-inline void check_same_device_dtype(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
-  TORCH_CHECK(x.device() == y.device(), x_name, " and ", y_name, " must be on the same device, got ", x.device(),
-              " and ", y.device());
-  TORCH_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
-              x.scalar_type(), " and ", y.scalar_type());
-}
-
-// Two tensors an elementwise op combines must agree on everything but their strides.
-inline void check_same_layout(const at::Tensor& x, const char* x_name, const at::Tensor& y, const char* y_name) {
-  check_same_device_dtype(x, x_name, y, y_name);
-  TORCH_CHECK(x.sizes() == y.sizes(), x_name, " and ", y_name, " must have the same shape, got ", shape_str(x.sizes()),
-              " and ", shape_str(y.sizes()));
-}
+// float16 and bfloat16 as the bindings see them: 16 bits of storage. The CUDA files use them as
+// CUDA's __half and __nv_bfloat16 (cuda_helpers.cuh: CudaType), which have the same layout.
+struct alignas(2) Half {
+  uint16_t bits;
+};
+struct alignas(2) BFloat16 {
+  uint16_t bits;
+};
 
 }  // namespace jitops

@@ -1,16 +1,72 @@
 // SPDX-License-Identifier: MIT
-// Helpers shared by the CUDA kernels: vector loads and stores, alignment, grid sizing.
+// Helpers shared by the CUDA kernels: the dtypes as CUDA types, vector loads and stores,
+// alignment, grid sizing, and error checks. CUDA's own headers only (see common.h for why).
 #pragma once
 
-#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "common.h"
 
 namespace jitops {
+
+// The CUDA type of a dtype as the bindings pass it (common.h).
+template <typename T>
+struct CudaTypeOf {
+  using type = T;
+};
+template <>
+struct CudaTypeOf<Half> {
+  using type = __half;
+};
+template <>
+struct CudaTypeOf<BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using CudaType = typename CudaTypeOf<T>::type;
+
+template <typename T>
+inline CudaType<T>* cuda_ptr(T* p) {
+  return reinterpret_cast<CudaType<T>*>(p);
+}
+template <typename T>
+inline const CudaType<T>* cuda_ptr(const T* p) {
+  return reinterpret_cast<const CudaType<T>*>(p);
+}
+
+// The type arithmetic runs in: float for the 16-bit types (as ATen's opmath_type), else T.
+template <typename T>
+struct AccTypeOf {
+  using type = T;
+};
+template <>
+struct AccTypeOf<__half> {
+  using type = float;
+};
+template <>
+struct AccTypeOf<__nv_bfloat16> {
+  using type = float;
+};
+template <typename T>
+using acc_type = typename AccTypeOf<T>::type;
+
+// A failed CUDA call becomes an exception; the bindings' boxed kernels turn it into a Python
+// RuntimeError that names the call.
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("jitops: ") + what + " failed: " + cudaGetErrorString(status));
+  }
+}
+
+// After every launch: a bad configuration is reported at once, not by some later call.
+#define JITOPS_CHECK_LAUNCH() ::jitops::check_cuda(cudaGetLastError(), "kernel launch in " __FILE__)
 
 constexpr int kVecBytes = 16;  // one 128-bit load or store per thread and step
 
@@ -33,16 +89,17 @@ inline bool is_aligned(const void* p, int bytes = kVecBytes) { return reinterpre
 // loads stay in flight), never more than the work needs.
 constexpr int kBlocksPerSm = 8;
 
-// Blocks that fill the device kBlocksPerSm times over.
-inline int device_blocks(int device_index) {
-  int sm_count = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_index));
+// Blocks that fill the current device kBlocksPerSm times over.
+inline int device_blocks() {
+  int device = 0, sm_count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   return sm_count * kBlocksPerSm;
 }
 
-inline int grid_size(int64_t work_items, int threads_per_block, int device_index) {
+inline int grid_size(int64_t work_items, int threads_per_block) {
   const int64_t needed = ceil_div<int64_t>(std::max<int64_t>(work_items, 1), threads_per_block);
-  return static_cast<int>(std::min<int64_t>(needed, device_blocks(device_index)));
+  return static_cast<int>(std::min<int64_t>(needed, device_blocks()));
 }
 
 }  // namespace jitops

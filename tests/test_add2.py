@@ -100,9 +100,9 @@ def test_errors_name_the_argument():
         jitops.add2(a, random((4, 3), "cpu", torch.float32))
     with pytest.raises(RuntimeError, match="a and b must have the same dtype"):
         jitops.add2(a, a.double())
-    with pytest.raises(RuntimeError, match="a must be float32 or float64.*got Int"):
+    with pytest.raises(RuntimeError, match="a must be float32 or float64.*got int32"):
         jitops.add2(a.int(), a.int())
-    with pytest.raises(RuntimeError, match="a must be float32 or float64.*got Half on cpu"):
+    with pytest.raises(RuntimeError, match="a must be float32 or float64.*got float16 on cpu"):
         jitops.add2(a.half(), a.half())
     with pytest.raises(TypeError, match="b must be a Tensor, got float"):
         jitops.add2(a, 1.0)

@@ -187,7 +187,7 @@ def test_bad_inputs():
         jitops.bias_act(x, b, clamp=-1)
     with pytest.raises(RuntimeError, match="x and b must have the same dtype"):
         jitops.bias_act(x, b.double())
-    with pytest.raises(RuntimeError, match="x must be float32 or float64.*got Int"):
+    with pytest.raises(RuntimeError, match="x must be float32 or float64.*got int32"):
         jitops.bias_act(x.int(), b.int())
     with pytest.raises(TypeError, match="b must be a Tensor, got list"):
         jitops.bias_act(x, [0.0] * 4)

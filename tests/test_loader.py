@@ -20,7 +20,7 @@ TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
 
 # Loads the tiny extension in a fresh process and reports how, as JSON on stdout's last line.
 LOAD_TINY = """
-import json, sys, time
+import ctypes, json, sys, time
 sys.addaudithook(lambda event, args: event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system"))
                  and SPAWNED.append(event))
 SPAWNED = []
@@ -28,8 +28,17 @@ from jitops import _build
 started = time.perf_counter()
 loaded = _build.load_op("tiny", root=sys.argv[1])
 seconds = time.perf_counter() - started
-print(json.dumps({"value": loaded.module.value(), "how": loaded.how, "seconds": seconds, "spawned": SPAWNED}))
+print(json.dumps({"value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(), "how": loaded.how, "seconds": seconds, "spawned": SPAWNED}))
 """
+
+
+def slow_compiler(directory: Path, seconds: float) -> str:
+    """A C++ compiler that waits before each compile: tiny builds in well under a second, too fast
+    to be caught mid-compile otherwise."""
+    wrapper = directory / f"slow-c++-{seconds:g}"
+    wrapper.write_text(f"#!/bin/sh\nsleep {seconds:g}\nexec {shutil.which('c++')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
 
 
 def tiny_env(cache: Path, **extra: str) -> dict:
@@ -142,14 +151,14 @@ def test_leftover_lock_files_do_not_block(tmp_path, cold_build):
 
 def test_build_killed_mid_compile_does_not_block_the_next(tmp_path, cold_build):
     cache = tmp_path / "cache"
-    victim = start_tiny(cache)
+    victim = start_tiny(cache, CXX=slow_compiler(tmp_path, 5))
     deadline = time.monotonic() + TIMEOUT_S
     # Wait until ninja is compiling (its build file exists and a compiler has been started).
     while not list(cache.glob(".tmp-tiny-*/build/build.ninja")):
         assert victim.poll() is None and time.monotonic() < deadline, "the build finished or failed too early"
         time.sleep(0.05)
     time.sleep(1.0)
-    assert victim.poll() is None, "the build finished before it could be killed; make tiny_ext slower"
+    assert victim.poll() is None, "the build finished before it could be killed"
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=TIMEOUT_S)
     assert entries(cache) == [], "a killed build must not publish an entry"

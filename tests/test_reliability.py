@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, start_tiny
+from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
 from cache_tools import inventory
 from jitops import _cache
@@ -188,19 +188,12 @@ def test_read_only_cache_falls_back_with_one_warning(tmp_path):
     assert result["stderr"].count("cannot use the cache at") == 1 and "private temporary" in result["stderr"]
 
 
-SLOW_CXX = """#!/bin/sh
-sleep 30
-exec {cxx} "$@"
-"""
-
 
 def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
     cache = tmp_path / "cache"
     # A real build, made slow by a compiler wrapper, holds the entry's lock.
-    wrapper = tmp_path / "slow-c++"
-    wrapper.write_text(SLOW_CXX.format(cxx=shutil.which("c++")))
-    wrapper.chmod(0o755)
-    holder = start_tiny(cache, CXX=str(wrapper))
+    wrapper = slow_compiler(tmp_path, 30)
+    holder = start_tiny(cache, CXX=wrapper)
     try:
         deadline = time.monotonic() + 60
         while not list(cache.glob("tiny-*.owner")):
@@ -208,7 +201,7 @@ def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
             time.sleep(0.05)
         started = time.monotonic()
         # The same CXX, so that the waiter computes the same key and waits on the same lock.
-        waiter = start_tiny(cache, CXX=str(wrapper), JITOPS_LOCK_TIMEOUT="3")
+        waiter = start_tiny(cache, CXX=wrapper, JITOPS_LOCK_TIMEOUT="3")
         _, stderr = waiter.communicate(timeout=TIMEOUT_S)
         assert waiter.returncode != 0
         assert time.monotonic() - started < 30, "the waiter must give up at its timeout"

@@ -2,8 +2,8 @@
 """The same op (add2), from the same sources, built three ways, with identical results:
 
   1. jit         jitops' loader: torch.utils.cpp_extension.load() into the managed cache
-  2. setuptools  CppExtension + BuildExtension (setup.py here), imported as a Python module
-  3. cmake       find_package(Torch) (CMakeLists.txt here), a TORCH_LIBRARY shared library loaded
+  2. setuptools  CppExtension + BuildExtension (setup.py here), loaded with torch.ops.load_library
+  3. cmake       find_package(Torch) (CMakeLists.txt here), a shared library loaded
                  with torch.ops.load_library
 
     python examples/build_three_ways/build_three_ways.py [--work DIR]
@@ -40,8 +40,9 @@ def build_jit(work: Path) -> None:
 def build_setuptools(work: Path) -> None:
     lib = work / "setuptools-lib"
     run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(lib), "--build-temp", str(work / "setuptools-tmp")])
-    sys.path.insert(0, str(lib))
-    import jitops_add2_setuptools  # noqa: F401  (importing runs its TORCH_LIBRARY registrations)
+    # Loading runs its STABLE_TORCH_LIBRARY registrations (the library defines no Python module).
+    (library,) = lib.glob("jitops_add2_setuptools*.so")
+    torch.ops.load_library(str(library))
 
 
 def build_cmake(work: Path) -> None:

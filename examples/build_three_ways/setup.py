@@ -15,7 +15,7 @@ with_cuda = os.environ.get("WITH_CUDA") == "1"
 sources = [ROOT / "kernels" / "cpu" / "add2.cpp", ROOT / "bindings" / "add2.cpp"]
 if with_cuda:
     sources.append(ROOT / "kernels" / "cuda" / "add2.cu")
-flags = ["-O3", "-fno-trapping-math", "-fopenmp"] + (["-DWITH_CUDA"] if with_cuda else [])
+flags = ["-O3", "-fno-trapping-math"] + (["-DWITH_CUDA"] if with_cuda else [])
 setup(
     name="jitops_add2_setuptools",
     ext_modules=[
@@ -23,7 +23,6 @@ setup(
             name="jitops_add2_setuptools",
             sources=[str(s) for s in sources],
             extra_compile_args={"cxx": flags, "nvcc": ["-O3"]},
-            extra_link_args=["-fopenmp"],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

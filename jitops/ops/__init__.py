@@ -18,6 +18,18 @@ from .._build import load_op
 _ready: set[str] = set()
 _register_lock = threading.Lock()
 
+# The Python-side registrations of every op go through this one handle (kept for the process's
+# life: a Library's registrations go away with it).
+_library = torch.library.Library("jitops", "FRAGMENT")
+
+
+def register_fake(op: str, fake_kernel) -> None:
+    """The op's fake kernel, registered as its Meta kernel, which FakeTensor (torch.compile,
+    opcheck) runs for an op without a register_fake entry. Same tracing behaviour, but without
+    torch.library.register_fake's caller inspection (inspect.getmodule scans sys.modules: about a
+    millisecond per kernel, more than a warm load's whole budget)."""
+    _library.impl(op, fake_kernel, "Meta")
+
 
 def require(op: str) -> bool:
     """Load op's extension and its Python-side registrations, once per process."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, require
+from . import check_backend, check_tensor_args, register_fake, require
 
 __all__ = ["add2", "add2_ref"]
 
@@ -59,6 +59,6 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 def _register() -> None:
-    torch.library.register_fake("jitops::add2")(_fake_add2)
-    torch.library.register_fake("jitops::add2_out")(_fake_add2_out)
+    register_fake("add2", _fake_add2)
+    register_fake("add2_out", _fake_add2_out)
     torch.library.register_autograd("jitops::add2", _backward)

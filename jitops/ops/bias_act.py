@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import check_backend, check_tensor_args, require
+from . import check_backend, check_tensor_args, register_fake, require
 
 __all__ = ["bias_act", "bias_act_ref", "ACTIVATIONS"]
 
@@ -154,8 +154,8 @@ def _backward_derivative(ctx, grad_out):
 
 
 def _register() -> None:
-    torch.library.register_fake("jitops::bias_act")(_fake_forward)
-    torch.library.register_fake("jitops::_bias_act_derivative")(_fake_derivative)
-    torch.library.register_fake("jitops::_bias_act_backward")(_fake_backward)
+    register_fake("bias_act", _fake_forward)
+    register_fake("_bias_act_derivative", _fake_derivative)
+    register_fake("_bias_act_backward", _fake_backward)
     torch.library.register_autograd("jitops::bias_act", _backward_forward, setup_context=_setup_forward)
     torch.library.register_autograd("jitops::_bias_act_derivative", _backward_derivative, setup_context=_setup_derivative)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, require
+from . import check_backend, check_tensor_args, register_fake, require
 
 __all__ = ["trilinear_interpolation", "trilinear_interpolation_ref"]
 
@@ -84,7 +84,7 @@ def _backward(ctx, grad_out: torch.Tensor):
 
 
 def _register() -> None:
-    torch.library.register_fake("jitops::trilinear_interpolation")(_fake_forward)
-    torch.library.register_fake("jitops::_trilinear_interpolation_backward")(_fake_backward)
-    torch.library.register_fake("jitops::_trilinear_interpolation_backward_feats")(_fake_backward_feats)
+    register_fake("trilinear_interpolation", _fake_forward)
+    register_fake("_trilinear_interpolation_backward", _fake_backward)
+    register_fake("_trilinear_interpolation_backward_feats", _fake_backward_feats)
     torch.library.register_autograd("jitops::trilinear_interpolation", _backward, setup_context=_setup_context)

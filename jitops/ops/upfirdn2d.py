@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, require
+from . import check_backend, check_tensor_args, register_fake, require
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 
@@ -116,5 +116,5 @@ def _backward(ctx, grad):
 
 
 def _register() -> None:
-    torch.library.register_fake("jitops::upfirdn2d")(_fake)
+    register_fake("upfirdn2d", _fake)
     torch.library.register_autograd("jitops::upfirdn2d", _backward, setup_context=_setup_context)

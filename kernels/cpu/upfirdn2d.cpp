@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "../common.h"
+#include "../aten_checks.h"
 
 namespace jitops {
 

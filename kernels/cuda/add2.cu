@@ -1,11 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include "../add2.h"
-
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include "../cuda_helpers.cuh"
 
 namespace jitops {
@@ -16,8 +10,8 @@ constexpr int kThreads = 256;
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t add(scalar_t x, scalar_t y) {
   // Half and bfloat16 add in float, as torch.add does.
-  using opmath_t = at::opmath_type<scalar_t>;
-  return static_cast<scalar_t>(static_cast<opmath_t>(x) + static_cast<opmath_t>(y));
+  using acc_t = acc_type<scalar_t>;
+  return static_cast<scalar_t>(static_cast<acc_t>(x) + static_cast<acc_t>(y));
 }
 
 // Every pointer is 16-byte aligned: the first n_vec * Vec::size elements move as 16-byte vectors,
@@ -55,28 +49,27 @@ __global__ void add2_scalar_kernel(const scalar_t* __restrict__ a, const scalar_
 
 }  // namespace
 
-void add2_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  CHECK_INPUT_CUDA(a);
-  CHECK_INPUT_CUDA(b);
-  CHECK_INPUT_CUDA(out);
-  const int64_t n = a.numel();
+template <typename T>
+void add2_cuda(const T* a_t, const T* b_t, T* out_t, int64_t n, CudaStream stream) {
   if (n == 0) return;
-  const c10::cuda::CUDAGuard device_guard(a.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "add2_cuda", [&] {
-    const scalar_t* pa = a.const_data_ptr<scalar_t>();
-    const scalar_t* pb = b.const_data_ptr<scalar_t>();
-    scalar_t* po = out.mutable_data_ptr<scalar_t>();
-    const bool vectorized = is_aligned(pa) && is_aligned(pb) && is_aligned(po);
-    const int64_t work_items = vectorized ? ceil_div<int64_t>(n, max_vec_size<scalar_t>()) : n;
-    const int blocks = grid_size(work_items, kThreads, a.device().index());
-    if (vectorized) {
-      add2_vectorized_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n);
-    } else {
-      add2_scalar_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  using scalar_t = CudaType<T>;
+  const scalar_t* a = cuda_ptr(a_t);
+  const scalar_t* b = cuda_ptr(b_t);
+  scalar_t* out = cuda_ptr(out_t);
+  const bool vectorized = is_aligned(a) && is_aligned(b) && is_aligned(out);
+  const int64_t work_items = vectorized ? ceil_div<int64_t>(n, max_vec_size<scalar_t>()) : n;
+  const int blocks = grid_size(work_items, kThreads);
+  if (vectorized) {
+    add2_vectorized_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(a, b, out, n);
+  } else {
+    add2_scalar_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(a, b, out, n);
+  }
+  JITOPS_CHECK_LAUNCH();
 }
+
+template void add2_cuda<float>(const float*, const float*, float*, int64_t, CudaStream);
+template void add2_cuda<double>(const double*, const double*, double*, int64_t, CudaStream);
+template void add2_cuda<Half>(const Half*, const Half*, Half*, int64_t, CudaStream);
+template void add2_cuda<BFloat16>(const BFloat16*, const BFloat16*, BFloat16*, int64_t, CudaStream);
 
 }  // namespace jitops

@@ -8,6 +8,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <c10/cuda/CUDAException.h>
+
+#include "../aten_checks.h"
 #include "../cuda_helpers.cuh"
 
 namespace jitops {
@@ -63,7 +66,7 @@ void lltm_cell_cuda(const at::Tensor& gates, const at::Tensor& old_cell, at::Ten
   if (batch * state == 0) return;
   const c10::cuda::CUDAGuard device_guard(gates.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int blocks = grid_size(batch * state, kThreads, gates.device().index());
+  const int blocks = grid_size(batch * state, kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_cell_cuda", [&] {
     lltm_cell_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
         gates.const_data_ptr<scalar_t>(), old_cell.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
@@ -84,7 +87,7 @@ void lltm_cell_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
   if (batch * state == 0) return;
   const c10::cuda::CUDAGuard device_guard(gates.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int blocks = grid_size(batch * state, kThreads, gates.device().index());
+  const int blocks = grid_size(batch * state, kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_cell_backward_cuda", [&] {
     lltm_cell_backward_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
         grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(), new_cell.const_data_ptr<scalar_t>(),

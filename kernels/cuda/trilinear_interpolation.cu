@@ -11,6 +11,9 @@
 
 #include <type_traits>
 
+#include <c10/cuda/CUDAException.h>
+
+#include "../aten_checks.h"
 #include "../cuda_helpers.cuh"
 
 namespace jitops {
@@ -148,7 +151,7 @@ LaunchShape launch_shape(int64_t n, int64_t f, std::initializer_list<const void*
   const int64_t f_vecs = vectorized ? f / vec : f;
   int lanes_log2 = 0;
   while (lanes_log2 < 5 && (int64_t{1} << lanes_log2) < f_vecs) ++lanes_log2;
-  return {vectorized, f_vecs, lanes_log2, grid_size(n << lanes_log2, kThreads, device_index)};
+  return {vectorized, f_vecs, lanes_log2, grid_size(n << lanes_log2, kThreads)};
 }
 
 // Calls fn with std::integral_constant<int, kVec>: the 16-byte vector width, or 1.

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <c10/cuda/CUDAException.h>
+
+#include "../aten_checks.h"
 #include "../cuda_helpers.cuh"
 
 namespace jitops {

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+// What every bindings/<op>.cpp shares: PyTorch's stable C++ API (torch/csrc/stable, torch >= 2.10)
+// for the schema, the registrations, the tensors and the checks, and a dtype switch onto the
+// kernels' plain-pointer entry points (kernels/common.h). The stable headers compile in under a
+// second where torch/library.h and pybind11 took ten on a small CPU; the built library is loaded
+// with torch.ops.load_library, so it defines no Python module.
+#pragma once
+
+#ifdef WITH_CUDA
+#define USE_CUDA  // the stable shim declares its CUDA stream getter only under this name
+#endif
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../kernels/common.h"
+
+namespace jitops {
+
+using torch::stable::Tensor;
+using ScalarType = torch::headeronly::ScalarType;
+
+// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor"). Numbers
+// reach them as strings (shape_str, std::to_string).
+#define JITOPS_CHECK(cond, ...) STD_TORCH_CHECK(cond, __VA_ARGS__)
+
+// "[3, 4]".
+inline std::string shape_str(const Tensor& x) {
+  std::string text = "[";
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d > 0) text += ", ";
+    text += std::to_string(x.size(d));
+  }
+  return text + "]";
+}
+
+// CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
+#define CHECK_SHAPE(x, ...)                                                                   \
+  JITOPS_CHECK(::jitops::has_shape(x, {__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
+               "), got ", ::jitops::shape_str(x))
+
+inline bool has_shape(const Tensor& x, std::initializer_list<int64_t> sizes) {
+  if (x.dim() != static_cast<int64_t>(sizes.size())) return false;
+  int64_t d = 0;
+  for (int64_t size : sizes) {
+    if (x.size(d++) != size) return false;
+  }
+  return true;
+}
+
+// torch's Python name of a dtype, as users write it.
+inline std::string dtype_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return "float32";
+    case ScalarType::Double: return "float64";
+    case ScalarType::Half: return "float16";
+    case ScalarType::BFloat16: return "bfloat16";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Short: return "int16";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Long: return "int64";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
+    default: return "dtype number " + std::to_string(static_cast<int>(t));
+  }
+}
+
+inline std::string device_name(const Tensor& x) {
+  return x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : (x.is_cpu() ? "cpu" : "another device");
+}
+
+inline bool same_device(const Tensor& x, const Tensor& y) {
+  return x.is_cuda() == y.is_cuda() && x.is_cpu() == y.is_cpu() && x.get_device_index() == y.get_device_index();
+}
+
+// The dtypes every op takes (DESIGN.md): float32/float64 everywhere, float16/bfloat16 on CUDA.
+inline void check_floating(const Tensor& x, const char* x_name) {
+  const ScalarType t = x.scalar_type();
+  const bool cuda_half = x.is_cuda() && (t == ScalarType::Half || t == ScalarType::BFloat16);
+  JITOPS_CHECK(t == ScalarType::Float || t == ScalarType::Double || cuda_half, x_name,
+               " must be float32 or float64 (float16 and bfloat16 on CUDA too), got ", dtype_name(t), " on ",
+               device_name(x));
+}
+
+// Tensors one op combines must share a device and a dtype.
+inline void check_same_device_dtype(const Tensor& x, const char* x_name, const Tensor& y, const char* y_name) {
+  JITOPS_CHECK(same_device(x, y), x_name, " and ", y_name, " must be on the same device, got ", device_name(x),
+               " and ", device_name(y));
+  JITOPS_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
+               dtype_name(x.scalar_type()), " and ", dtype_name(y.scalar_type()));
+}
+
+// Two tensors an elementwise op combines must agree on everything but their strides.
+inline void check_same_layout(const Tensor& x, const char* x_name, const Tensor& y, const char* y_name) {
+  check_same_device_dtype(x, x_name, y, y_name);
+  bool same_shape = x.dim() == y.dim();
+  for (int64_t d = 0; same_shape && d < x.dim(); ++d) same_shape = x.size(d) == y.size(d);
+  JITOPS_CHECK(same_shape, x_name, " and ", y_name, " must have the same shape, got ", shape_str(x), " and ",
+               shape_str(y));
+}
+
+// True when x's elements fill a block of memory with no gaps and no overlaps, in any order of
+// dimensions (contiguous and channels_last both are): ATen's is_non_overlapping_and_dense.
+inline bool is_dense(const Tensor& x) {
+  std::vector<int64_t> dims(x.dim());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) {
+    return x.stride(a) < x.stride(b) || (x.stride(a) == x.stride(b) && x.size(a) < x.size(b));
+  });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (x.size(d) == 1) continue;
+    if (x.stride(d) != expected) return false;
+    expected *= x.size(d);
+  }
+  return true;
+}
+
+// fn(T{}) with T the storage type of x's dtype (common.h): the kernels are templates on it. CPU
+// kernels exist for float and double, CUDA kernels for the 16-bit types too; check_floating has
+// already refused anything else.
+template <typename Fn>
+decltype(auto) dispatch_float_double(const Tensor& x, Fn&& fn) {
+  switch (x.scalar_type()) {
+    case ScalarType::Float: return fn(float{});
+    case ScalarType::Double: return fn(double{});
+    default: JITOPS_CHECK(false, "unsupported dtype ", dtype_name(x.scalar_type()), " on ", device_name(x));
+  }
+}
+
+template <typename Fn>
+decltype(auto) dispatch_floating(const Tensor& x, Fn&& fn) {
+  switch (x.scalar_type()) {
+    case ScalarType::Half: return fn(Half{});
+    case ScalarType::BFloat16: return fn(BFloat16{});
+    default: return dispatch_float_double(x, fn);
+  }
+}
+
+template <typename T>
+const T* const_ptr(const Tensor& x) {
+  return static_cast<const T*>(x.const_data_ptr());
+}
+template <typename T>
+T* mutable_ptr(const Tensor& x) {
+  return static_cast<T*>(x.mutable_data_ptr());
+}
+
+#ifdef WITH_CUDA
+// A CUDA kernel launches on x's device (made current for the call) and PyTorch's current stream.
+class CudaLaunchScope {
+ public:
+  explicit CudaLaunchScope(const Tensor& x) : guard_(x.get_device_index()) {
+    void* stream = nullptr;
+    TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream));
+    stream_ = static_cast<CudaStream>(stream);
+  }
+  CudaStream stream() const { return stream_; }
+
+ private:
+  torch::stable::accelerator::DeviceGuard guard_;
+  CudaStream stream_ = nullptr;
+};
+#endif
+
+}  // namespace jitops
