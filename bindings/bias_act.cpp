@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: MIT
 // torch.ops.jitops.bias_act and its private backward ops: schema, checks, per-backend registration.
-#include <ATen/ops/empty_like.h>
-#include <c10/core/WrapDimMinimal.h>
-#include <torch/library.h>
-
 #include <array>
 #include <optional>
 #include <string>
@@ -12,15 +8,10 @@
 #include <vector>
 
 #include "../kernels/bias_act.h"
-#include "../kernels/aten_checks.h"
+#include "stable.h"
 
 namespace jitops {
 namespace {
-
-using Kernel = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, const BiasActParams&, int,
-                        at::Tensor&);
-using FusedBackward = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, const BiasActParams&,
-                                     at::Tensor&);
 
 // jitops/ops/bias_act.py holds the same names (with StyleGAN2's defaults); keep the two in step.
 constexpr std::array<std::pair<const char*, Activation>, 9> kActivations{{
@@ -35,106 +26,173 @@ constexpr std::array<std::pair<const char*, Activation>, 9> kActivations{{
     {"swish", Activation::kSwish},
 }};
 
-Activation parse_activation(c10::string_view name) {
+Activation parse_activation(const std::string& name) {
   std::string valid;
   for (const auto& [known, act] : kActivations) {
     if (name == known) return act;
     valid += valid.empty() ? known : std::string(", ") + known;
   }
-  TORCH_CHECK(false, "act must be one of ", valid, "; got '", std::string(name), "'");
+  JITOPS_CHECK(false, "act must be one of ", valid, "; got '", name, "'");
+  return Activation::kLinear;
 }
 
+// Everything a kernel needs besides the pointers.
+struct Call {
+  Activation act;
+  int64_t dim;  // wrapped into [0, x.dim())
+  BiasActParams params;
+};
+
 // jitops/ops/bias_act.py repeats these checks for tracing; keep the two in step.
-BiasActParams check_inputs(const at::Tensor& x, const std::optional<at::Tensor>& b, int64_t dim,
-                           c10::string_view act, double alpha, double gain, std::optional<double> clamp) {
+Call check_inputs(const Tensor& x, const std::optional<Tensor>& b, int64_t dim, const std::string& act, double alpha,
+                  double gain, std::optional<double> clamp) {
   check_floating(x, "x");
-  BiasActParams params{parse_activation(act), 0, alpha, gain, clamp};
-  TORCH_CHECK(!clamp || *clamp >= 0, "clamp must be None or >= 0, got ", std::to_string(*clamp));
+  Call call{parse_activation(act), 0, {alpha, gain, clamp.value_or(0.0), clamp.has_value()}};
+  JITOPS_CHECK(!clamp || *clamp >= 0, "clamp must be None or >= 0, got ", std::to_string(clamp.value_or(0.0)));
   if (b) {
-    TORCH_CHECK(x.dim() > 0, "x must have at least one dimension when b is given");
-    TORCH_CHECK(dim >= -x.dim() && dim < x.dim(), "dim must be in [", std::to_string(-x.dim()), ", ",
-                std::to_string(x.dim()), ") for x of shape ", shape_str(x.sizes()), ", got ", std::to_string(dim));
-    params.dim = c10::maybe_wrap_dim(dim, x.dim());
-    TORCH_CHECK(b->dim() == 1 && b->size(0) == x.size(params.dim), "b must be 1-D with x.shape[dim] = ",
-                std::to_string(x.size(params.dim)), " elements (x: ", shape_str(x.sizes()), ", dim ",
-                std::to_string(params.dim), "), got b of shape ", shape_str(b->sizes()));
+    JITOPS_CHECK(x.dim() > 0, "x must have at least one dimension when b is given");
+    JITOPS_CHECK(dim >= -x.dim() && dim < x.dim(), "dim must be in [", std::to_string(-x.dim()), ", ",
+                 std::to_string(x.dim()), ") for x of shape ", shape_str(x), ", got ", std::to_string(dim));
+    call.dim = dim < 0 ? dim + x.dim() : dim;
+    JITOPS_CHECK(b->dim() == 1 && b->size(0) == x.size(call.dim), "b must be 1-D with x.shape[dim] = ",
+                 std::to_string(x.size(call.dim)), " elements (x: ", shape_str(x), ", dim ",
+                 std::to_string(call.dim), "), got b of shape ", shape_str(*b));
     check_same_device_dtype(x, "x", *b, "b");
   }
-  return params;
+  return call;
 }
 
 // The kernels walk x's memory in order: a dense x (any layout, channels_last included) as it is,
 // anything else copied into a dense tensor with the same order of strides (empty_like's
 // preserve_format). The output is allocated like that, too.
-at::Tensor dense(const at::Tensor& x) { return x.is_non_overlapping_and_dense() ? x : at::empty_like(x).copy_(x); }
+Tensor dense(const Tensor& x) {
+  if (is_dense(x)) return x;
+  Tensor copy = torch::stable::empty_like(x);
+  torch::stable::copy_(copy, x);
+  return copy;
+}
 
-at::Tensor undefined_or_contiguous(const std::optional<at::Tensor>& b) { return b ? b->contiguous() : at::Tensor(); }
+std::optional<Tensor> contiguous_bias(const std::optional<Tensor>& b) {
+  return b ? std::optional<Tensor>(torch::stable::contiguous(*b)) : std::nullopt;
+}
 
-template <Kernel kernel>
-at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& b, int64_t dim, c10::string_view act,
-                   double alpha, double gain, std::optional<double> clamp) {
-  const BiasActParams params = check_inputs(x, b, dim, act, alpha, gain, clamp);
-  const at::Tensor x_dense = dense(x);
-  at::Tensor out = at::empty_like(x_dense);
-  kernel(x_dense, undefined_or_contiguous(b), at::Tensor(), params, 0, out);
+// x's memory as [outer][channels][inner] for the bias along dim (x dense).
+BiasActShape shape_of(const Tensor& x, bool has_bias, int64_t dim) {
+  const int64_t n = x.numel();
+  return has_bias ? BiasActShape{n, x.size(dim), x.stride(dim)} : BiasActShape{n, 1, n};
+}
+
+// out = the derivative-th derivative (0: the function itself) of bias_act, times grad.
+void run_kernel(const Tensor& x, const std::optional<Tensor>& b, const std::optional<Tensor>& grad, const Call& call,
+                int derivative, const Tensor& out) {
+  const BiasActShape shape = shape_of(x, b.has_value(), call.dim);
+  if (shape.n == 0) return;
+  dispatch_activation(call.act, [&](auto act) {
+    constexpr Activation kAct = decltype(act)::value;
+#ifdef WITH_CUDA
+    if (x.is_cuda()) {
+      const CudaLaunchScope scope(x);
+      dispatch_floating(x, [&](auto t) {
+        using T = decltype(t);
+        bias_act_cuda<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
+                               mutable_ptr<T>(out), shape, call.params, derivative, scope.stream());
+      });
+      return;
+    }
+#endif
+    dispatch_float_double(x, [&](auto t) {
+      using T = decltype(t);
+      bias_act_cpu<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
+                            mutable_ptr<T>(out), shape, call.params, derivative);
+    });
+  });
+}
+
+Tensor forward(Tensor x, std::optional<Tensor> b, int64_t dim, std::string act, double alpha, double gain,
+               std::optional<double> clamp) {
+  const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
+  const Tensor x_dense = dense(x);
+  Tensor out = torch::stable::empty_like(x_dense);
+  run_kernel(x_dense, contiguous_bias(b), std::nullopt, call, 0, out);
   return out;
 }
 
 // x made dense, and grad with x's strides (the kernels read grad in x's memory order).
-std::pair<at::Tensor, at::Tensor> dense_pair(const at::Tensor& x, const at::Tensor& grad) {
+std::pair<Tensor, Tensor> dense_pair(const Tensor& x, const Tensor& grad) {
   check_same_layout(x, "x", grad, "grad");
-  at::Tensor x_dense = dense(x);
-  at::Tensor grad_like_x = grad.strides() == x_dense.strides() ? grad : at::empty_like(x_dense).copy_(grad);
-  return {std::move(x_dense), std::move(grad_like_x)};
+  Tensor x_dense = dense(x);
+  bool same_strides = true;
+  for (int64_t d = 0; d < x.dim(); ++d) same_strides = same_strides && grad.stride(d) == x_dense.stride(d);
+  if (same_strides) return {x_dense, grad};
+  Tensor grad_like_x = torch::stable::empty_like(x_dense);
+  torch::stable::copy_(grad_like_x, grad);
+  return {x_dense, grad_like_x};
 }
 
 // grad times the derivative-th derivative of forward() with respect to x.
-template <Kernel kernel>
-at::Tensor derivative_op(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& b, int64_t dim,
-                         c10::string_view act, double alpha, double gain, std::optional<double> clamp,
-                         int64_t derivative) {
-  const BiasActParams params = check_inputs(x, b, dim, act, alpha, gain, clamp);
-  TORCH_CHECK(derivative == 1 || derivative == 2, "derivative must be 1 or 2, got ", std::to_string(derivative));
+Tensor derivative_op(Tensor grad, Tensor x, std::optional<Tensor> b, int64_t dim, std::string act, double alpha,
+                     double gain, std::optional<double> clamp, int64_t derivative) {
+  const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
+  JITOPS_CHECK(derivative == 1 || derivative == 2, "derivative must be 1 or 2, got ", std::to_string(derivative));
   const auto [x_dense, grad_like_x] = dense_pair(x, grad);
-  at::Tensor out = at::empty_like(x_dense);
-  kernel(x_dense, undefined_or_contiguous(b), grad_like_x, params, static_cast<int>(derivative), out);
+  Tensor out = torch::stable::empty_like(x_dense);
+  run_kernel(x_dense, contiguous_bias(b), grad_like_x, call, static_cast<int>(derivative), out);
   return out;
 }
 
-// Where a backend has no fused first-order backward.
-at::Tensor no_fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const BiasActParams&,
-                             at::Tensor&) {
-  return at::Tensor();
+// The bias gradient from CUDA's fused kernel (which also writes grad_x), or nothing where x's
+// layout has no fused kernel.
+std::optional<Tensor> fused_backward(const Tensor& x, const Tensor& b, const Tensor& grad, const Call& call,
+                                     const Tensor& grad_x) {
+#ifdef WITH_CUDA
+  if (!x.is_cuda()) return std::nullopt;
+  const CudaLaunchScope scope(x);
+  const BiasActShape shape = shape_of(x, true, call.dim);
+  return dispatch_floating(x, [&](auto t) -> std::optional<Tensor> {
+    using T = decltype(t);
+    const int64_t blocks = bias_act_fused_backward_blocks<T>(const_ptr<T>(x), const_ptr<T>(grad), const_ptr<T>(grad_x), shape);
+    if (blocks == 0) return std::nullopt;
+    const ScalarType sum_type = std::is_same_v<BiasSum<T>, double> ? ScalarType::Double : ScalarType::Float;
+    const std::vector<int64_t> partial_shape{shape.channels, blocks};
+    Tensor partial_sums = torch::stable::new_empty(x, partial_shape, sum_type);
+    dispatch_activation(call.act, [&](auto act) {
+      bias_act_fused_backward_cuda<decltype(act)::value, T>(const_ptr<T>(x), const_ptr<T>(b), const_ptr<T>(grad),
+                                                            mutable_ptr<T>(grad_x), mutable_ptr<BiasSum<T>>(partial_sums),
+                                                            blocks, shape, call.params, scope.stream());
+    });
+    const std::vector<int64_t> blocks_dim{1};
+    return torch::stable::to(torch::stable::sum(partial_sums, blocks_dim), x.scalar_type());
+  });
+#else
+  return std::nullopt;
+#endif
 }
 
 // The first-order gradients for x and b: the fused kernel where the backend and layout have one,
 // else the derivative kernel and a sum over every dimension but dim.
-template <Kernel kernel, FusedBackward fused>
-std::tuple<at::Tensor, at::Tensor> backward_op(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& b,
-                                               int64_t dim, c10::string_view act, double alpha, double gain,
-                                               std::optional<double> clamp) {
-  const BiasActParams params = check_inputs(x, b, dim, act, alpha, gain, clamp);
+std::tuple<Tensor, Tensor> backward_op(Tensor grad, Tensor x, Tensor b, int64_t dim, std::string act, double alpha,
+                                       double gain, std::optional<double> clamp) {
+  const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
   const auto [x_dense, grad_like_x] = dense_pair(x, grad);
-  const at::Tensor bias = b.contiguous();
-  at::Tensor grad_x = at::empty_like(x_dense);
-  at::Tensor grad_b = fused(x_dense, bias, grad_like_x, params, grad_x);
-  if (!grad_b.defined()) {
-    kernel(x_dense, bias, grad_like_x, params, 1, grad_x);
-    std::vector<int64_t> other_dims;
-    for (int64_t d = 0; d < x.dim(); ++d) {
-      if (d != params.dim) other_dims.push_back(d);
-    }
-    // Outputs must not alias each other: a 1-D x gets a copy.
-    grad_b = other_dims.empty() ? grad_x.clone() : grad_x.sum(other_dims);
+  const Tensor bias = torch::stable::contiguous(b);
+  Tensor grad_x = torch::stable::empty_like(x_dense);
+  if (std::optional<Tensor> grad_b = fused_backward(x_dense, bias, grad_like_x, call, grad_x)) {
+    return {grad_x, *grad_b};
   }
+  run_kernel(x_dense, bias, grad_like_x, call, 1, grad_x);
+  std::vector<int64_t> other_dims;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d != call.dim) other_dims.push_back(d);
+  }
+  // Outputs must not alias each other: a 1-D x gets a copy.
+  Tensor grad_b = other_dims.empty() ? torch::stable::clone(grad_x) : torch::stable::sum(grad_x, other_dims);
   return {grad_x, grad_b};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(jitops, m) {
-  m.def(
-      "bias_act(Tensor x, Tensor? b, int dim, str act, float alpha, float gain, float? clamp) -> Tensor");
+STABLE_TORCH_LIBRARY_FRAGMENT(jitops, m) {
+  m.def("bias_act(Tensor x, Tensor? b, int dim, str act, float alpha, float gain, float? clamp) -> Tensor");
   // grad * d^k(bias_act)/dx^k for k = derivative (1 or 2): the first and second order backward.
   m.def(
       "_bias_act_derivative(Tensor grad, Tensor x, Tensor? b, int dim, str act, float alpha, float gain, "
@@ -145,19 +203,18 @@ TORCH_LIBRARY_FRAGMENT(jitops, m) {
       "float? clamp) -> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(jitops, CPU, m) {
-  m.impl("bias_act", &forward<bias_act_cpu>);
-  m.impl("_bias_act_derivative", &derivative_op<bias_act_cpu>);
-  m.impl("_bias_act_backward", &backward_op<bias_act_cpu, no_fused_backward>);
+STABLE_TORCH_LIBRARY_IMPL(jitops, CPU, m) {
+  m.impl("bias_act", TORCH_BOX(&forward));
+  m.impl("_bias_act_derivative", TORCH_BOX(&derivative_op));
+  m.impl("_bias_act_backward", TORCH_BOX(&backward_op));
 }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
-  m.impl("bias_act", &forward<bias_act_cuda>);
-  m.impl("_bias_act_derivative", &derivative_op<bias_act_cuda>);
-  m.impl("_bias_act_backward", &backward_op<bias_act_cuda, bias_act_backward_cuda>);
+STABLE_TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
+  m.impl("bias_act", TORCH_BOX(&forward));
+  m.impl("_bias_act_derivative", TORCH_BOX(&derivative_op));
+  m.impl("_bias_act_backward", TORCH_BOX(&backward_op));
 }
 #endif
 
 }  // namespace jitops
-

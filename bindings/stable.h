@@ -157,7 +157,8 @@ T* mutable_ptr(const Tensor& x) {
 
 #ifdef WITH_CUDA
 // A CUDA kernel launches on x's device (made current for the call) and PyTorch's current stream.
-class CudaLaunchScope {
+// Hidden, like the stable API types it holds (this header is compiled into each op alone).
+class __attribute__((visibility("hidden"))) CudaLaunchScope {
  public:
   explicit CudaLaunchScope(const Tensor& x) : guard_(x.get_device_index()) {
     void* stream = nullptr;

@@ -4,15 +4,11 @@
 // and a contiguous bias along `dim`. The activations' math lives here, once, for both backends.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/macros/Macros.h>
-#include <c10/util/Exception.h>
-
 #include <cmath>
-#include <optional>
-#include <string>
+#include <cstdint>
 #include <type_traits>
 
+#include "common.h"
 #include "fast_math.h"
 
 namespace jitops {
@@ -21,32 +17,49 @@ namespace jitops {
 enum class Activation { kLinear, kRelu, kLrelu, kTanh, kSigmoid, kElu, kSelu, kSoftplus, kSwish };
 
 struct BiasActParams {
-  Activation act;
-  int64_t dim;                  // b runs along x's dimension dim
-  double alpha;                 // lrelu's negative slope (unused by the others)
-  double gain;                  // y = act(x + b) * gain
-  std::optional<double> clamp;  // then y is clamped to [-clamp, clamp]
+  double alpha;   // lrelu's negative slope (unused by the others)
+  double gain;    // y = act(x + b) * gain
+  double clamp;   // then, if clamped, y is clamped to [-clamp, clamp]
+  bool clamped;
+};
+
+// x's memory, in order, as [outer][channels][inner]: the bias runs along `channels`. NCHW with dim
+// 1 has inner = H * W; channels_last has inner = 1. Without a bias: channels = 1, inner = n.
+struct BiasActShape {
+  int64_t n, channels, inner;
 };
 
 // derivative = 0: out = y; 1: out = grad * dy/dx; 2: out = grad * d2y/dx2 (the clamp's mask is
-// taken from y, as the clamp's own gradient does). x and out: same shape and strides (dense);
-// b: [x.size(dim)] or undefined; grad: like x, or undefined when derivative == 0.
-void bias_act_cpu(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad, const BiasActParams& params,
-                  int derivative, at::Tensor& out);
-void bias_act_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad, const BiasActParams& params,
-                   int derivative, at::Tensor& out);
-// The first-order backward with a bias in one pass: grad_x as bias_act_cuda(derivative 1) writes it,
-// and the returned bias gradient, grad_x summed over all but dim. Where x's layout has no fused
-// kernel it writes nothing and returns an undefined tensor; the caller then does both in two passes.
-at::Tensor bias_act_backward_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad,
-                                  const BiasActParams& params, at::Tensor& grad_x);
+// taken from y, as the clamp's own gradient does). x, grad and out: n elements of x's memory
+// (dense); b: [channels] or nullptr; grad: nullptr when derivative == 0. T: float, double (CPU);
+// also Half, BFloat16 (CUDA).
+template <Activation kAct, typename T>
+void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape,
+                  const BiasActParams& params, int derivative);
+template <Activation kAct, typename T>
+void bias_act_cuda(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape,
+                   const BiasActParams& params, int derivative, CudaStream stream);
+
+// The first-order backward with a bias in one pass over memory (CUDA): grad_x as bias_act_cuda
+// (derivative 1) writes it, and, per channel c, partial_sums[c][0 .. blocks) whose sum is
+// grad_x summed over channel c. fused_backward_blocks says how many blocks per channel the
+// layout takes, or 0 where it has no such kernel (the caller then takes two passes).
+// partial_sums: float for float, Half and BFloat16; double for double.
+template <typename T>
+using BiasSum = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+int64_t bias_act_fused_backward_blocks(const T* x, const T* grad, const T* grad_x, const BiasActShape& shape);
+template <Activation kAct, typename T>
+void bias_act_fused_backward_cuda(const T* x, const T* b, const T* grad, T* grad_x, BiasSum<T>* partial_sums,
+                                  int64_t blocks, const BiasActShape& shape, const BiasActParams& params,
+                                  CudaStream stream);
 
 // act(x) and its first two derivatives, in acc_t.
 template <Activation kAct, typename acc_t>
 struct ActivationFn {
   acc_t value, first, second;
 
-  C10_HOST_DEVICE ActivationFn(acc_t x, acc_t alpha) {
+  JITOPS_HOST_DEVICE ActivationFn(acc_t x, acc_t alpha) {
     const acc_t zero(0), one(1);
     if constexpr (kAct == Activation::kLinear) {
       value = x, first = one, second = zero;
@@ -82,12 +95,12 @@ struct ActivationFn {
     }
   }
 
-  C10_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + fast::exp(-x)); }
+  JITOPS_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + fast::exp(-x)); }
 };
 
 // One element: y = clamp(act(x + b) * gain), or grad times its first or second derivative.
 template <Activation kAct, int kDerivative, typename acc_t>
-C10_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, acc_t alpha, acc_t gain, acc_t clamp,
+JITOPS_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, acc_t alpha, acc_t gain, acc_t clamp,
                                               bool clamped) {
   const ActivationFn<kAct, acc_t> f(x + b, alpha);
   const acc_t y = f.value * gain;
@@ -102,21 +115,13 @@ C10_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, acc_
   }
 }
 
-// Calls fn(activation, derivative) with both as std::integral_constant, so that each kernel is
-// compiled per activation and derivative order (flash-attention's BOOL_SWITCH, for an enum).
+// Calls fn(activation) with the activation as a std::integral_constant, so that each kernel is
+// compiled per activation (flash-attention's BOOL_SWITCH, for an enum).
 template <typename Fn>
-void dispatch_bias_act(Activation act, int derivative, Fn&& fn) {
-  const auto with_derivative = [&](auto act_constant) {
-    switch (derivative) {
-      case 0: return fn(act_constant, std::integral_constant<int, 0>{});
-      case 1: return fn(act_constant, std::integral_constant<int, 1>{});
-      case 2: return fn(act_constant, std::integral_constant<int, 2>{});
-      default: TORCH_CHECK(false, "bias_act: derivative must be 0, 1 or 2, got ", std::to_string(derivative));
-    }
-  };
+decltype(auto) dispatch_activation(Activation act, Fn&& fn) {
 #define JITOPS_ACTIVATION_CASE(name) \
   case Activation::name:              \
-    return with_derivative(std::integral_constant<Activation, Activation::name>{});
+    return fn(std::integral_constant<Activation, Activation::name>{});
   switch (act) {
     JITOPS_ACTIVATION_CASE(kLinear)
     JITOPS_ACTIVATION_CASE(kRelu)
@@ -129,6 +134,21 @@ void dispatch_bias_act(Activation act, int derivative, Fn&& fn) {
     JITOPS_ACTIVATION_CASE(kSwish)
   }
 #undef JITOPS_ACTIVATION_CASE
+  return fn(std::integral_constant<Activation, Activation::kLinear>{});  // unreachable: every enumerator has a case
 }
+
+// Calls fn(order) with the derivative order (0, 1 or 2) as a std::integral_constant.
+template <typename Fn>
+void dispatch_derivative(int derivative, Fn&& fn) {
+  switch (derivative) {
+    case 0: return fn(std::integral_constant<int, 0>{});
+    case 1: return fn(std::integral_constant<int, 1>{});
+    default: return fn(std::integral_constant<int, 2>{});  // the bindings allow 0, 1 and 2 only
+  }
+}
+
+// X(name) for every Activation: the kernel files' explicit instantiations.
+#define JITOPS_FOR_EACH_ACTIVATION(X) \
+  X(kLinear) X(kRelu) X(kLrelu) X(kTanh) X(kSigmoid) X(kElu) X(kSelu) X(kSoftplus) X(kSwish)
 
 }  // namespace jitops

@@ -57,6 +57,29 @@ struct AccTypeOf<__nv_bfloat16> {
 template <typename T>
 using acc_type = typename AccTypeOf<T>::type;
 
+// Conversions to and from acc_type, by name: torch's load() compiles with
+// __CUDA_NO_HALF_CONVERSIONS__ (and the bfloat16 one), which removes __half's conversion
+// operators. Rounding is to nearest even, as torch's own casts.
+template <typename T>
+__device__ __forceinline__ acc_type<T> to_acc(T x) {
+  return x;
+}
+__device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_acc(acc_type<T> x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
 // A failed CUDA call becomes an exception; the bindings' boxed kernels turn it into a Python
 // RuntimeError that names the call.
 inline void check_cuda(cudaError_t status, const char* what) {

@@ -8,7 +8,7 @@
 // and tanh. Device code and double use the C library, whose accuracy float64 gradchecks need.
 #pragma once
 
-#include <c10/macros/Macros.h>
+#include "common.h"
 
 #include <cmath>
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace jitops {
 namespace fast {
 
 template <typename To, typename From>
-C10_HOST_DEVICE inline To bit_cast(From from) {
+JITOPS_HOST_DEVICE inline To bit_cast(From from) {
   static_assert(sizeof(To) == sizeof(From), "bit_cast between types of one size");
   To to;
   std::memcpy(&to, &from, sizeof(to));
@@ -46,32 +46,32 @@ inline float host_exp(float x) {
 }
 #endif
 
-C10_HOST_DEVICE inline float exp(float x) {
+JITOPS_HOST_DEVICE inline float exp(float x) {
 #ifdef __CUDA_ARCH__
   return ::expf(x);
 #else
   return host_exp(x);
 #endif
 }
-C10_HOST_DEVICE inline double exp(double x) { return std::exp(x); }
+JITOPS_HOST_DEVICE inline double exp(double x) { return std::exp(x); }
 
-C10_HOST_DEVICE inline float expm1(float x) {
+JITOPS_HOST_DEVICE inline float expm1(float x) {
 #ifdef __CUDA_ARCH__
   return ::expm1f(x);
 #else
   return host_exp(x) - 1.0f;
 #endif
 }
-C10_HOST_DEVICE inline double expm1(double x) { return std::expm1(x); }
+JITOPS_HOST_DEVICE inline double expm1(double x) { return std::expm1(x); }
 
-C10_HOST_DEVICE inline float tanh(float x) {
+JITOPS_HOST_DEVICE inline float tanh(float x) {
 #ifdef __CUDA_ARCH__
   return ::tanhf(x);
 #else
   return 1.0f - 2.0f / (host_exp(2.0f * x) + 1.0f);
 #endif
 }
-C10_HOST_DEVICE inline double tanh(double x) { return std::tanh(x); }
+JITOPS_HOST_DEVICE inline double tanh(double x) { return std::tanh(x); }
 
 }  // namespace fast
 }  // namespace jitops

@@ -10,8 +10,7 @@ constexpr int kThreads = 256;
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t add(scalar_t x, scalar_t y) {
   // Half and bfloat16 add in float, as torch.add does.
-  using acc_t = acc_type<scalar_t>;
-  return static_cast<scalar_t>(static_cast<acc_t>(x) + static_cast<acc_t>(y));
+  return from_acc<scalar_t>(to_acc(x) + to_acc(y));
 }
 
 // Every pointer is 16-byte aligned: the first n_vec * Vec::size elements move as 16-byte vectors,

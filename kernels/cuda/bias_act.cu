@@ -4,18 +4,20 @@
 // vector, then a cursor steps through the vector's elements (a 64-bit division per element cost
 // a quarter of the bandwidth on an H100). The first-order backward with a bias has a second
 // kernel that also sums grad_x per channel, so that the bias gradient costs no second pass.
-#include "../bias_act.h"
-
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
+//
+// About 250 kernels (activations x derivative orders x dtypes x vector widths): the loader
+// compiles this file as nine units in parallel, each instantiating one activation's kernels.
+// jitops: cuda-shards 9
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
 
+#include "../bias_act.h"
 #include "../cuda_helpers.cuh"
+
+#ifndef JITOPS_SHARD  // compiled as one unit
+#define JITOPS_SHARD 0
+#define JITOPS_SHARD_COUNT 1
+#endif
 
 namespace jitops {
 namespace {
@@ -62,9 +64,9 @@ struct Scalars {
 // One output element from x, its bias b and (for a derivative) grad, as loaded.
 template <Activation kAct, int kDerivative, typename scalar_t, typename acc_t>
 __device__ scalar_t bias_act_one(scalar_t x, acc_t b, scalar_t grad, const Scalars<acc_t>& s) {
-  const acc_t g = kDerivative > 0 ? static_cast<acc_t>(grad) : acc_t(0);
-  return static_cast<scalar_t>(
-      bias_act_element<kAct, kDerivative, acc_t>(static_cast<acc_t>(x), b, g, s.alpha, s.gain, s.clamp, s.clamped));
+  const acc_t g = kDerivative > 0 ? to_acc(grad) : acc_t(0);
+  return from_acc<scalar_t>(
+      bias_act_element<kAct, kDerivative, acc_t>(to_acc(x), b, g, s.alpha, s.gain, s.clamp, s.clamped));
 }
 
 // The kVec results of one vector: x (and, for a derivative, grad) as loaded, starting at element i.
@@ -81,13 +83,13 @@ __device__ Vec<scalar_t, kVec> bias_act_vector(const Vec<scalar_t, kVec>& xv, co
   ChannelCursor cursor(i, layout);
   if (cursor.offset + kVec <= layout.inner) {
     // The whole vector in one channel (NCHW): one bias load.
-    const acc_t b = static_cast<acc_t>(bias[cursor.channel]);
+    const acc_t b = to_acc(bias[cursor.channel]);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) result.v[e] = bias_act_one<kAct, kDerivative>(xv.v[e], b, gv.v[e], s);
   } else {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      result.v[e] = bias_act_one<kAct, kDerivative>(xv.v[e], static_cast<acc_t>(bias[cursor.channel]), gv.v[e], s);
+      result.v[e] = bias_act_one<kAct, kDerivative>(xv.v[e], to_acc(bias[cursor.channel]), gv.v[e], s);
       cursor.advance(layout);
     }
   }
@@ -100,7 +102,7 @@ __device__ Vec<scalar_t, kVec> bias_act_vector(const Vec<scalar_t, kVec>& xv, co
 template <Activation kAct, int kDerivative, int kVec, typename scalar_t>
 __global__ void bias_act_kernel(const scalar_t* __restrict x, const scalar_t* __restrict bias,
                                 const scalar_t* __restrict grad, scalar_t* __restrict out, Layout layout,
-                                Scalars<at::opmath_type<scalar_t>> s) {
+                                Scalars<acc_type<scalar_t>> s) {
   using V = Vec<scalar_t, kVec>;
   const int64_t n_vec = layout.n / kVec;
   const int64_t step = static_cast<int64_t>(blockDim.x) * kUnroll;
@@ -135,12 +137,12 @@ struct ChannelRuns {
 template <Activation kAct, int kVec, typename scalar_t>
 __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const scalar_t* __restrict bias,
                                          const scalar_t* __restrict grad, scalar_t* __restrict grad_x,
-                                         at::opmath_type<scalar_t>* __restrict partial_sums, ChannelRuns runs,
-                                         Scalars<at::opmath_type<scalar_t>> s) {
-  using acc_t = at::opmath_type<scalar_t>;
+                                         acc_type<scalar_t>* __restrict partial_sums, ChannelRuns runs,
+                                         Scalars<acc_type<scalar_t>> s) {
+  using acc_t = acc_type<scalar_t>;
   using V = Vec<scalar_t, kVec>;
   const int64_t channel = blockIdx.y;
-  const acc_t b = static_cast<acc_t>(bias[channel]);
+  const acc_t b = to_acc(bias[channel]);
   const int64_t per_channel = runs.outer * runs.inner_vec;
   // Vector j of this channel, as a vector index into x.
   const auto vector_index = [&](int64_t j) {
@@ -169,7 +171,7 @@ __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const sca
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         result.v[e] = bias_act_one<kAct, 1>(xv[u].v[e], b, gv[u].v[e], s);
-        sum += static_cast<acc_t>(result.v[e]);  // the stored values, as grad_x.sum() would see them
+        sum += to_acc(result.v[e]);  // the stored values, as grad_x.sum() would see them
       }
       reinterpret_cast<V*>(grad_x)[index[u]] = result;
     }
@@ -181,9 +183,9 @@ __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const sca
 }
 
 template <typename scalar_t>
-Scalars<at::opmath_type<scalar_t>> scalars(const BiasActParams& params) {
-  using acc_t = at::opmath_type<scalar_t>;
-  return {acc_t(params.alpha), acc_t(params.gain), acc_t(params.clamp.value_or(0.0)), params.clamp.has_value()};
+Scalars<acc_type<scalar_t>> scalars(const BiasActParams& params) {
+  using acc_t = acc_type<scalar_t>;
+  return {acc_t(params.alpha), acc_t(params.gain), acc_t(params.clamp), params.clamped};
 }
 
 constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
@@ -198,75 +200,109 @@ inline int64_t blocks_for(int64_t vectors) {
 
 }  // namespace
 
-void bias_act_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad, const BiasActParams& params,
-                   int derivative, at::Tensor& out) {
-  JITOPS_CHECK_CUDA(x);
-  const int64_t n = x.numel();
+template <Activation kAct, typename T>
+void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
+                   const BiasActParams& params, int derivative, CudaStream stream) {
+  using scalar_t = CudaType<T>;
+  const int64_t n = shape.n;
   if (n == 0) return;
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  // Without a bias every element is in one channel.
-  const Layout layout{n, b.defined() ? x.stride(params.dim) : n, b.defined() ? x.size(params.dim) : 1,
-                      n < (int64_t{1} << 32)};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "bias_act_cuda", [&] {
-    const scalar_t* x_p = x.const_data_ptr<scalar_t>();
-    const scalar_t* b_p = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
-    const scalar_t* g_p = grad.defined() ? grad.const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* out_p = out.mutable_data_ptr<scalar_t>();
-    constexpr int kMaxVec = max_vec_size<scalar_t>();
-    const bool vectorized =
-        n % kMaxVec == 0 && is_aligned(x_p) && is_aligned(out_p) && (g_p == nullptr || is_aligned(g_p));
-    dispatch_bias_act(params.act, derivative, [&](auto act, auto order) {
-      constexpr Activation kAct = decltype(act)::value;
-      constexpr int kOrder = decltype(order)::value;
-      const auto launch = [&](auto vec) {
-        constexpr int kVec = decltype(vec)::value;
-        const int64_t blocks = blocks_for(n / kVec);
-        bias_act_kernel<kAct, kOrder, kVec, scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-            x_p, b_p, g_p, out_p, layout, scalars<scalar_t>(params));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (vectorized) {
-        launch(std::integral_constant<int, kMaxVec>{});
-      } else {
-        launch(std::integral_constant<int, 1>{});
-      }
-    });
+  const scalar_t* x = cuda_ptr(x_t);
+  const scalar_t* b = cuda_ptr(b_t);
+  const scalar_t* grad = cuda_ptr(grad_t);
+  scalar_t* out = cuda_ptr(out_t);
+  const Layout layout{n, shape.inner, shape.channels, n < (int64_t{1} << 32)};
+  constexpr int kMaxVec = max_vec_size<scalar_t>();
+  const bool vectorized = n % kMaxVec == 0 && is_aligned(x) && is_aligned(out) && (grad == nullptr || is_aligned(grad));
+  dispatch_derivative(derivative, [&](auto order) {
+    constexpr int kOrder = decltype(order)::value;
+    const auto launch = [&](auto vec) {
+      constexpr int kVec = decltype(vec)::value;
+      const int64_t blocks = blocks_for(n / kVec);
+      bias_act_kernel<kAct, kOrder, kVec, scalar_t>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, b, grad, out, layout, scalars<scalar_t>(params));
+      JITOPS_CHECK_LAUNCH();
+    };
+    if (vectorized) {
+      launch(std::integral_constant<int, kMaxVec>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
 }
 
-at::Tensor bias_act_backward_cuda(const at::Tensor& x, const at::Tensor& b, const at::Tensor& grad,
-                                  const BiasActParams& params, at::Tensor& grad_x) {
-  JITOPS_CHECK_CUDA(x);
-  const int64_t n = x.numel(), channels = x.size(params.dim), inner = x.stride(params.dim);
-  at::Tensor grad_b;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "bias_act_backward_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    constexpr int kVec = max_vec_size<scalar_t>();
-    const scalar_t* x_p = x.const_data_ptr<scalar_t>();
-    const scalar_t* g_p = grad.const_data_ptr<scalar_t>();
-    scalar_t* out_p = grad_x.mutable_data_ptr<scalar_t>();
-    // Runs of at least a warp's worth of vectors keep the loads coalesced; anything else (such as
-    // channels_last, inner == 1) takes the unfused path.
-    const bool fusable = n > 0 && inner % kVec == 0 && inner / kVec >= 32 && channels <= kMaxGridY &&
-                         is_aligned(x_p) && is_aligned(g_p) && is_aligned(out_p);
-    if (!fusable) return;
-    const ChannelRuns runs{n / (channels * inner), channels, inner / kVec,
-                           n / (channels * kVec) < (int64_t{1} << 32)};
-    const c10::cuda::CUDAGuard device_guard(x.device());
-    const int64_t blocks_per_channel = blocks_for(runs.outer * runs.inner_vec);
-    const dim3 grid(static_cast<unsigned>(blocks_per_channel), static_cast<unsigned>(channels));
-    at::Tensor partial_sums = at::empty({channels, blocks_per_channel}, x.options().dtype(at::toOpMathType(x.scalar_type())));
-    dispatch_bias_act(params.act, 1, [&](auto act, auto) {
-      bias_act_backward_kernel<decltype(act)::value, kVec, scalar_t>
-          <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-              x_p, b.const_data_ptr<scalar_t>(), g_p, out_p, partial_sums.mutable_data_ptr<acc_t>(), runs,
-              scalars<scalar_t>(params));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-    grad_b = partial_sums.sum(1).to(x.scalar_type());
-  });
-  return grad_b;
+#if JITOPS_SHARD == 0
+template <typename T>
+int64_t bias_act_fused_backward_blocks(const T* x, const T* grad, const T* grad_x, const BiasActShape& shape) {
+  constexpr int kVec = max_vec_size<CudaType<T>>();
+  const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
+  // Runs of at least a warp's worth of vectors keep the loads coalesced; anything else (such as
+  // channels_last, inner == 1) takes the unfused path.
+  const bool fusable = n > 0 && inner % kVec == 0 && inner / kVec >= 32 && channels <= kMaxGridY && is_aligned(x) &&
+                       is_aligned(grad) && is_aligned(grad_x);
+  return fusable ? blocks_for(n / channels / kVec) : 0;
 }
+
+template int64_t bias_act_fused_backward_blocks<float>(const float*, const float*, const float*, const BiasActShape&);
+template int64_t bias_act_fused_backward_blocks<double>(const double*, const double*, const double*,
+                                                        const BiasActShape&);
+template int64_t bias_act_fused_backward_blocks<Half>(const Half*, const Half*, const Half*, const BiasActShape&);
+template int64_t bias_act_fused_backward_blocks<BFloat16>(const BFloat16*, const BFloat16*, const BFloat16*,
+                                                          const BiasActShape&);
+#endif
+
+template <Activation kAct, typename T>
+void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T* grad_x_t, BiasSum<T>* partial_sums,
+                                  int64_t blocks, const BiasActShape& shape, const BiasActParams& params,
+                                  CudaStream stream) {
+  using scalar_t = CudaType<T>;
+  static_assert(std::is_same_v<acc_type<scalar_t>, BiasSum<T>>, "partial sums are in the kernels' acc type");
+  constexpr int kVec = max_vec_size<scalar_t>();
+  const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
+  const ChannelRuns runs{n / (channels * inner), channels, inner / kVec, n / (channels * kVec) < (int64_t{1} << 32)};
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(channels));
+  bias_act_backward_kernel<kAct, kVec, scalar_t><<<grid, kThreads, 0, stream>>>(
+      cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(grad_x_t), partial_sums, runs, scalars<scalar_t>(params));
+  JITOPS_CHECK_LAUNCH();
+}
+
+// This unit's share of the activations (all of them when compiled as one unit).
+#define JITOPS_INSTANTIATE_FOR(act, T)                                                                              \
+  template void bias_act_cuda<Activation::act, T>(const T*, const T*, const T*, T*, const BiasActShape&,          \
+                                                  const BiasActParams&, int, CudaStream);                        \
+  template void bias_act_fused_backward_cuda<Activation::act, T>(const T*, const T*, const T*, T*, BiasSum<T>*, \
+                                                                 int64_t, const BiasActShape&,                  \
+                                                                 const BiasActParams&, CudaStream);
+#define JITOPS_INSTANTIATE(act)                                                  \
+  JITOPS_INSTANTIATE_FOR(act, float) JITOPS_INSTANTIATE_FOR(act, double) \
+  JITOPS_INSTANTIATE_FOR(act, Half) JITOPS_INSTANTIATE_FOR(act, BFloat16)
+#if 0 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kLinear)
+#endif
+#if 1 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kRelu)
+#endif
+#if 2 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kLrelu)
+#endif
+#if 3 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kTanh)
+#endif
+#if 4 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSigmoid)
+#endif
+#if 5 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kElu)
+#endif
+#if 6 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSelu)
+#endif
+#if 7 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSoftplus)
+#endif
+#if 8 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSwish)
+#endif
+#undef JITOPS_INSTANTIATE
+#undef JITOPS_INSTANTIATE_FOR
 
 }  // namespace jitops
