@@ -34,17 +34,17 @@ void add2_contiguous(const Tensor& a, const Tensor& b, const Tensor& out) {
 // The kernels take contiguous tensors; views are compacted here, once, for every backend.
 Tensor add2(Tensor a, Tensor b) {
   check_add2_inputs(a, b);
-  const Tensor a_c = torch::stable::contiguous(a);
+  const Tensor a_c = as_contiguous(a);
   Tensor out = torch::stable::empty_like(a_c);
-  add2_contiguous(a_c, torch::stable::contiguous(b), out);
+  add2_contiguous(a_c, as_contiguous(b), out);
   return out;
 }
 
 void add2_out(Tensor a, Tensor b, Tensor out) {
   check_add2_inputs(a, b);
   check_same_layout(a, "a", out, "out");
-  const Tensor a_c = torch::stable::contiguous(a);
-  const Tensor b_c = torch::stable::contiguous(b);
+  const Tensor a_c = as_contiguous(a);
+  const Tensor b_c = as_contiguous(b);
   if (out.is_contiguous()) {
     add2_contiguous(a_c, b_c, out);
   } else {

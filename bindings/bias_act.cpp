@@ -73,7 +73,7 @@ Tensor dense(const Tensor& x) {
 }
 
 std::optional<Tensor> contiguous_bias(const std::optional<Tensor>& b) {
-  return b ? std::optional<Tensor>(torch::stable::contiguous(*b)) : std::nullopt;
+  return b ? std::optional<Tensor>(as_contiguous(*b)) : std::nullopt;
 }
 
 // x's memory as [outer][channels][inner] for the bias along dim (x dense).
@@ -174,7 +174,7 @@ std::tuple<Tensor, Tensor> backward_op(Tensor grad, Tensor x, Tensor b, int64_t 
                                        double gain, std::optional<double> clamp) {
   const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
   const auto [x_dense, grad_like_x] = dense_pair(x, grad);
-  const Tensor bias = torch::stable::contiguous(b);
+  const Tensor bias = as_contiguous(b);
   Tensor grad_x = torch::stable::empty_like(x_dense);
   if (std::optional<Tensor> grad_b = fused_backward(x_dense, bias, grad_like_x, call, grad_x)) {
     return {grad_x, *grad_b};

@@ -125,6 +125,10 @@ inline bool is_dense(const Tensor& x) {
   return true;
 }
 
+// x itself when it is contiguous: torch::stable::contiguous always goes through the dispatcher,
+// which costs a small op's call a good part of its time.
+inline Tensor as_contiguous(const Tensor& x) { return x.is_contiguous() ? x : torch::stable::contiguous(x); }
+
 // fn(T{}) with T the storage type of x's dtype (common.h): the kernels are templates on it. CPU
 // kernels exist for float and double, CUDA kernels for the 16-bit types too; check_floating has
 // already refused anything else.

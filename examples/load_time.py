@@ -1,12 +1,22 @@
 # SPDX-License-Identifier: MIT
-"""Cold build and warm load of add2: jitops against a plain torch.utils.cpp_extension.load().
+"""The loader's own speed, per op: jitops against a plain torch.utils.cpp_extension.load() of the
+same sources and a bare dlopen of the built library; and each op's per-call overhead.
 
-    python examples/load_time.py [--repeats 7] [--json results.json]
+    python examples/load_time.py [--ops add2,bias_act] [--repeats 7] [--json results.json]
 
-Every measurement runs in a fresh process with its own empty cache/build directory; the clock
-starts after `import torch` (and CUDA initialisation where there is a GPU: a CUDA user pays that
-anyway) and stops when the op can be called; a correctness check follows, outside the clock. The warm figure is the median over --repeats new
-processes; each also counts the processes it spawned (a warm jitops load must spawn none).
+Every load is timed in a fresh process, with its own empty cache or build directory for a cold
+build. The clock starts after `import torch` (and CUDA initialisation where there is a GPU: a CUDA
+user pays that anyway) and stops when the op can be called. Warm figures are the median over
+--repeats new processes (--baseline-repeats for plain load(), whose warm figure is tens of
+milliseconds); each also counts the processes it spawned and the file locks it took (a
+warm jitops load must take neither). Rows:
+  jitops        `import jitops`, then the op's first use (jitops.ops.require), or load_all()
+  plain load()  load() of the op's own kernel and binding files (one unit each), as a user
+                without jitops would call it; warm = load() again in a new process
+  dlopen        torch.ops.load_library of the library jitops built: the floor for any loader
+  tutorial      the extension tutorials' add2 (torch/extension.h, pybind11) with plain load()
+Per call (CPU tensors of 16 elements, one thread): jitops.add2 against torch.add, and
+jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
 """
 
 import argparse
@@ -18,75 +28,187 @@ import sys
 import tempfile
 from pathlib import Path
 
-BASELINE = Path(__file__).parent / "baseline_add2"
+HERE = Path(__file__).resolve().parent
 
+# Runs first in every child: CUDA up, spawn and lock counters on, then the clock.
 CHILD_PRELUDE = """
 import json, sys, time, torch
 if torch.cuda.is_available():
     torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
-SPAWNED = []
+SPAWNED, LOCKS = [], []
 sys.addaudithook(lambda event, args: event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.system") and SPAWNED.append(event))
-started = time.perf_counter()
+import filelock
+_acquire = filelock.BaseFileLock.acquire
+def _counting_acquire(self, *args, **kwargs):
+    LOCKS.append(self.lock_file)
+    return _acquire(self, *args, **kwargs)
+filelock.BaseFileLock.acquire = _counting_acquire
+def report(seconds, **extra):
+    print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED), "locks": len(LOCKS), **extra}))
 """
 
 JITOPS_CHILD = CHILD_PRELUDE + """
+ops = sys.argv[1].split(",")
+started = time.perf_counter()
 import jitops, jitops.ops
-jitops.ops.require("add2")
+if len(ops) > 1:
+    jitops.load_all(ops)
+else:
+    jitops.ops.require(ops[0])
 seconds = time.perf_counter() - started
-a = torch.randn(1000, device="cuda" if torch.cuda.is_available() else "cpu")
-torch.testing.assert_close(jitops.add2(a, a), a + a)
-print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED)}))
+from jitops import _build
+report(seconds, libraries={op: str(_build.load_op(op).library) for op in ops})
 """
 
-BASELINE_CHILD = CHILD_PRELUDE + """
+# The op's kernel and binding files, given to load() under names of their own (they share a file
+# stem, and load() names object files after it), with the flags jitops uses.
+PLAIN_CHILD = CHILD_PRELUDE + """
+op, build = sys.argv[1], sys.argv[2]
+from pathlib import Path
+from jitops import _build
+from torch.utils.cpp_extension import load
+sources = _build.OpSources(op)
+cuda = _build.plan_cuda()
+with_cuda = cuda.enabled and sources.cuda.is_file()
+components = _build.key_components(sources, _build.find_cxx(), cuda if with_cuda else _build.CudaPlan(False, None, None, ""))
+units = [(sources.cpu, "cpu.cpp"), (sources.binding, "bindings.cpp")] + ([(sources.cuda, "cuda.cu")] if with_cuda else [])
+wrappers = []
+for original, name in units:
+    wrapper = Path(build) / f"{op}_{name}"
+    if not wrapper.exists():
+        wrapper.write_text(f'#include "{original}"\\n')
+    wrappers.append(str(wrapper))
+started = time.perf_counter()
+load(f"plain_{op}", wrappers, extra_cflags=components["cflags"], extra_cuda_cflags=components["cuda_cflags"],
+     extra_ldflags=components["ldflags"], build_directory=build, with_cuda=with_cuda, is_python_module=False)
+report(time.perf_counter() - started)
+"""
+
+DLOPEN_CHILD = CHILD_PRELUDE + """
+started = time.perf_counter()
+torch.ops.load_library(sys.argv[1])
+report(time.perf_counter() - started)
+"""
+
+TUTORIAL_CHILD = CHILD_PRELUDE + """
 from torch.utils.cpp_extension import load
 cuda = torch.cuda.is_available()
 sources = [sys.argv[2] + "/add2.cpp", sys.argv[2] + ("/add2_kernel.cu" if cuda else "/add2_cpu.cpp")]
+started = time.perf_counter()
 ext = load("baseline_add2", sources, extra_cflags=["-O3"], build_directory=sys.argv[1])
-seconds = time.perf_counter() - started
-a = torch.randn(1000, device="cuda" if cuda else "cpu")
-out = torch.empty_like(a)
-ext.add2(out, a, a)
-torch.testing.assert_close(out, a + a)
-print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED)}))
+report(time.perf_counter() - started)
+"""
+
+PER_CALL_CHILD = """
+import json, math, timeit, torch, jitops
+torch.set_num_threads(1)
+def us(fn, number=20000):
+    fn()
+    return min(timeit.repeat(fn, number=number, repeat=7)) / number * 1e6
+a, b = torch.randn(16), torch.randn(16)
+x, bias = torch.randn(2, 8, 4, 4, requires_grad=True), torch.randn(8, requires_grad=True)
+gain = math.sqrt(2)
+rows = {
+    "add2": (us(lambda: jitops.add2(a, b)), us(lambda: torch.add(a, b)), "torch.add"),
+    "bias_act (requires grad)": (
+        us(lambda: jitops.bias_act(x, bias, act="lrelu"), 5000),
+        us(lambda: torch.nn.functional.leaky_relu(x + bias.reshape(1, -1, 1, 1), 0.2) * gain, 5000),
+        "eager lrelu(x + b) * gain",
+    ),
+}
+print(json.dumps(rows))
 """
 
 
+def child_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("JITOPS_CACHE_DIR", "JITOPS_VERBOSE", "PYTHONDONTWRITEBYTECODE")}
+    # The child imports this checkout's jitops, installed or not.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+    return {**env, **extra}
+
+
 def run_child(code: str, args: list[str], env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"measurement failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def measure(code: str, args: list[str], env: dict, repeats: int) -> dict:
+def cold_and_warm(code: str, args: list[str], env: dict, repeats: int) -> dict:
+    """One cold run, then `repeats` warm ones in new processes."""
     cold = run_child(code, args, env)
     warm = [run_child(code, args, env) for _ in range(repeats)]
     return {
         "cold_s": cold["seconds"],
         "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
         "warm_spawned": max(w["spawned"] for w in warm),
+        "warm_locks": max(w["locks"] for w in warm),
+        "libraries": cold.get("libraries", {}),
     }
+
+
+def warm_only(code: str, args: list[str], env: dict, repeats: int) -> dict:
+    warm = [run_child(code, args, env) for _ in range(repeats)]
+    return {"warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3, "warm_spawned": max(w["spawned"] for w in warm)}
+
+
+def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> dict:
+    results = {"ops": {}}
+    for op in ops:
+        jit = cold_and_warm(JITOPS_CHILD, [op], child_env(JITOPS_CACHE_DIR=str(tmp / f"cache-{op}")), repeats)
+        build = tmp / f"plain-{op}"
+        build.mkdir()
+        plain = cold_and_warm(PLAIN_CHILD, [op, str(build)], child_env(), baseline_repeats)
+        dlopen = warm_only(DLOPEN_CHILD, [jit["libraries"][op]], child_env(), repeats)
+        results["ops"][op] = {"jitops": jit, "plain load()": plain, "dlopen": dlopen}
+        print(f"  {op}: jitops cold {jit['cold_s']:.1f} s, warm {jit['warm_ms']:.2f} ms", file=sys.stderr, flush=True)
+    if len(ops) > 1:
+        results["load_all"] = cold_and_warm(JITOPS_CHILD, [",".join(ops)], child_env(JITOPS_CACHE_DIR=str(tmp / "cache-all")), repeats)
+    if "add2" in ops:
+        build = tmp / "tutorial"
+        build.mkdir()
+        results["tutorial add2"] = cold_and_warm(
+            TUTORIAL_CHILD, [str(build), str(HERE / "baseline_add2")], child_env(), baseline_repeats
+        )
+        results["per_call_us"] = run_child(PER_CALL_CHILD, [], child_env(JITOPS_CACHE_DIR=str(tmp / "cache-all")))
+    return results
+
+
+def print_tables(results: dict) -> None:
+    print(f"{'op':<24}{'jitops cold s':>14}{'plain cold s':>13}{'jitops warm ms':>16}{'plain warm ms':>15}"
+          f"{'dlopen ms':>11}{'warm / plain':>14}{'warm / dlopen':>15}{'spawns':>8}{'locks':>7}")
+    for op, r in results["ops"].items():
+        jit, plain, dlopen = r["jitops"], r["plain load()"], r["dlopen"]
+        print(f"{op:<24}{jit['cold_s']:>14.2f}{plain['cold_s']:>13.2f}{jit['warm_ms']:>16.2f}{plain['warm_ms']:>15.2f}"
+              f"{dlopen['warm_ms']:>11.2f}{jit['warm_ms'] / plain['warm_ms']:>13.3f}x{jit['warm_ms'] / dlopen['warm_ms']:>14.2f}x"
+              f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}")
+    if "load_all" in results:
+        r = results["load_all"]
+        print(f"{'all (load_all)':<24}{r['cold_s']:>14.2f}{'':>13}{r['warm_ms']:>16.2f}{'':>15}{'':>11}{'':>14}{'':>15}"
+              f"{r['warm_spawned']:>8}{r['warm_locks']:>7}")
+    if "tutorial add2" in results:
+        r = results["tutorial add2"]
+        print(f"{'tutorial add2, load()':<24}{'':>14}{r['cold_s']:>13.2f}{'':>16}{r['warm_ms']:>15.2f}")
+    if "per_call_us" in results:
+        print(f"\n{'per call (CPU, 1 thread)':<28}{'jitops us':>10}{'baseline us':>13}{'ratio':>8}  baseline")
+        for name, (jit, base, what) in results["per_call_us"].items():
+            print(f"{name:<28}{jit:>10.2f}{base:>13.2f}{jit / base:>7.2f}x  {what}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--ops", help="comma-separated ops (default: all)")
+    parser.add_argument("--repeats", type=int, default=7, help="new processes per warm jitops or dlopen figure")
+    parser.add_argument("--baseline-repeats", type=int, default=3, help="new processes per warm plain load() figure")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if k not in ("JITOPS_CACHE_DIR", "JITOPS_VERBOSE")}
+    sys.path.insert(0, str(HERE.parent))
+    import jitops
+
+    ops = args.ops.split(",") if args.ops else jitops.available_ops()
     with tempfile.TemporaryDirectory(prefix="jitops-load-time-") as tmp:
-        jitops_env = {**env, "JITOPS_CACHE_DIR": f"{tmp}/jitops-cache"}
-        os.mkdir(f"{tmp}/baseline-build")  # load() expects its build_directory to exist
-        results = {
-            "jitops": measure(JITOPS_CHILD, [], jitops_env, args.repeats),
-            "plain load()": measure(BASELINE_CHILD, [f"{tmp}/baseline-build", str(BASELINE)], env, args.repeats),
-        }
-    jit, base = results["jitops"], results["plain load()"]
-    print(f"{'loader':<14}{'cold build s':>14}{'warm load ms':>14}{'warm spawns':>13}")
-    for name, r in results.items():
-        print(f"{name:<14}{r['cold_s']:>14.2f}{r['warm_ms']:>14.2f}{r['warm_spawned']:>13}")
-    print(f"jitops/plain: cold {jit['cold_s'] / base['cold_s']:.2f}x, warm {jit['warm_ms'] / base['warm_ms']:.3f}x")
+        results = measure(ops, args.repeats, args.baseline_repeats, Path(tmp))
+    print_tables(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

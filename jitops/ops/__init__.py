@@ -31,10 +31,15 @@ def register_fake(op: str, fake_kernel) -> None:
     _library.impl(op, fake_kernel, "Meta")
 
 
+_without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
+
+
 def require(op: str) -> bool:
     """Load op's extension and its Python-side registrations, once per process."""
     if op not in _ready:
-        load_op(op)
+        loaded = load_op(op)
+        if not loaded.with_cuda:
+            _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.
         with _register_lock:
             if op not in _ready:
@@ -51,12 +56,56 @@ def require(op: str) -> bool:
 require._dynamo_marked_constant = True
 
 
+# A small op's call must cost about what an eager torch op costs (DESIGN.md: tiny tensors are never
+# slower through jitops). torch.library's autograd kernel is Python that the dispatcher calls on
+# every call, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take
+# the cheapest correct road (call_op): below the autograd layer when nothing needs a gradient
+# (what that kernel itself would do), else through a plain autograd.Function with the op's own
+# registered formula (eager_autograd). torch.compile traces the registered op as it is. The guard
+# is a private torch API; where it is missing, every call takes the registered road.
+_below_autograd = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+
+
+def eager_autograd(op, backward, setup_context=None) -> type[torch.autograd.Function]:
+    """An autograd.Function running op below the autograd layer, with the formula given to
+    torch.library.register_autograd for it (the same backward and setup_context functions).
+
+    Written in the classic style (forward takes ctx and calls setup_context itself): a Function
+    that defines setup_context binds its arguments with inspect.signature on every call, which
+    doubled a small op's cost."""
+
+    class OpFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            with _below_autograd():
+                output = op(*args)
+            if setup_context is not None:
+                setup_context(ctx, args, output)
+            return output
+
+    OpFunction.backward = staticmethod(backward)
+    return OpFunction
+
+
+def call_op(op, function: type[torch.autograd.Function] | None, *args):
+    """op(*args) in eager mode without torch.library's per-call Python autograd kernel (see above).
+    function: op's eager_autograd, used when an argument needs a gradient."""
+    if _below_autograd is None or torch.compiler.is_compiling():
+        return op(*args)
+    if torch.is_grad_enabled():
+        for arg in args:
+            if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                return function.apply(*args) if function is not None else op(*args)
+    with _below_autograd():
+        return op(*args)
+
+
 def check_backend(op: str, *tensors: torch.Tensor) -> None:
-    """A CUDA tensor reaching a CPU-only build gets the reason, not a dispatcher error."""
-    loaded = load_op(op)
-    if not loaded.with_cuda and any(t.is_cuda for t in tensors):
+    """A CUDA tensor reaching a CPU-only build gets the reason, not a dispatcher error. (After
+    require(op): a dict lookup per call where the build has CUDA kernels.)"""
+    if op in _without_cuda and any(t.is_cuda for t in tensors):
         raise RuntimeError(
-            f"jitops.{op} was built without CUDA kernels ({loaded.cuda_reason or 'built for CPU only'}), "
+            f"jitops.{op} was built without CUDA kernels ({_without_cuda[op]}), "
             "so it cannot take CUDA tensors; fix that and the next call builds a CUDA-enabled entry in a new process"
         )
 
