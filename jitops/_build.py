@@ -48,12 +48,13 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 # lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
 PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
 
-# A .cu file may ask to be compiled as several translation units, which ninja runs in parallel:
-# a line `// jitops: cuda-shards N` makes the loader compile it N times, with JITOPS_SHARD set to
-# 0 .. N-1 and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels.
+# A kernel file may ask to be compiled as several translation units, which ninja runs in parallel:
+# a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD set to 0 .. N-1
+# and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels. (Compiled once,
+# without those macros, as setup.py's ahead-of-time build does, the file instantiates them all.)
 # (Patterns in this module are compiled where they are used, by re's own cache: compiling them
 # at import would cost a warm load a few hundred microseconds for code it never runs.)
-_CUDA_SHARDS = rb"(?m)^// jitops: cuda-shards (\d+)\s*$"
+_SHARDS = rb"(?m)^// jitops: shards (\d+)\s*$"
 
 
 def openmp_flags() -> list[str]:
@@ -108,9 +109,10 @@ class OpSources:
         if missing:
             raise BuildError(f"jitops: op {self.op!r} has no sources: missing {', '.join(missing)}")
 
-    def cuda_shards(self) -> int:
-        """How many translation units the .cu file asks to be compiled as (see _CUDA_SHARDS)."""
-        match = re.search(_CUDA_SHARDS, self.cuda.read_bytes())
+    @staticmethod
+    def shards(kernel_file: Path) -> int:
+        """How many translation units kernel_file asks to be compiled as (see _SHARDS)."""
+        match = re.search(_SHARDS, kernel_file.read_bytes())
         return max(1, int(match.group(1))) if match else 1
 
 
@@ -447,12 +449,13 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     # bindings/<op>.cpp share theirs; one-line wrappers give each translation unit its own name.
     src = staging / "src"
     src.mkdir()
-    units = [(sources.cpu, f"{sources.op}_cpu.cpp", ""), (sources.binding, f"{sources.op}_bindings.cpp", "")]
-    if cuda.enabled:
-        shards = sources.cuda_shards()
+    units = []
+    for kernel_file, suffix in [(sources.cpu, "_cpu.cpp")] + ([(sources.cuda, "_cuda.cu")] if cuda.enabled else []):
+        shards = OpSources.shards(kernel_file)
         for shard in range(shards):
             defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {shards}\n" if shards > 1 else ""
-            units.append((sources.cuda, f"{sources.op}_cuda{shard if shards > 1 else ''}.cu", defines))
+            units.append((kernel_file, sources.op + suffix.replace(".", f"{shard}." if shards > 1 else "."), defines))
+    units.append((sources.binding, f"{sources.op}_bindings.cpp", ""))
     wrappers = []
     for original, wrapper_name, defines in units:
         wrapper = src / wrapper_name

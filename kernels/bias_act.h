@@ -147,8 +147,4 @@ void dispatch_derivative(int derivative, Fn&& fn) {
   }
 }
 
-// X(name) for every Activation: the kernel files' explicit instantiations.
-#define JITOPS_FOR_EACH_ACTIVATION(X) \
-  X(kLinear) X(kRelu) X(kLrelu) X(kTanh) X(kSigmoid) X(kElu) X(kSelu) X(kSoftplus) X(kSwish)
-
 }  // namespace jitops

@@ -23,12 +23,17 @@ LOAD_TINY = """
 import ctypes, json, sys, time
 sys.addaudithook(lambda event, args: event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system"))
                  and SPAWNED.append(event))
-SPAWNED = []
+SPAWNED, LOCKS = [], []
+import filelock
+acquire = filelock.BaseFileLock.acquire
+filelock.BaseFileLock.acquire = lambda self, *args, **kwargs: LOCKS.append(self.lock_file) or acquire(self, *args, **kwargs)
 from jitops import _build
 started = time.perf_counter()
 loaded = _build.load_op("tiny", root=sys.argv[1])
 seconds = time.perf_counter() - started
-print(json.dumps({"value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(), "how": loaded.how, "seconds": seconds, "spawned": SPAWNED}))
+library = ctypes.CDLL(str(loaded.library))
+print(json.dumps({"value": library.jitops_tiny_value(), "shards": library.jitops_tiny_shard_count(), "how": loaded.how,
+                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS}))
 """
 
 
@@ -93,8 +98,10 @@ def tiny_copy(tmp_path) -> Path:
     return copy
 
 
-def test_cold_build_then_cache_hit_spawns_nothing(cold_build):
+def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert cold_build["how"] == "built" and cold_build["value"] == 42
+    assert cold_build["shards"] == 2, "a `// jitops: shards 2` file is compiled as two units, both linked"
+    assert len(cold_build["locks"]) == 1, "a build takes its entry's lock"
     assert cold_build["stderr"].count("jitops: building tiny") == 1, cold_build["stderr"]
     assert " -MMD " not in cold_build["stderr"], "compiler output must stay out of stderr unless JITOPS_VERBOSE=1"
     (entry,) = entries(cold_build["cache"])
@@ -105,6 +112,7 @@ def test_cold_build_then_cache_hit_spawns_nothing(cold_build):
     warm = load_tiny(cold_build["cache"])
     assert warm["how"] == "cache" and warm["value"] == 42
     assert warm["spawned"] == [], f"a warm load spawned {warm['spawned']}"
+    assert warm["locks"] == [], f"a warm load took the locks {warm['locks']}"
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
@@ -189,6 +197,67 @@ def test_truncated_library_is_detected_and_rebuilt(tmp_path):
     assert result["how"] == "built" and result["value"] == 42
     assert "does not match the sha256 in its manifest" in result["stderr"]
     assert load_tiny(cache)["how"] == "cache"
+
+
+def test_library_changed_in_place_is_hashed_again(tmp_path):
+    # Same size, same inode, but a new mtime: the recorded hash is no longer trusted.
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (entry,) = entries(cache)
+    (library,) = entry.glob("*.so")
+    data = bytearray(library.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(library, "r+b") as file:
+        file.write(data)
+    result = load_tiny(cache)
+    assert result["how"] == "built" and "does not match the sha256 in its manifest" in result["stderr"]
+
+
+def test_verify_rehashes_even_when_the_identity_was_kept(tmp_path):
+    # A writer that restores size and mtime slips past a load's identity check (the cache root is
+    # private, so only its owner could); `jitops-cache verify` hashes every library in full.
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (entry,) = entries(cache)
+    (library,) = entry.glob("*.so")
+    before = library.stat()
+    data = bytearray(library.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(library, "r+b") as file:
+        file.write(data)
+    os.utime(library, ns=(before.st_atime_ns, before.st_mtime_ns))
+    verify = subprocess.run([sys.executable, "-m", "cache_tools", "verify"], env=tiny_env(cache), capture_output=True, text=True)
+    assert verify.returncode == 1 and "does not match the sha256" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_source_touched_without_change_keeps_its_entry(tmp_path, tiny_copy):
+    # A new mtime forces a full hash of the file; the same bytes give the same key.
+    cache = tmp_path / "cache"
+    assert load_tiny(cache, tiny_copy)["how"] == "built"
+    os.utime(tiny_copy / "kernels" / "tiny.h")
+    assert load_tiny(cache, tiny_copy)["how"] == "cache"
+    assert len(entries(cache)) == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["cflags", "torch", "cuda", "cxx", "soabi"],
+)
+def test_every_key_component_changes_the_key(change):
+    sources = _build.OpSources("tiny", TINY_SOURCES)
+    base = _build.key_components(sources, _build.find_cxx(), _build.CudaPlan(False, None, None, "test"))
+    changed = dict(base)
+    if change == "cflags":
+        changed["cflags"] = base["cflags"] + ["-DEXTRA"]
+    elif change == "torch":
+        changed["torch"] = "0.0.1"
+    elif change == "cuda":
+        changed["torch_cuda"] = "99.9"
+    elif change == "cxx":
+        changed["cxx"] = "/usr/bin/other-c++: 1.0"
+    else:
+        changed["python_soabi"] = "cpython-399"
+    assert _cache.compute_key(changed) != _cache.compute_key(base)
 
 
 def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy):

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 // x is dense, so its memory is [outer][C][inner] (BiasActShape): the innermost loop runs over
 // contiguous memory with the bias fixed (inner > 1) or over the C channels (inner == 1).
+//
+// Nine activations x three derivative orders x two dtypes x two CPU targets: compiled as three
+// units in parallel, each instantiating every third activation.
+// jitops: shards 3
 #include <torch/csrc/stable/ops.h>  // parallel_for: torch's own thread pool
 
 #include <algorithm>
@@ -55,12 +59,38 @@ void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActSh
   });
 }
 
-#define JITOPS_INSTANTIATE(act)                                                                       \
+#define JITOPS_INSTANTIATE(act)                                                                              \
   template void bias_act_cpu<Activation::act, float>(const float*, const float*, const float*, float*,      \
                                                      const BiasActShape&, const BiasActParams&, int);       \
   template void bias_act_cpu<Activation::act, double>(const double*, const double*, const double*, double*, \
                                                       const BiasActShape&, const BiasActParams&, int);
-JITOPS_FOR_EACH_ACTIVATION(JITOPS_INSTANTIATE)
+#if 0 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kLinear)
+#endif
+#if 1 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kRelu)
+#endif
+#if 2 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kLrelu)
+#endif
+#if 3 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kTanh)
+#endif
+#if 4 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSigmoid)
+#endif
+#if 5 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kElu)
+#endif
+#if 6 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSelu)
+#endif
+#if 7 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSoftplus)
+#endif
+#if 8 % JITOPS_SHARD_COUNT == JITOPS_SHARD
+JITOPS_INSTANTIATE(kSwish)
+#endif
 #undef JITOPS_INSTANTIATE
 
 }  // namespace jitops

@@ -4,4 +4,11 @@
 
 #define TINY_VALUE 42
 
+// Set by the loader for a kernel file with a `// jitops: shards N` line (as kernels/common.h).
+#ifndef JITOPS_SHARD
+#define JITOPS_SHARD 0
+#define JITOPS_SHARD_COUNT 1
+#endif
+
 int tiny_value();
+int tiny_shard_count();
