@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,24 @@ namespace jitops {
 using torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
 
-// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor"). Numbers
-// reach them as strings (shape_str, std::to_string).
-#define JITOPS_CHECK(cond, ...) STD_TORCH_CHECK(cond, __VA_ARGS__)
+// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor"), and are
+// built by concatenating strings (numbers through std::to_string or shape_str), never by streaming:
+// on the lent GPU machines (g++ 13 linking libstdc++ statically into the .so) formatting an integer
+// through a stream segfaulted, and STD_TORCH_CHECK streams its line number.
+inline std::string message_part(const char* text) { return text; }
+inline std::string message_part(const std::string& text) { return text; }
+
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::string message;
+  ((message += message_part(parts)), ...);
+  throw std::runtime_error(message);
+}
+
+#define JITOPS_CHECK(cond, ...)             \
+  do {                                      \
+    if (!(cond)) ::jitops::fail(__VA_ARGS__); \
+  } while (false)
 
 // "[3, 4]".
 inline std::string shape_str(const Tensor& x) {
