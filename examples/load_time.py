@@ -161,8 +161,15 @@ def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> d
         plain = cold_and_warm(PLAIN_CHILD, [op, str(build)], child_env(), baseline_repeats)
         dlopen = warm_only(DLOPEN_CHILD, [jit["libraries"][op]], child_env(), repeats)
         results["ops"][op] = {"jitops": jit, "plain load()": plain, "dlopen": dlopen}
-        print(f"  {op}: jitops cold {jit['cold_s']:.1f} s, warm {jit['warm_ms']:.2f} ms", file=sys.stderr, flush=True)
+        print(
+            f"  {op}: jitops cold {jit['cold_s']:.2f} s, warm {jit['warm_ms']:.2f} ms (spawns {jit['warm_spawned']}, "
+            f"locks {jit['warm_locks']}); plain load() cold {plain['cold_s']:.2f} s, warm {plain['warm_ms']:.2f} ms; "
+            f"dlopen {dlopen['warm_ms']:.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
     if len(ops) > 1:
+        print("  load_all ...", file=sys.stderr, flush=True)
         results["load_all"] = cold_and_warm(JITOPS_CHILD, [",".join(ops)], child_env(JITOPS_CACHE_DIR=str(tmp / "cache-all")), repeats)
     if "add2" in ops:
         build = tmp / "tutorial"
