@@ -215,9 +215,10 @@ def missing_tools(cxx: Path | None) -> list[str]:
     return missing
 
 
-def abi_components(sources: OpSources) -> dict:
+def abi_components(sources: OpSources, record_hashes: bool = True) -> dict:
     """The key components a built .so must share with this process to be usable here (see
-    _cache.PREBUILT_MATCH_FIELDS): no compiler is run to get them."""
+    _cache.PREBUILT_MATCH_FIELDS): no compiler is run to get them. record_hashes=False hashes the
+    sources without reading or writing the cache root's record (for commands that only inspect)."""
     import torch
 
     return {
@@ -227,7 +228,9 @@ def abi_components(sources: OpSources) -> dict:
         "torch_cuda": torch.version.cuda,
         "python_soabi": PYTHON_SOABI,
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "sources_sha256": _cache.hash_files(sources.hashed_files(), sources.root, _cache.known_file_hashes()),
+        "sources_sha256": _cache.hash_files(
+            sources.hashed_files(), sources.root, _cache.known_file_hashes() if record_hashes else None
+        ),
     }
 
 
