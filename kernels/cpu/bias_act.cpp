@@ -64,33 +64,7 @@ void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActSh
                                                      const BiasActShape&, const BiasActParams&, int);       \
   template void bias_act_cpu<Activation::act, double>(const double*, const double*, const double*, double*, \
                                                       const BiasActShape&, const BiasActParams&, int);
-#if 0 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kLinear)
-#endif
-#if 1 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kRelu)
-#endif
-#if 2 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kLrelu)
-#endif
-#if 3 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kTanh)
-#endif
-#if 4 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSigmoid)
-#endif
-#if 5 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kElu)
-#endif
-#if 6 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSelu)
-#endif
-#if 7 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSoftplus)
-#endif
-#if 8 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSwish)
-#endif
+#include "../bias_act_shards.h"
 #undef JITOPS_INSTANTIATE
 
 }  // namespace jitops

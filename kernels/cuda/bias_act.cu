@@ -273,33 +273,7 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
 #define JITOPS_INSTANTIATE(act)                                                  \
   JITOPS_INSTANTIATE_FOR(act, float) JITOPS_INSTANTIATE_FOR(act, double) \
   JITOPS_INSTANTIATE_FOR(act, Half) JITOPS_INSTANTIATE_FOR(act, BFloat16)
-#if 0 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kLinear)
-#endif
-#if 1 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kRelu)
-#endif
-#if 2 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kLrelu)
-#endif
-#if 3 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kTanh)
-#endif
-#if 4 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSigmoid)
-#endif
-#if 5 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kElu)
-#endif
-#if 6 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSelu)
-#endif
-#if 7 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSoftplus)
-#endif
-#if 8 % JITOPS_SHARD_COUNT == JITOPS_SHARD
-JITOPS_INSTANTIATE(kSwish)
-#endif
+#include "../bias_act_shards.h"
 #undef JITOPS_INSTANTIATE
 #undef JITOPS_INSTANTIATE_FOR
 
