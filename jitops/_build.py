@@ -14,16 +14,18 @@ be shown live, the compiler output can be kept as a log, and a failed or killed 
 half-initialised state in the user's process.
 
 A warm load (step 2) is on every user's start-up path, so it spawns no process, takes no lock and
-re-hashes nothing whose identity is unchanged (_cache.py), and this module imports only what that
-path needs; the build machinery imports the rest when it runs.
+re-hashes nothing whose identity is unchanged (_cache.py), and importing this module runs as
+little as it can.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -52,8 +54,8 @@ PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
 # a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD set to 0 .. N-1
 # and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels. (Compiled once,
 # without those macros, as setup.py's ahead-of-time build does, the file instantiates them all.)
-# (Patterns in this module are compiled where they are used, by re's own cache: compiling them
-# at import would cost a warm load a few hundred microseconds for code it never runs.)
+# Patterns in this module are compiled where they are used, by re's own cache, and its classes are
+# plain ones, not dataclasses: building either at import costs a warm load time for nothing.
 _SHARDS = rb"(?m)^// jitops: shards (\d+)\s*$"
 
 
@@ -176,8 +178,6 @@ def tool_version(binary: Path) -> str:
     _probed_versions.update(_cache.read_toolchain_probes(root))
     if identity in _probed_versions:
         return _probed_versions[identity]
-    import subprocess
-
     result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     # nvcc's first lines are a banner; the release line is the one that identifies it.
@@ -452,12 +452,16 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     # bindings/<op>.cpp share theirs; one-line wrappers give each translation unit its own name.
     src = staging / "src"
     src.mkdir()
-    units = []
-    for kernel_file, suffix in [(sources.cpu, "_cpu.cpp")] + ([(sources.cuda, "_cuda.cu")] if cuda.enabled else []):
+    units = []  # (file, wrapper name, defines)
+    kernel_files = [(sources.cpu, "cpu", "cpp")] + ([(sources.cuda, "cuda", "cu")] if cuda.enabled else [])
+    for kernel_file, backend, extension in kernel_files:
         shards = OpSources.shards(kernel_file)
         for shard in range(shards):
-            defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {shards}\n" if shards > 1 else ""
-            units.append((kernel_file, sources.op + suffix.replace(".", f"{shard}." if shards > 1 else "."), defines))
+            if shards == 1:
+                units.append((kernel_file, f"{sources.op}_{backend}.{extension}", ""))
+            else:
+                defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {shards}\n"
+                units.append((kernel_file, f"{sources.op}_{backend}{shard}.{extension}", defines))
     units.append((sources.binding, f"{sources.op}_bindings.cpp", ""))
     wrappers = []
     for original, wrapper_name, defines in units:
@@ -476,8 +480,6 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
         "cuda_arch_list": cuda.arch_list,
         "cuda_home": str(cuda.cuda_home) if cuda.enabled else None,
     }
-    import json
-
     path = staging / "spec.json"
     path.write_text(json.dumps(spec, indent=2))
     return path
@@ -488,8 +490,6 @@ _NINJA_STEP = r"^\[(\d+)/(\d+)\]"
 
 def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
     """Run the child build, teeing its output to the log; returns its exit code."""
-    import subprocess
-
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
     status = _BuildStatus(op, cuda, verbose)
     proc = subprocess.Popen(
@@ -591,8 +591,6 @@ def _warn(message: str) -> None:
 
 
 def _worker_main(spec_path: str) -> None:
-    import json
-
     spec = json.loads(Path(spec_path).read_text())
     if spec["with_cuda"]:
         # Set before cpp_extension is imported: it reads CUDA_HOME once, at import.
