@@ -23,15 +23,24 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from ._build import load_op
     from .ops import require
 
     names = available_ops() if ops is None else list(ops)
     unknown = sorted(set(names) - set(available_ops()))
     if unknown:
         raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
-    # Each build is a child process running ninja, so threads are enough to overlap them.
-    with ThreadPoolExecutor(max_workers=max_workers or len(names) or 1) as pool:
-        futures = {name: pool.submit(require, name) for name in names}
+    # Ops already in the cache load here, one after another: a warm load is a few milliseconds of
+    # Python, which threads would only slow down. The rest build in parallel: each build is a child
+    # process running ninja, so threads are enough to overlap them.
+    to_build = []
+    for name in names:
+        if load_op(name, cached_only=True) is None:
+            to_build.append(name)
+        else:
+            require(name)  # the Python-side registrations
+    with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
+        futures = {name: pool.submit(require, name) for name in to_build}
     failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
     if failures:
         details = "\n".join(f"  {name}: {err}" for name, err in failures.items())

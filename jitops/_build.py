@@ -269,19 +269,24 @@ _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
 
 
-def load_op(op: str, root: Path = SOURCE_ROOT) -> LoadedOp:
-    """The op's extension, loaded into this process: from memory, the cache, or a fresh build."""
+def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> LoadedOp | None:
+    """The op's extension, loaded into this process: from memory, the cache, or a fresh build.
+    cached_only=True stops after step 2: None where the op would have to be built (or taken
+    prebuilt), so that a caller can load warm ops at once and hand only the rest to threads."""
     if op in _loaded:
         return _loaded[op]
     with _load_locks_guard:
         op_lock = _load_locks.setdefault(op, threading.Lock())
     with op_lock:
         if op not in _loaded:
-            _loaded[op] = _load_uncached(OpSources(op, Path(root)))
+            loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
+            if loaded is None:
+                return None
+            _loaded[op] = loaded
         return _loaded[op]
 
 
-def _load_uncached(sources: OpSources) -> LoadedOp:
+def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | None:
     sources.check_present()
     cxx = find_cxx()
     cuda = plan_cuda()
@@ -294,6 +299,8 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
     library = _verified_or_discarded(entry)
     how = "cache"
     backends = cuda.backends
+    if library is None and cached_only:
+        return None
     if library is None:
         missing = missing_tools(cxx)
         if missing:
