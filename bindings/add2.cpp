@@ -35,7 +35,7 @@ void add2_contiguous(const Tensor& a, const Tensor& b, const Tensor& out) {
 Tensor add2(Tensor a, Tensor b) {
   check_add2_inputs(a, b);
   const Tensor a_c = as_contiguous(a);
-  Tensor out = torch::stable::empty_like(a_c);
+  Tensor out = empty_like_dense(a_c);
   add2_contiguous(a_c, as_contiguous(b), out);
   return out;
 }
@@ -48,7 +48,7 @@ void add2_out(Tensor a, Tensor b, Tensor out) {
   if (out.is_contiguous()) {
     add2_contiguous(a_c, b_c, out);
   } else {
-    Tensor result = torch::stable::empty_like(a_c);
+    Tensor result = empty_like_dense(a_c);
     add2_contiguous(a_c, b_c, result);
     torch::stable::copy_(out, result);
   }

@@ -112,7 +112,7 @@ Tensor forward(Tensor x, std::optional<Tensor> b, int64_t dim, std::string act, 
                std::optional<double> clamp) {
   const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
   const Tensor x_dense = dense(x);
-  Tensor out = torch::stable::empty_like(x_dense);
+  Tensor out = empty_like_dense(x_dense);
   run_kernel(x_dense, contiguous_bias(b), std::nullopt, call, 0, out);
   return out;
 }
@@ -135,7 +135,7 @@ Tensor derivative_op(Tensor grad, Tensor x, std::optional<Tensor> b, int64_t dim
   const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
   JITOPS_CHECK(derivative == 1 || derivative == 2, "derivative must be 1 or 2, got ", std::to_string(derivative));
   const auto [x_dense, grad_like_x] = dense_pair(x, grad);
-  Tensor out = torch::stable::empty_like(x_dense);
+  Tensor out = empty_like_dense(x_dense);
   run_kernel(x_dense, contiguous_bias(b), grad_like_x, call, static_cast<int>(derivative), out);
   return out;
 }
@@ -175,7 +175,7 @@ std::tuple<Tensor, Tensor> backward_op(Tensor grad, Tensor x, Tensor b, int64_t 
   const Call call = check_inputs(x, b, dim, act, alpha, gain, clamp);
   const auto [x_dense, grad_like_x] = dense_pair(x, grad);
   const Tensor bias = as_contiguous(b);
-  Tensor grad_x = torch::stable::empty_like(x_dense);
+  Tensor grad_x = empty_like_dense(x_dense);
   if (std::optional<Tensor> grad_b = fused_backward(x_dense, bias, grad_like_x, call, grad_x)) {
     return {grad_x, *grad_b};
   }

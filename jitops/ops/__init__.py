@@ -100,10 +100,11 @@ def call_op(op, function: type[torch.autograd.Function] | None, *args):
         return op(*args)
 
 
-def check_backend(op: str, *tensors: torch.Tensor) -> None:
+def check_backend(op: str, *tensors: torch.Tensor | None) -> None:
     """A CUDA tensor reaching a CPU-only build gets the reason, not a dispatcher error. (After
-    require(op): a dict lookup per call where the build has CUDA kernels.)"""
-    if op in _without_cuda and any(t.is_cuda for t in tensors):
+    require(op): a dict lookup per call where the build has CUDA kernels.) None stands for an
+    optional tensor left out."""
+    if op in _without_cuda and any(t is not None and t.is_cuda for t in tensors):
         raise RuntimeError(
             f"jitops.{op} was built without CUDA kernels ({_without_cuda[op]}), "
             "so it cannot take CUDA tensors; fix that and the next call builds a CUDA-enabled entry in a new process"

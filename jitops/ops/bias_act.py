@@ -59,7 +59,7 @@ def bias_act(
     alpha, gain = _resolve(act, alpha, gain)
     clamp = None if clamp is None else float(clamp)
     require("bias_act")
-    check_backend("bias_act", x, *([] if b is None else [b]))
+    check_backend("bias_act", x, b)
     return call_op(torch.ops.jitops.bias_act.default, _eager_function, x, b, dim, act, alpha, gain, clamp)
 
 
