@@ -57,20 +57,6 @@ inline std::string shape_str(const Tensor& x) {
   return text + "]";
 }
 
-// CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
-#define CHECK_SHAPE(x, ...)                                                                   \
-  JITOPS_CHECK(::jitops::has_shape(x, {__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
-               "), got ", ::jitops::shape_str(x))
-
-inline bool has_shape(const Tensor& x, std::initializer_list<int64_t> sizes) {
-  if (x.dim() != static_cast<int64_t>(sizes.size())) return false;
-  int64_t d = 0;
-  for (int64_t size : sizes) {
-    if (x.size(d++) != size) return false;
-  }
-  return true;
-}
-
 // torch's Python name of a dtype, as users write it.
 inline std::string dtype_name(ScalarType t) {
   switch (t) {

@@ -61,24 +61,26 @@ require._dynamo_marked_constant = True
 # every call, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take
 # the cheapest correct road (call_op): below the autograd layer when nothing needs a gradient
 # (what that kernel itself would do), else through a plain autograd.Function with the op's own
-# registered formula (eager_autograd). torch.compile traces the registered op as it is. The guard
+# registered formula (register_autograd). torch.compile traces the registered op as it is. The guard
 # is a private torch API; where it is missing, every call takes the registered road.
 _below_autograd = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
 
 
-def eager_autograd(op, backward, setup_context=None) -> type[torch.autograd.Function]:
-    """An autograd.Function running op below the autograd layer, with the formula given to
-    torch.library.register_autograd for it (the same backward and setup_context functions).
+def register_autograd(op: str, backward, setup_context=None) -> type[torch.autograd.Function]:
+    """torch.library.register_autograd for jitops::op, and the autograd.Function call_op uses for
+    op's eager calls: op run below the autograd layer, with the same backward and setup_context.
 
-    Written in the classic style (forward takes ctx and calls setup_context itself): a Function
-    that defines setup_context binds its arguments with inspect.signature on every call, which
-    doubled a small op's cost."""
+    The Function is written in the classic style (forward takes ctx and calls setup_context
+    itself): a Function that defines setup_context binds its arguments with inspect.signature on
+    every call, which doubled a small op's cost."""
+    torch.library.register_autograd(f"jitops::{op}", backward, setup_context=setup_context)
+    overload = getattr(torch.ops.jitops, op).default
 
     class OpFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
             with _below_autograd():
-                output = op(*args)
+                output = overload(*args)
             if setup_context is not None:
                 setup_context(ctx, args, output)
             return output
@@ -89,7 +91,7 @@ def eager_autograd(op, backward, setup_context=None) -> type[torch.autograd.Func
 
 def call_op(op, function: type[torch.autograd.Function] | None, *args):
     """op(*args) in eager mode without torch.library's per-call Python autograd kernel (see above).
-    function: op's eager_autograd, used when an argument needs a gradient."""
+    function: what register_autograd returned for op, used when an argument needs a gradient."""
     if _below_autograd is None or torch.compiler.is_compiling():
         return op(*args)
     if torch.is_grad_enabled():

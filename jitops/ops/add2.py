@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, eager_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["add2", "add2_ref"]
 
@@ -58,12 +58,11 @@ def _backward(ctx, grad: torch.Tensor):
     return grad, grad
 
 
-_eager_function = None  # eager_autograd's Function for add2, made once the op exists
+_eager_function = None  # register_autograd's Function for add2, made once the op exists
 
 
 def _register() -> None:
     global _eager_function
     register_fake("add2", _fake_add2)
     register_fake("add2_out", _fake_add2_out)
-    torch.library.register_autograd("jitops::add2", _backward)
-    _eager_function = eager_autograd(torch.ops.jitops.add2.default, _backward)
+    _eager_function = register_autograd("add2", _backward)

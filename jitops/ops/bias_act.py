@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, eager_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["bias_act", "bias_act_ref", "ACTIVATIONS"]
 
@@ -153,7 +153,7 @@ def _backward_derivative(ctx, grad_out):
     return grad_grad, grad_x, grad_b, None, None, None, None, None, None
 
 
-_eager_function = None  # eager_autograd's Function for bias_act, made once the op exists
+_eager_function = None  # register_autograd's Function for bias_act, made once the op exists
 
 
 def _register() -> None:
@@ -161,6 +161,5 @@ def _register() -> None:
     register_fake("bias_act", _fake_forward)
     register_fake("_bias_act_derivative", _fake_derivative)
     register_fake("_bias_act_backward", _fake_backward)
-    torch.library.register_autograd("jitops::bias_act", _backward_forward, setup_context=_setup_forward)
-    torch.library.register_autograd("jitops::_bias_act_derivative", _backward_derivative, setup_context=_setup_derivative)
-    _eager_function = eager_autograd(torch.ops.jitops.bias_act.default, _backward_forward, _setup_forward)
+    _eager_function = register_autograd("bias_act", _backward_forward, _setup_forward)
+    register_autograd("_bias_act_derivative", _backward_derivative, _setup_derivative)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from . import check_backend, check_tensor_args, register_fake, require
+from . import check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["lltm", "lltm_ref", "LLTM"]
 
@@ -123,4 +123,4 @@ def _backward(ctx, grad_h, grad_cell, _grad_gates):
 def _register() -> None:
     register_fake("lltm", _fake_forward)
     register_fake("_lltm_backward", _fake_backward)
-    torch.library.register_autograd("jitops::lltm", _backward, setup_context=_setup_context)
+    register_autograd("lltm", _backward, _setup_context)

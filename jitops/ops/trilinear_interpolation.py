@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, register_fake, require
+from . import check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["trilinear_interpolation", "trilinear_interpolation_ref"]
 
@@ -87,4 +87,4 @@ def _register() -> None:
     register_fake("trilinear_interpolation", _fake_forward)
     register_fake("_trilinear_interpolation_backward", _fake_backward)
     register_fake("_trilinear_interpolation_backward_feats", _fake_backward_feats)
-    torch.library.register_autograd("jitops::trilinear_interpolation", _backward, setup_context=_setup_context)
+    register_autograd("trilinear_interpolation", _backward, _setup_context)

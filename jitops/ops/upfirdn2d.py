@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, register_fake, require
+from . import check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 
@@ -117,4 +117,4 @@ def _backward(ctx, grad):
 
 def _register() -> None:
     register_fake("upfirdn2d", _fake)
-    torch.library.register_autograd("jitops::upfirdn2d", _backward, setup_context=_setup_context)
+    register_autograd("upfirdn2d", _backward, _setup_context)
