@@ -3,15 +3,16 @@
 
 1. loaded in this process already      -> return it
 2. verified cache entry                 -> load it (no lock, no ninja, no subprocess)
-3. build under the entry's file lock    -> torch's load() in a child process and a private
-                                           directory, then an atomic publish
+3. build under the entry's file lock    -> torch's own build.ninja, ninja run in a private
+                                           directory, the result loaded once, then an atomic publish
 4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
 5. otherwise one BuildError naming the op, what is missing or the first compiler error, and
    the path of the full log.
 
-The build runs in a child process (`python -m jitops._build SPEC`) so that ninja's step counter can
-be shown live, the compiler output can be kept as a log, and a failed or killed build never leaves
-half-initialised state in the user's process.
+A build writes build.ninja with the writer torch's load() uses (so the flags, include paths and
+libraries are torch's) and runs ninja itself, in this process: ninja's step counter can then be
+shown live and its output kept as a log, without a child Python that imports torch again (about
+two seconds of every cold build).
 
 A warm load (step 2) is on every user's start-up path, so it spawns no process, takes no lock and
 re-hashes nothing whose identity is unchanged (_cache.py), and importing this module runs as
@@ -21,7 +22,6 @@ little as it can.
 from __future__ import annotations
 
 import importlib.machinery
-import json
 import os
 import re
 import shutil
@@ -101,10 +101,13 @@ class OpSources:
 
     def hashed_files(self) -> list[Path]:
         # Every header, since any of them may be included; the op's sources whether or not this
-        # build compiles them, so one key names one set of sources.
-        header_dirs = (self.root / "kernels", self.root / "bindings")
-        headers = sorted(p for d in header_dirs for p in d.iterdir() if p.suffix in (".h", ".cuh"))
-        return headers + [p for p in (self.cpu, self.cuda, self.binding) if p.exists()]
+        # build compiles them, so one key names one set of sources. (os.scandir, not pathlib's
+        # iterdir: this runs on every warm load.)
+        headers = []
+        for directory in (self.root / "kernels", self.root / "bindings"):
+            with os.scandir(directory) as found:
+                headers += [Path(f.path) for f in found if f.name.endswith((".h", ".cuh"))]
+        return sorted(headers) + [p for p in (self.cpu, self.cuda, self.binding) if p.exists()]
 
     def check_present(self) -> None:
         missing = [str(p) for p in (self.cpu, self.binding) if not p.is_file()]
@@ -148,17 +151,19 @@ def find_cxx() -> Path | None:
 
 
 def find_cuda_home() -> Path | None:
-    """The CUDA toolkit to build with: $CUDA_HOME/$CUDA_PATH, nvcc's on PATH, /usr/local/cuda.
+    """The CUDA toolkit to build with: torch's own guesses, in torch's order ($CUDA_HOME/$CUDA_PATH,
+    the grandparent of the nvcc on PATH, /usr/local/cuda), plus the nvcc on PATH with its links
+    resolved; the first that holds bin/nvcc and include/cuda_runtime.h.
 
-    A candidate counts only if it holds bin/nvcc and include/cuda_runtime.h: an nvcc on PATH may
-    be a wrapper script (/usr/local/bin/nvcc), whose grandparent is no toolkit. The child build
-    gets the result as CUDA_HOME, so torch's load() links against the same toolkit.
+    Torch takes its first guess whether or not it is a toolkit: an nvcc on PATH may be a wrapper
+    script (/usr/local/bin/nvcc), whose grandparent is none. Where torch's guess is a toolkit, this
+    is the same one; a build points torch at the result (see _use_cuda_home), and the key names it.
     """
     configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     on_path = shutil.which("nvcc")
     candidates = [Path(configured)] if configured else []
     if on_path:
-        candidates.append(Path(on_path).resolve().parent.parent)
+        candidates += [Path(on_path).parent.parent, Path(on_path).resolve().parent.parent]
     candidates.append(Path("/usr/local/cuda"))
     for home in candidates:
         if (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file():
@@ -415,24 +420,24 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
     staging = _cache.new_build_dir(entry)
     published = False
     try:
-        spec = _write_build_spec(staging, sources, cuda, components)
+        build_dir = _write_build_file(staging, sources, cuda, components)
         log_path = staging / _cache.BUILD_LOG_NAME
         started = time.time()
-        returncode = _run_build_worker(spec, log_path, sources.op, cuda)
+        returncode = _run_ninja(build_dir, log_path, sources.op, cuda)
         seconds = time.time() - started
-        if returncode != 0:
+        built = build_dir / f"{sources.extension_name}.so"
+        failure = None if returncode == 0 else first_compiler_error(log_path.read_text(errors="replace"))
+        if failure is None:
+            failure = _load_check(built, log_path)
+        if failure is not None:
             failed_log = entry.root / f"{entry.op}-{entry.key}.failed.log"
             shutil.copyfile(log_path, failed_log)
-            raise BuildError(
-                f"jitops: building op {entry.op!r} failed: {first_compiler_error(log_path.read_text(errors='replace'))}\n"
-                f"full log: {failed_log}"
-            )
-        built = staging / "build" / f"{sources.extension_name}.so"
+            raise BuildError(f"jitops: building op {entry.op!r} failed: {failure}\nfull log: {failed_log}")
         library = staging / built.name
         os.replace(built, library)
-        for scratch in ("build", "src", "spec.json"):
-            path = staging / scratch
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        unit_seconds = _unit_seconds(build_dir)
+        shutil.rmtree(build_dir)
+        shutil.rmtree(staging / "src")
         manifest = {
             "op": entry.op,
             "key": entry.key,
@@ -444,6 +449,7 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
             "library_identity": _cache.file_identity(library),
             "built_at": started,
             "build_seconds": round(seconds, 3),
+            "unit_seconds": unit_seconds,
             "last_used": time.time(),
         }
         _cache.publish(entry, staging, manifest)
@@ -454,9 +460,13 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
-    # torch names object files after the source's file name, and kernels/cpu/<op>.cpp and
-    # bindings/<op>.cpp share theirs; one-line wrappers give each translation unit its own name.
+def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+    """staging/build/build.ninja for the op's translation units, written by torch's load() writer.
+
+    torch names object files after the source's file name, and kernels/cpu/<op>.cpp and
+    bindings/<op>.cpp share theirs; one-line wrappers in staging/src give each unit its own name
+    (and a sharded kernel file one wrapper per shard, see _SHARDS).
+    """
     src = staging / "src"
     src.mkdir()
     units = []  # (file, wrapper name, defines)
@@ -475,39 +485,81 @@ def _write_build_spec(staging: Path, sources: OpSources, cuda: CudaPlan, compone
         wrapper = src / wrapper_name
         wrapper.write_text(f'{defines}#include "{original.resolve()}"\n')
         wrappers.append(str(wrapper))
-    (staging / "build").mkdir()
-    spec = {
-        "name": sources.extension_name,
-        "sources": wrappers,
-        "extra_cflags": components["cflags"],
-        "extra_cuda_cflags": components["cuda_cflags"],
-        "extra_ldflags": components["ldflags"],
-        "build_directory": str(staging / "build"),
-        "with_cuda": cuda.enabled,
-        "cuda_arch_list": cuda.arch_list,
-        "cuda_home": str(cuda.cuda_home) if cuda.enabled else None,
-    }
-    path = staging / "spec.json"
-    path.write_text(json.dumps(spec, indent=2))
-    return path
+    build_dir = staging / "build"
+    build_dir.mkdir()
+
+    # The writer behind load() (private to torch, called by keyword; torch >= 2.10 has this
+    # signature): load() itself would also run ninja, with its output either discarded or sent
+    # to this process's stdout, and would then need a new name for each rebuild in one process.
+    from torch.utils import cpp_extension
+
+    cuda_cflags = list(components["cuda_cflags"])
+    if cuda.enabled:
+        _use_cuda_home(cpp_extension, cuda.cuda_home)
+        # Explicit -gencode flags make torch skip its own choice (which reads the environment).
+        cuda_cflags += gencode_flags(cuda.arch_list)
+    ldflags = cpp_extension._prepare_ldflags(
+        extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False,
+        is_standalone=False,
+    )
+    cpp_extension._write_ninja_file_to_build_library(
+        path=str(build_dir / "build.ninja"),
+        name=sources.extension_name,
+        sources=wrappers,
+        extra_cflags=list(components["cflags"]),
+        extra_cuda_cflags=cuda_cflags,
+        extra_sycl_cflags=[],
+        extra_ldflags=ldflags,
+        extra_include_paths=[],
+        with_cuda=cuda.enabled,
+        with_sycl=False,
+        is_standalone=False,
+    )
+    return build_dir
+
+
+def _use_cuda_home(cpp_extension, cuda_home: Path) -> None:
+    """Point torch's build code at the toolkit the key names. torch reads CUDA_HOME once, at
+    import, and keeps even a guess that is no toolkit (find_cuda_home); only then do they differ,
+    and then torch could not have built CUDA code with its own guess anyway."""
+    if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != cuda_home.resolve():
+        cpp_extension.CUDA_HOME = str(cuda_home)
+
+
+_ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"
+
+
+def gencode_flags(arch_list: str) -> list[str]:
+    """nvcc's -gencode flags for a TORCH_CUDA_ARCH_LIST such as "8.6;9.0a" or "8.0 9.0+PTX"."""
+    flags = []
+    for arch in arch_list.replace(";", " ").split():
+        match = re.fullmatch(_ARCH, arch)
+        if match is None:
+            raise BuildError(
+                f"jitops: TORCH_CUDA_ARCH_LIST entry {arch!r} is not a compute capability such as 8.6, 9.0a or "
+                "9.0+PTX (architecture names are not accepted)"
+            )
+        number = "".join(match.group(1, 2, 3))
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+        if match.group(4):
+            flags.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+    return flags
 
 
 _NINJA_STEP = r"^\[(\d+)/(\d+)\]"
 
 
-def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
-    """Run the child build, teeing its output to the log; returns its exit code."""
+def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
+    """Run ninja in build_dir, teeing its output to the log; returns its exit code."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
+    command = ["ninja", "-v"]
+    jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
+    if jobs.isdigit():
+        command += ["-j", jobs]
     status = _BuildStatus(op, cuda, verbose)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jitops._build", str(spec)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        cwd=spec.parent,
-        env=_worker_env(),
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace", cwd=build_dir,
     )
     try:
         with open(log_path, "w") as log:
@@ -528,11 +580,35 @@ def _run_build_worker(spec: Path, log_path: Path, op: str, cuda: CudaPlan) -> in
     return returncode
 
 
-def _worker_env() -> dict[str, str]:
-    # The child must import this very jitops, installed or not (a checkout run by pytest, say).
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1"}
+def _load_check(library: Path, log_path: Path) -> str | None:
+    """Load the new library before publishing it: one with unresolved symbols, or whose
+    registrations torch refuses, is never published. None if it loads, else why not. (It stays
+    loaded: the published file is this one renamed, and dlopen knows a file by its inode, so
+    loading the published path later runs nothing twice.)"""
+    import torch
+
+    try:
+        torch.ops.load_library(str(library))
+    except (OSError, RuntimeError) as err:
+        with open(log_path, "a") as log:
+            log.write(f"\nloading the built library failed: {err}\n")
+        return f"the built library does not load: {err}"
+    return None
+
+
+def _unit_seconds(build_dir: Path) -> dict[str, float]:
+    """Seconds per ninja step (object file or link), from ninja's own log: where a cold build's
+    time went, kept in the manifest."""
+    steps = {}
+    try:
+        lines = (build_dir / ".ninja_log").read_text().splitlines()
+    except OSError:
+        return steps
+    for line in lines[1:]:  # the first line is the log format's version
+        fields = line.split("\t")
+        if len(fields) == 5:
+            steps[fields[3]] = round((int(fields[1]) - int(fields[0])) / 1000, 3)
+    return steps
 
 
 _COMPILER_ERROR = [
@@ -590,35 +666,3 @@ def _warn(message: str) -> None:
     import warnings
 
     warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=4)
-
-
-# ---------------------------------------------------------------------------------------------
-# The child build process
-# ---------------------------------------------------------------------------------------------
-
-
-def _worker_main(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
-    if spec["with_cuda"]:
-        # Set before cpp_extension is imported: it reads CUDA_HOME once, at import.
-        os.environ["TORCH_CUDA_ARCH_LIST"] = spec["cuda_arch_list"]
-        os.environ["CUDA_HOME"] = spec["cuda_home"]
-    from torch.utils.cpp_extension import load
-
-    # load() also loads the result (torch.ops.load_library), so a library with unresolved symbols
-    # or a registration that torch refuses fails here, in the child, and is never published.
-    load(
-        name=spec["name"],
-        sources=spec["sources"],
-        extra_cflags=spec["extra_cflags"],
-        extra_cuda_cflags=spec["extra_cuda_cflags"],
-        extra_ldflags=spec["extra_ldflags"],
-        build_directory=spec["build_directory"],
-        with_cuda=spec["with_cuda"],
-        is_python_module=False,
-        verbose=True,
-    )
-
-
-if __name__ == "__main__":
-    _worker_main(sys.argv[1])

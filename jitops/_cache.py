@@ -131,7 +131,7 @@ def cache_root() -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def file_identity(path: Path) -> list[int]:
+def file_identity(path: Path | str) -> list[int]:
     """(size, mtime_ns, inode, device): changes whenever the file is written, truncated or replaced."""
     info = os.stat(path)
     return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
@@ -154,15 +154,15 @@ class KnownFileHashes:
             except (OSError, ValueError):
                 pass
 
-    def sha256(self, path: Path) -> str:
+    def sha256(self, path: str) -> str:
         identity = file_identity(path)
-        record = self.records.get(str(path))
+        record = self.records.get(path)
         if isinstance(record, list) and len(record) == 2 and record[0] == identity:
             return record[1]
         digest = sha256_file(path)
         # Recorded with the identity read before hashing: a write during the hash changes the
         # identity, so the next load hashes again rather than trusting a torn read.
-        self.records[str(path)] = [identity, digest]
+        self.records[path] = [identity, digest]
         self.changed = True
         return digest
 
@@ -188,11 +188,15 @@ def known_file_hashes() -> KnownFileHashes:
 
 
 def hash_files(paths: list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
-    """sha256 over each file's relative name and sha256, so a rename changes the hash too."""
+    """sha256 over each file's name relative to relative_to and its sha256, so a rename changes
+    the hash too. (Plain strings, not pathlib: this runs on every warm load.)"""
     known = known or KnownFileHashes(None)
+    prefix = os.path.join(str(relative_to), "")
     digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(str(path.relative_to(relative_to)).encode())
+    for path in sorted(map(str, paths)):
+        if not path.startswith(prefix):
+            raise ValueError(f"{path} is not under {relative_to}")
+        digest.update(path[len(prefix) :].encode())
         digest.update(b"\0")
         digest.update(known.sha256(path).encode())
         digest.update(b"\0")
@@ -205,7 +209,7 @@ def compute_key(components: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path | str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):

@@ -116,9 +116,10 @@ JITOPS_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, a
 }
 
 // Calls fn(activation) with the activation as a std::integral_constant, so that each kernel is
-// compiled per activation (flash-attention's BOOL_SWITCH, for an enum).
+// compiled per activation (flash-attention's BOOL_SWITCH, for an enum); in device code, too, for
+// the CUDA kernels that take the activation at run time.
 template <typename Fn>
-decltype(auto) dispatch_activation(Activation act, Fn&& fn) {
+JITOPS_HOST_DEVICE decltype(auto) dispatch_activation(Activation act, Fn&& fn) {
 #define JITOPS_ACTIVATION_CASE(name) \
   case Activation::name:              \
     return fn(std::integral_constant<Activation, Activation::name>{});

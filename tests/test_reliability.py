@@ -48,7 +48,7 @@ def build_phase(cache: Path) -> str:
     for staging in staging_dirs(cache):
         build = staging / "build"
         if list(staging.glob("*.so")) or list(build.glob("*.so")):
-            return "publish"  # linked: the child imports it, then the parent publishes
+            return "publish"  # linked: the parent load-checks it, then publishes it
         if len(list(build.glob("*.o"))) >= 2:
             return "link"
         if (build / "build.ninja").exists():

@@ -57,23 +57,25 @@ require._dynamo_marked_constant = True
 
 
 # A small op's call must cost about what an eager torch op costs (DESIGN.md: tiny tensors are never
-# slower through jitops). torch.library's autograd kernel is Python that the dispatcher calls on
-# every call, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take
-# the cheapest correct road (call_op): below the autograd layer when nothing needs a gradient
-# (what that kernel itself would do), else through a plain autograd.Function with the op's own
-# registered formula (register_autograd). torch.compile traces the registered op as it is. The guard
-# is a private torch API; where it is missing, every call takes the registered road.
-_below_autograd = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+# slower through jitops). An Autograd kernel written in Python runs on every dispatcher call of the
+# op, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take the
+# cheapest correct road (call_op): below the autograd layer when nothing needs a gradient (what
+# that kernel itself would do), else the op's autograd.Function directly. torch.compile and direct
+# torch.ops.jitops calls go through the Autograd kernel, which does the same. (The guard is the one
+# torch.library's own autograd kernels use.)
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
 def register_autograd(op: str, backward, setup_context=None) -> type[torch.autograd.Function]:
-    """torch.library.register_autograd for jitops::op, and the autograd.Function call_op uses for
-    op's eager calls: op run below the autograd layer, with the same backward and setup_context.
+    """jitops::op's autograd formula: backward (and setup_context, called as
+    setup_context(ctx, inputs, output)), registered as the op's Autograd kernel; returns the
+    autograd.Function that kernel uses, for call_op.
 
-    The Function is written in the classic style (forward takes ctx and calls setup_context
-    itself): a Function that defines setup_context binds its arguments with inspect.signature on
-    every call, which doubled a small op's cost."""
-    torch.library.register_autograd(f"jitops::{op}", backward, setup_context=setup_context)
+    What torch.library.register_autograd does for an op defined in C++, minus its per-op
+    dataclass (about 0.6 ms to create: a warm load's whole budget goes on a few of them). The
+    Function is written in the classic style (forward takes ctx and calls setup_context itself): a
+    Function that defines setup_context binds its arguments with inspect.signature on every call,
+    which doubled a small op's cost."""
     overload = getattr(torch.ops.jitops, op).default
 
     class OpFunction(torch.autograd.Function):
@@ -86,18 +88,27 @@ def register_autograd(op: str, backward, setup_context=None) -> type[torch.autog
             return output
 
     OpFunction.backward = staticmethod(backward)
+    OpFunction.__name__ = OpFunction.__qualname__ = f"{op}_autograd"
+
+    def autograd_kernel(keyset, *args):
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return OpFunction.apply(*args)
+        with _below_autograd():
+            return overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    _library.impl(op, autograd_kernel, "Autograd", with_keyset=True)
     return OpFunction
 
 
-def call_op(op, function: type[torch.autograd.Function] | None, *args):
-    """op(*args) in eager mode without torch.library's per-call Python autograd kernel (see above).
-    function: what register_autograd returned for op, used when an argument needs a gradient."""
-    if _below_autograd is None or torch.compiler.is_compiling():
+def call_op(op, function: type[torch.autograd.Function], *args):
+    """op(*args) in eager mode without the dispatcher's round trip through the Python Autograd
+    kernel (see above). function: what register_autograd returned for op."""
+    if torch.compiler.is_compiling():
         return op(*args)
     if torch.is_grad_enabled():
         for arg in args:
             if isinstance(arg, torch.Tensor) and arg.requires_grad:
-                return function.apply(*args) if function is not None else op(*args)
+                return function.apply(*args)
     with _below_autograd():
         return op(*args)
 

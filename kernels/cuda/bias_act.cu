@@ -5,13 +5,16 @@
 // a quarter of the bandwidth on an H100). The first-order backward with a bias has a second
 // kernel that also sums grad_x per channel, so that the bias gradient costs no second pass.
 //
-// About 250 kernels (activations x derivative orders x dtypes x vector widths): the loader
-// compiles this file as 9 units in parallel, unit k instantiating activation k's kernels. (On a
-// 16-core H100 machine 9 units built bias_act in 26 s and 18 units, one per activation and
-// double-or-not, in 31 s: past the core count, each unit's fixed header cost wins.)
-// jitops: shards 9
+// The vector kernels are compiled per activation, derivative order and dtype (float, half,
+// bfloat16): 108 of them, plus one fused backward per activation and dtype. Everything else
+// (float64, and sizes or pointers not aligned to a whole vector) takes one kernel per order and
+// dtype that picks the activation at run time, compiled once instead of nine times: on a 16-core
+// H100 machine the previous layout (a vector and a scalar kernel per activation for all four
+// dtypes, about 250 kernels) took 26 s to build. The loader compiles this file as 10 units in
+// parallel: unit k < 9 instantiates activation k's kernels (bias_act_shards.h), unit 9 the
+// run-time-switch kernels.
+// jitops: shards 10
 #include <algorithm>
-#include <cub/block/block_reduce.cuh>
 
 #include "../bias_act.h"
 #include "../cuda_helpers.cuh"
@@ -132,6 +135,24 @@ struct ChannelRuns {
   bool fits_32_bits;                   // outer * inner_vec < 2^32
 };
 
+// The sum of v over the block, valid in thread 0: warp shuffles, then the first warp over the
+// warps' sums. (cub::BlockReduce does the same, but its headers cost each unit of this file two
+// seconds of compile time.)
+template <typename acc_t>
+__device__ acc_t block_sum(acc_t v) {
+  static_assert(kThreads % 32 == 0 && kThreads / 32 <= 32, "one warp sums the warps' sums");
+  __shared__ acc_t warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? warp_sums[lane] : acc_t(0);
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
 template <Activation kAct, int kVec, typename scalar_t>
 __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const scalar_t* __restrict bias,
                                          const scalar_t* __restrict grad, scalar_t* __restrict grad_x,
@@ -174,10 +195,22 @@ __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const sca
       reinterpret_cast<V*>(grad_x)[index[u]] = result;
     }
   }
-  using BlockReduce = cub::BlockReduce<acc_t, kThreads>;
-  __shared__ typename BlockReduce::TempStorage scratch;
-  const acc_t block_sum = BlockReduce(scratch).Sum(sum);
-  if (threadIdx.x == 0) partial_sums[channel * gridDim.x + blockIdx.x] = block_sum;
+  const acc_t total = block_sum(sum);
+  if (threadIdx.x == 0) partial_sums[channel * gridDim.x + blockIdx.x] = total;
+}
+
+// The fallback: one element per thread per step, the activation a kernel argument.
+template <int kDerivative, typename scalar_t>
+__global__ void bias_act_any_kernel(const scalar_t* __restrict x, const scalar_t* __restrict bias,
+                                    const scalar_t* __restrict grad, scalar_t* __restrict out, Layout layout,
+                                    Scalars<acc_type<scalar_t>> s, Activation act) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < layout.n; i += step) {
+    const acc_t b = bias == nullptr ? acc_t(0) : to_acc(bias[ChannelCursor(i, layout).channel]);
+    const scalar_t g = kDerivative > 0 ? grad[i] : scalar_t();
+    out[i] = dispatch_activation(act, [&](auto kAct) { return bias_act_one<decltype(kAct)::value, kDerivative>(x[i], b, g, s); });
+  }
 }
 
 template <typename scalar_t>
@@ -198,6 +231,11 @@ inline int64_t blocks_for(int64_t vectors) {
 
 }  // namespace
 
+// bias_act_cuda for what has no vector kernel, any activation: defined in one unit, used by all.
+template <typename T>
+void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
+                       const BiasActParams& params, int derivative, Activation act, CudaStream stream);
+
 template <Activation kAct, typename T>
 void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
                    const BiasActParams& params, int derivative, CudaStream stream) {
@@ -208,25 +246,44 @@ void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const 
   const scalar_t* b = cuda_ptr(b_t);
   const scalar_t* grad = cuda_ptr(grad_t);
   scalar_t* out = cuda_ptr(out_t);
-  const Layout layout{n, shape.inner, shape.channels, n < (int64_t{1} << 32)};
   constexpr int kMaxVec = max_vec_size<scalar_t>();
-  const bool vectorized = n % kMaxVec == 0 && is_aligned(x) && is_aligned(out) && (grad == nullptr || is_aligned(grad));
-  dispatch_derivative(derivative, [&](auto order) {
-    constexpr int kOrder = decltype(order)::value;
-    const auto launch = [&](auto vec) {
-      constexpr int kVec = decltype(vec)::value;
-      const int64_t blocks = blocks_for(n / kVec);
-      bias_act_kernel<kAct, kOrder, kVec, scalar_t>
+  const bool vectorized = !std::is_same_v<T, double> && n % kMaxVec == 0 && is_aligned(x) && is_aligned(out) &&
+                          (grad == nullptr || is_aligned(grad));
+  if (!vectorized) return bias_act_any_cuda(x_t, b_t, grad_t, out_t, shape, params, derivative, kAct, stream);
+  if constexpr (!std::is_same_v<T, double>) {
+    const Layout layout{n, shape.inner, shape.channels, n < (int64_t{1} << 32)};
+    const int64_t blocks = blocks_for(n / kMaxVec);
+    dispatch_derivative(derivative, [&](auto order) {
+      bias_act_kernel<kAct, decltype(order)::value, kMaxVec, scalar_t>
           <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, b, grad, out, layout, scalars<scalar_t>(params));
       JITOPS_CHECK_LAUNCH();
-    };
-    if (vectorized) {
-      launch(std::integral_constant<int, kMaxVec>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
+    });
+  }
+}
+
+#if JITOPS_SHARD == 9 % JITOPS_SHARD_COUNT
+template <typename T>
+void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
+                       const BiasActParams& params, int derivative, Activation act, CudaStream stream) {
+  using scalar_t = CudaType<T>;
+  const Layout layout{shape.n, shape.inner, shape.channels, shape.n < (int64_t{1} << 32)};
+  const int blocks = grid_size(shape.n, kThreads);
+  dispatch_derivative(derivative, [&](auto order) {
+    bias_act_any_kernel<decltype(order)::value, scalar_t><<<blocks, kThreads, 0, stream>>>(
+        cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(out_t), layout, scalars<scalar_t>(params), act);
+    JITOPS_CHECK_LAUNCH();
   });
 }
+
+template void bias_act_any_cuda<float>(const float*, const float*, const float*, float*, const BiasActShape&,
+                                       const BiasActParams&, int, Activation, CudaStream);
+template void bias_act_any_cuda<double>(const double*, const double*, const double*, double*, const BiasActShape&,
+                                        const BiasActParams&, int, Activation, CudaStream);
+template void bias_act_any_cuda<Half>(const Half*, const Half*, const Half*, Half*, const BiasActShape&,
+                                      const BiasActParams&, int, Activation, CudaStream);
+template void bias_act_any_cuda<BFloat16>(const BFloat16*, const BFloat16*, const BFloat16*, BFloat16*,
+                                          const BiasActShape&, const BiasActParams&, int, Activation, CudaStream);
+#endif
 
 #if JITOPS_SHARD == 0
 template <typename T>
@@ -234,8 +291,8 @@ int64_t bias_act_fused_backward_blocks(const T* x, const T* grad, const T* grad_
   constexpr int kVec = max_vec_size<CudaType<T>>();
   const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
   // Runs of at least a warp's worth of vectors keep the loads coalesced; anything else (such as
-  // channels_last, inner == 1) takes the unfused path.
-  const bool fusable = n > 0 && inner % kVec == 0 && inner / kVec >= 32 && channels <= kMaxGridY && is_aligned(x) &&
+  // channels_last, inner == 1) takes the unfused path, and so does float64 (no kernel compiled).
+  const bool fusable = !std::is_same_v<T, double> && n > 0 && inner % kVec == 0 && inner / kVec >= 32 && channels <= kMaxGridY && is_aligned(x) &&
                        is_aligned(grad) && is_aligned(grad_x);
   return fusable ? blocks_for(n / channels / kVec) : 0;
 }
@@ -254,13 +311,15 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
                                   CudaStream stream) {
   using scalar_t = CudaType<T>;
   static_assert(std::is_same_v<acc_type<scalar_t>, BiasSum<T>>, "partial sums are in the kernels' acc type");
-  constexpr int kVec = max_vec_size<scalar_t>();
-  const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
-  const ChannelRuns runs{n / (channels * inner), channels, inner / kVec, n / (channels * kVec) < (int64_t{1} << 32)};
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(channels));
-  bias_act_backward_kernel<kAct, kVec, scalar_t><<<grid, kThreads, 0, stream>>>(
-      cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(grad_x_t), partial_sums, runs, scalars<scalar_t>(params));
-  JITOPS_CHECK_LAUNCH();
+  if constexpr (!std::is_same_v<T, double>) {  // float64 has no fused kernel (0 blocks above)
+    constexpr int kVec = max_vec_size<scalar_t>();
+    const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
+    const ChannelRuns runs{n / (channels * inner), channels, inner / kVec, n / (channels * kVec) < (int64_t{1} << 32)};
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(channels));
+    bias_act_backward_kernel<kAct, kVec, scalar_t><<<grid, kThreads, 0, stream>>>(
+        cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(grad_x_t), partial_sums, runs, scalars<scalar_t>(params));
+    JITOPS_CHECK_LAUNCH();
+  }
 }
 
 // This unit's share of the activations (all of them when compiled as one unit).
