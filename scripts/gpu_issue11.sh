@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 11 on a lent GPU machine, in parts that each fit one 10-minute device call:
+#   bash scripts/gpu_issue11.sh tests-a|tests-b|loader|bench   (logs under $OUT)
+# Builds for the card only (TORCH_CUDA_ARCH_LIST=9.0) into a cache kept between calls.
+set -uo pipefail
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+export TORCH_CUDA_ARCH_LIST=9.0 JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache JITOPS_KILL_TRIALS=${JITOPS_KILL_TRIALS:-8}
+unset PYTHONDONTWRITEBYTECODE
+python3 -m pip install -q -e . --no-deps --no-build-isolation
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"; } | tee "$OUT/machine.txt"
+pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
+case "$1" in
+  tests-a) pytest tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py 2>&1 | tee "$OUT/pytest-a.log" ;;
+  tests-b) pytest tests/test_trilinear_interpolation.py tests/test_upfirdn2d.py tests/test_prebuilt.py \
+             tests/test_properties.py tests/test_reliability.py tests/test_cache_cli.py tests/test_large_index.py 2>&1 | tee "$OUT/pytest-b.log" ;;
+  loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
+             --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
+  bench)
+    cd examples
+    for dtype in float32 float16; do
+      python3 benchmark.py bias_act --dtype $dtype --json "$OUT/bench_bias_act_$dtype.json" 2>&1 | tee "$OUT/bench_bias_act_$dtype.log"
+    done
+    python3 benchmark.py add2 --json "$OUT/bench_add2.json" 2>&1 | tee "$OUT/bench_add2.log" ;;
+  *) echo "usage: $0 tests-a|tests-b|loader|bench"; exit 2 ;;
+esac
