@@ -64,7 +64,11 @@ void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActSh
                                                      const BiasActShape&, const BiasActParams&, int);       \
   template void bias_act_cpu<Activation::act, double>(const double*, const double*, const double*, double*, \
                                                       const BiasActShape&, const BiasActParams&, int);
+#define JITOPS_ACTIVATION_UNITS JITOPS_SHARD_COUNT
+#define JITOPS_ACTIVATION_UNIT JITOPS_SHARD
 #include "../bias_act_shards.h"
 #undef JITOPS_INSTANTIATE
+#undef JITOPS_ACTIVATION_UNITS
+#undef JITOPS_ACTIVATION_UNIT
 
 }  // namespace jitops
