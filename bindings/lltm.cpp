@@ -13,6 +13,7 @@
 
 #include "../kernels/aten_checks.h"
 #include "../kernels/lltm.h"
+#include "aten_cuda.h"
 
 namespace jitops {
 namespace {
@@ -24,7 +25,25 @@ struct Kernels {
 };
 constexpr Kernels kCpu{lltm_cell_cpu, lltm_cell_backward_cpu};
 #ifdef WITH_CUDA
-constexpr Kernels kCuda{lltm_cell_cuda, lltm_cell_backward_cuda};
+void cell_cuda(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell) {
+  launch_cuda(gates, [&](auto t, CudaStream stream) {
+    using T = decltype(t);
+    lltm_cell_cuda(const_ptr<T>(gates), const_ptr<T>(old_cell), mutable_ptr<T>(new_h), mutable_ptr<T>(new_cell),
+                   old_cell.size(0), old_cell.size(1), stream);
+  });
+}
+
+void cell_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+                        const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell) {
+  launch_cuda(gates, [&](auto t, CudaStream stream) {
+    using T = decltype(t);
+    lltm_cell_backward_cuda(const_ptr<T>(grad_h), const_ptr<T>(grad_cell), const_ptr<T>(new_cell), const_ptr<T>(gates),
+                            mutable_ptr<T>(grad_gates), mutable_ptr<T>(grad_old_cell), new_cell.size(0),
+                            new_cell.size(1), stream);
+  });
+}
+
+constexpr Kernels kCuda{cell_cuda, cell_backward_cuda};
 #endif
 
 void check_2d(const at::Tensor& x, const char* name, int64_t rows, int64_t cols, const std::string& expected) {

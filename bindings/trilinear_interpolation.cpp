@@ -9,6 +9,7 @@
 
 #include "../kernels/aten_checks.h"
 #include "../kernels/trilinear_interpolation.h"
+#include "aten_cuda.h"
 
 namespace jitops {
 namespace {
@@ -19,7 +20,28 @@ struct Kernels {
 };
 constexpr Kernels kCpu{trilinear_interpolation_cpu, trilinear_interpolation_backward_cpu};
 #ifdef WITH_CUDA
-constexpr Kernels kCuda{trilinear_interpolation_cuda, trilinear_interpolation_backward_cuda};
+void forward_cuda(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out) {
+  launch_cuda(feats, [&](auto t, CudaStream stream) {
+    using T = decltype(t);
+    trilinear_interpolation_cuda(const_ptr<T>(feats), const_ptr<T>(points), mutable_ptr<T>(out), feats.size(0),
+                                 feats.size(2), stream);
+  });
+}
+
+// feats and grad_points undefined: the gradient for feats alone.
+void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points, at::Tensor& grad_feats,
+                   at::Tensor& grad_points) {
+  launch_cuda(grad_out, [&](auto t, CudaStream stream) {
+    using T = decltype(t);
+    const bool with_points_grad = grad_points.defined();
+    trilinear_interpolation_backward_cuda(const_ptr<T>(grad_out), with_points_grad ? const_ptr<T>(feats) : nullptr,
+                                          const_ptr<T>(points), mutable_ptr<T>(grad_feats),
+                                          with_points_grad ? mutable_ptr<T>(grad_points) : nullptr, grad_out.size(0),
+                                          grad_out.size(1), stream);
+  });
+}
+
+constexpr Kernels kCuda{forward_cuda, backward_cuda};
 #endif
 
 // jitops/ops/trilinear_interpolation.py repeats these checks for tracing; keep the two in step.

@@ -8,6 +8,7 @@
 
 #include "../kernels/aten_checks.h"
 #include "../kernels/upfirdn2d.h"
+#include "aten_cuda.h"
 
 namespace jitops {
 namespace {
@@ -43,6 +44,16 @@ at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef u
   return out;
 }
 
+#ifdef WITH_CUDA
+void upfirdn2d_on_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out) {
+  const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2), x.size(3), f.size(0), f.size(1), out.size(2), out.size(3)};
+  launch_cuda(x, [&](auto t, CudaStream stream) {
+    using T = decltype(t);
+    upfirdn2d_cuda(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params, stream);
+  });
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(jitops, m) {
@@ -54,7 +65,7 @@ TORCH_LIBRARY_FRAGMENT(jitops, m) {
 TORCH_LIBRARY_IMPL(jitops, CPU, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cpu>); }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(jitops, CUDA, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cuda>); }
+TORCH_LIBRARY_IMPL(jitops, CUDA, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_on_cuda>); }
 #endif
 
 }  // namespace jitops

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Argument checks on ATen tensors, for the ops whose bindings still use torch/library.h (the others
-// use bindings/stable.h). Light headers only: this file is
-// included by CPU and CUDA translation units, and each heavy include costs seconds per cold build.
+// use bindings/stable.h): their bindings and CPU kernel files include it (their CUDA files include
+// no torch header; bindings/aten_cuda.h launches them).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,20 +12,12 @@
 
 #include "common.h"
 
-// Messages name the argument, the way torchvision's ops do ("a must be a CUDA tensor").
-#define JITOPS_CHECK_CUDA(x) TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor, got device ", (x).device())
+// Messages name the argument, the way torchvision's ops do ("a must be a CPU tensor").
 #define JITOPS_CHECK_CPU(x) TORCH_CHECK((x).is_cpu(), #x " must be a CPU tensor, got device ", (x).device())
 #define JITOPS_CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
-#define CHECK_INPUT_CUDA(x) \
-  JITOPS_CHECK_CUDA(x);     \
-  JITOPS_CHECK_CONTIGUOUS(x)
 #define CHECK_INPUT_CPU(x) \
   JITOPS_CHECK_CPU(x);     \
   JITOPS_CHECK_CONTIGUOUS(x)
-// CHECK_SHAPE(feats, n, 8, f): the tensor's sizes must equal the listed ones exactly.
-#define CHECK_SHAPE(x, ...)                                                                      \
-  TORCH_CHECK((x).sizes() == at::IntArrayRef({__VA_ARGS__}), #x " must have shape (" #__VA_ARGS__ \
-              "), got ", jitops::shape_str((x).sizes()))
 
 namespace jitops {
 

@@ -80,6 +80,10 @@ __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// MACRO(T) for each dtype the CUDA kernels take, as the types the bindings pass: for the explicit
+// instantiations at the end of a kernel file.
+#define JITOPS_FOR_EACH_CUDA_TYPE(MACRO) MACRO(float) MACRO(double) MACRO(Half) MACRO(BFloat16)
+
 // A failed CUDA call becomes an exception; the bindings' boxed kernels turn it into a Python
 // RuntimeError that names the call.
 inline void check_cuda(cudaError_t status, const char* what) {

@@ -1,54 +1,60 @@
 // SPDX-License-Identifier: MIT
 // lltm: the cell of PyTorch's C++-extension tutorial. The matrix products run on ATen's BLAS
-// (bindings/lltm.cpp); these kernels fuse the elementwise parts, forward and backward. The C++
-// entry points take contiguous tensors of one dtype and device. The per-element math lives here,
-// once, for the CPU and the CUDA kernels.
+// (bindings/lltm.cpp); these kernels fuse the elementwise parts, forward and backward. The CPU
+// entry points take contiguous tensors of one dtype and device; the CUDA ones the same as plain
+// pointers (T: float, double, Half, BFloat16), so that the CUDA file includes no torch header. The
+// per-element math lives here, once, for the CPU and the CUDA kernels.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/macros/Macros.h>
-
+#include "common.h"
 #include "fast_math.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace jitops {
 
 // gates: [B, 3S], the pre-activations of the input gate, the output gate and the candidate cell
 // side by side; old_cell: [B, S] -> new_h: [B, S], new_cell: [B, S]
 void lltm_cell_cpu(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell);
-void lltm_cell_cuda(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell);
+template <typename T>
+void lltm_cell_cuda(const T* gates, const T* old_cell, T* new_h, T* new_cell, int64_t batch, int64_t state,
+                    CudaStream stream);
 
 // grad_h, grad_cell, new_cell: [B, S], gates: [B, 3S] -> grad_gates: [B, 3S], grad_old_cell: [B, S].
 // The gates' activations are recomputed from the pre-activations rather than saved: arithmetic is
 // cheaper than the bytes.
 void lltm_cell_backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
                             const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell);
-void lltm_cell_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-                             const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell);
+template <typename T>
+void lltm_cell_backward_cuda(const T* grad_h, const T* grad_cell, const T* new_cell, const T* gates, T* grad_gates,
+                             T* grad_old_cell, int64_t batch, int64_t state, CudaStream stream);
 
 // One state element's gate activations: i = sigmoid, o = sigmoid, c = elu (alpha 1).
 template <typename acc_t>
 struct LltmGates {
   acc_t input, output, candidate;
 
-  C10_HOST_DEVICE LltmGates(acc_t input_pre, acc_t output_pre, acc_t candidate_pre)
+  JITOPS_HOST_DEVICE LltmGates(acc_t input_pre, acc_t output_pre, acc_t candidate_pre)
       : input(sigmoid(input_pre)),
         output(sigmoid(output_pre)),
         candidate(elu(candidate_pre)) {}
 
   // Both sides computed, then selected: a branch-free loop body the CPU kernels can vectorize.
-  C10_HOST_DEVICE static acc_t elu(acc_t x) {
+  JITOPS_HOST_DEVICE static acc_t elu(acc_t x) {
     const acc_t negative_side = fast::expm1(x);
     return x > acc_t(0) ? x : negative_side;
   }
 
-  C10_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + fast::exp(-x)); }
+  JITOPS_HOST_DEVICE static acc_t sigmoid(acc_t x) { return acc_t(1) / (acc_t(1) + fast::exp(-x)); }
 
   // new_cell = old_cell + c * i
-  C10_HOST_DEVICE acc_t new_cell(acc_t old_cell) const { return old_cell + candidate * input; }
+  JITOPS_HOST_DEVICE acc_t new_cell(acc_t old_cell) const { return old_cell + candidate * input; }
 
   // Given d(loss)/d(new_h) and d(loss)/d(new_cell) from the outputs, writes the pre-activations'
   // gradients and returns d(loss)/d(old_cell).
-  C10_HOST_DEVICE acc_t backward(acc_t grad_h, acc_t grad_cell, acc_t new_cell, acc_t grad_pre[3]) const {
+  JITOPS_HOST_DEVICE acc_t backward(acc_t grad_h, acc_t grad_cell, acc_t new_cell, acc_t grad_pre[3]) const {
     const acc_t tanh_cell = fast::tanh(new_cell);
     // new_h = tanh(new_cell) * o, so new_cell also gets new_h's gradient through the tanh.
     const acc_t grad_new_cell = grad_cell + grad_h * output * (acc_t(1) - tanh_cell * tanh_cell);

@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: MIT
 // trilinear_interpolation: blend each point's 8 corner feature vectors by its position in the cell.
-// The C++ entry points take contiguous tensors of one dtype and device; bindings/ makes them so.
-// The per-point math lives here, once, for the CPU and the CUDA kernels.
+// The CPU entry points take contiguous tensors of one dtype and device (bindings/ makes them so);
+// the CUDA ones the same as plain pointers (T: float, double, Half, BFloat16), so that the CUDA
+// file includes no torch header. The per-point math lives here, once, for both.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/macros/Macros.h>
+#include "common.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace jitops {
 
 // feats: [N, 8, F], points: [N, 3] in [-1, 1], out: [N, F]
 void trilinear_interpolation_cpu(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out);
-void trilinear_interpolation_cuda(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out);
+template <typename T>
+void trilinear_interpolation_cuda(const T* feats, const T* points, T* out, int64_t n, int64_t f, CudaStream stream);
 
-// grad_out: [N, F] -> grad_feats: [N, 8, F] and, when grad_points is defined, grad_points: [N, 3].
-// feats is read only for grad_points: without it (undefined grad_points and feats) the backward
-// moves half the bytes.
+// grad_out: [N, F] -> grad_feats: [N, 8, F] and, when grad_points is defined (not null), grad_points:
+// [N, 3]. feats is read only for grad_points: without it (undefined or null grad_points and feats)
+// the backward moves half the bytes.
 void trilinear_interpolation_backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats,
                                           const at::Tensor& points, at::Tensor& grad_feats, at::Tensor& grad_points);
-void trilinear_interpolation_backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats,
-                                           const at::Tensor& points, at::Tensor& grad_feats, at::Tensor& grad_points);
+template <typename T>
+void trilinear_interpolation_backward_cuda(const T* grad_out, const T* feats, const T* points, T* grad_feats,
+                                           T* grad_points, int64_t n, int64_t f, CudaStream stream);
 
 // One point's position in its cell, u, v, w in [0, 1], and the weights of its 8 corners. Corner k
 // = 4 * (u side) + 2 * (v side) + (w side), as DESIGN.md orders feats[:, k].
@@ -29,7 +35,7 @@ struct TrilinearCell {
   acc_t bilinear[4];  // weights of the 4 corners on one u side: a, b, c, d of DESIGN.md
   acc_t weight[8];
 
-  C10_HOST_DEVICE TrilinearCell(acc_t x, acc_t y, acc_t z)
+  JITOPS_HOST_DEVICE TrilinearCell(acc_t x, acc_t y, acc_t z)
       : u((x + acc_t(1)) / acc_t(2)), v((y + acc_t(1)) / acc_t(2)), w((z + acc_t(1)) / acc_t(2)) {
     bilinear[0] = (acc_t(1) - v) * (acc_t(1) - w);
     bilinear[1] = (acc_t(1) - v) * w;
@@ -42,7 +48,7 @@ struct TrilinearCell {
   }
 
   // sum_k weight[k] * f[k]: the interpolated value of one feature channel.
-  C10_HOST_DEVICE acc_t interpolate(const acc_t f[8]) const {
+  JITOPS_HOST_DEVICE acc_t interpolate(const acc_t f[8]) const {
     acc_t sum = 0;
     for (int k = 0; k < 8; ++k) sum += weight[k] * f[k];
     return sum;
@@ -50,7 +56,7 @@ struct TrilinearCell {
 
   // Adds g * d(interpolate(f)) / d(u, v, w) for one feature channel with output gradient g. The
   // caller applies the 1/2 of u = (x + 1) / 2 once, after summing over channels.
-  C10_HOST_DEVICE void accumulate_uvw_grad(const acc_t f[8], acc_t g, acc_t grad[3]) const {
+  JITOPS_HOST_DEVICE void accumulate_uvw_grad(const acc_t f[8], acc_t g, acc_t grad[3]) const {
     acc_t du = 0;
     for (int k = 0; k < 4; ++k) du += bilinear[k] * (f[k + 4] - f[k]);
     // Slopes of the bilinear blend along v and along w, on the low-u side (base 0) and high-u side.

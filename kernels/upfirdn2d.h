@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 // upfirdn2d: StyleGAN2's upsample (zero insertion), pad or crop, 2-D FIR filter, downsample. One
 // output pixel is one dot product of the filter with the input samples under it; that gather is
-// written once here for the CPU and the CUDA kernels.
+// written once here for the CPU and the CUDA kernels. The CUDA entry point takes plain pointers,
+// so that the CUDA file includes no torch header.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/macros/Macros.h>
-
 #include <cstdint>
+
+#include "common.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace jitops {
 
@@ -20,12 +24,18 @@ struct Upfirdn2dParams {
 
 // x: [N, C, H, W], f: [fh, fw] (same dtype), out: [N, C, out_h, out_w]; all contiguous.
 void upfirdn2d_cpu(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out);
-void upfirdn2d_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out);
+// The same on the current device; sizes as above. T: float, double, Half, BFloat16.
+struct Upfirdn2dSizes {
+  int64_t planes, in_h, in_w, fh, fw, out_h, out_w;  // planes = N * C
+};
+template <typename T>
+void upfirdn2d_cuda(const T* x, const T* f, T* out, const Upfirdn2dSizes& sizes, const Upfirdn2dParams& params,
+                    CudaStream stream);
 
 // The first tap k >= 0 for which start + k is a multiple of up: the first real (not inserted
 // zero) sample under the filter.
 template <typename index_t>
-C10_HOST_DEVICE inline index_t first_sample_tap(index_t start, index_t up) {
+JITOPS_HOST_DEVICE inline index_t first_sample_tap(index_t start, index_t up) {
   return ((-start) % up + up) % up;
 }
 
@@ -41,7 +51,7 @@ struct AxisTaps {
 // Output position o reads upsampled, padded positions o * down - pad0 + k for taps k < taps; that
 // position holds input sample (o * down - pad0 + k) / up when it is a multiple of up, else zero.
 template <typename index_t>
-C10_HOST_DEVICE inline AxisTaps<index_t> axis_taps(index_t o, index_t up, index_t down, index_t pad0, index_t taps,
+JITOPS_HOST_DEVICE inline AxisTaps<index_t> axis_taps(index_t o, index_t up, index_t down, index_t pad0, index_t taps,
                                                    index_t in_size, bool flip_filter) {
   const index_t start = o * down - pad0;
   const index_t k0 = first_sample_tap(start, up);
@@ -55,15 +65,17 @@ C10_HOST_DEVICE inline AxisTaps<index_t> axis_taps(index_t o, index_t up, index_
 }
 
 // One output pixel of one plane (row stride in_w), before the gain; f is [fh, fw], row-major.
-template <typename acc_t, typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline acc_t upfirdn2d_pixel(const scalar_t* plane, index_t in_w, const scalar_t* f, index_t fw,
-                                             const AxisTaps<index_t>& row, const AxisTaps<index_t>& col) {
+// to_acc converts a loaded scalar_t to acc_t (CUDA's 16-bit types have no implicit conversion).
+template <typename acc_t, typename scalar_t, typename index_t, typename ToAcc>
+JITOPS_HOST_DEVICE inline acc_t upfirdn2d_pixel(const scalar_t* plane, index_t in_w, const scalar_t* f, index_t fw,
+                                                const AxisTaps<index_t>& row, const AxisTaps<index_t>& col,
+                                                ToAcc to_acc) {
   acc_t sum = 0;
   for (index_t j = 0; j < row.count; ++j) {
     const scalar_t* in = plane + (row.first_in + j) * in_w + col.first_in;
     const scalar_t* taps = f + (row.first_tap + j * row.tap_step) * fw + col.first_tap;
     for (index_t i = 0; i < col.count; ++i) {
-      sum += static_cast<acc_t>(in[i]) * static_cast<acc_t>(taps[i * col.tap_step]);
+      sum += to_acc(in[i]) * to_acc(taps[i * col.tap_step]);
     }
   }
   return sum;

@@ -37,7 +37,8 @@ void upfirdn2d_cpu(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dPara
           const AxisTaps<int64_t> row = axis_taps(oy, p.upy, p.downy, p.pady0, fh, in_h, p.flip_filter);
           scalar_t* o = out_p + (plane * out_h + oy) * out_w;
           for (int64_t ox = 0; ox < out_w; ++ox) {
-            o[ox] = static_cast<scalar_t>(gain * upfirdn2d_pixel<acc_t>(in, in_w, f_p, fw, row, columns[ox]));
+            o[ox] = static_cast<scalar_t>(
+                gain * upfirdn2d_pixel<acc_t>(in, in_w, f_p, fw, row, columns[ox], [](scalar_t v) { return acc_t(v); }));
           }
         }
       }

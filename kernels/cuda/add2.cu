@@ -66,9 +66,8 @@ void add2_cuda(const T* a_t, const T* b_t, T* out_t, int64_t n, CudaStream strea
   JITOPS_CHECK_LAUNCH();
 }
 
-template void add2_cuda<float>(const float*, const float*, float*, int64_t, CudaStream);
-template void add2_cuda<double>(const double*, const double*, double*, int64_t, CudaStream);
-template void add2_cuda<Half>(const Half*, const Half*, Half*, int64_t, CudaStream);
-template void add2_cuda<BFloat16>(const BFloat16*, const BFloat16*, BFloat16*, int64_t, CudaStream);
+#define JITOPS_INSTANTIATE(T) template void add2_cuda<T>(const T*, const T*, T*, int64_t, CudaStream);
+JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
+#undef JITOPS_INSTANTIATE
 
 }  // namespace jitops

@@ -277,14 +277,11 @@ void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, co
   });
 }
 
-template void bias_act_any_cuda<float>(const float*, const float*, const float*, float*, const BiasActShape&,
-                                       const BiasActParams&, int, Activation, CudaStream);
-template void bias_act_any_cuda<double>(const double*, const double*, const double*, double*, const BiasActShape&,
-                                        const BiasActParams&, int, Activation, CudaStream);
-template void bias_act_any_cuda<Half>(const Half*, const Half*, const Half*, Half*, const BiasActShape&,
-                                      const BiasActParams&, int, Activation, CudaStream);
-template void bias_act_any_cuda<BFloat16>(const BFloat16*, const BFloat16*, const BFloat16*, BFloat16*,
-                                          const BiasActShape&, const BiasActParams&, int, Activation, CudaStream);
+#define JITOPS_INSTANTIATE(T)                                                                          \
+  template void bias_act_any_cuda<T>(const T*, const T*, const T*, T*, const BiasActShape&, const BiasActParams&, \
+                                     int, Activation, CudaStream);
+JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
+#undef JITOPS_INSTANTIATE
 #endif
 
 #if JITOPS_SHARD == 0

@@ -4,16 +4,9 @@
 // each corner's row (coalesced along F) rather than one point per thread at a stride of 8 * F.
 #include "../trilinear_interpolation.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
+#include <initializer_list>
 #include <type_traits>
 
-#include <c10/cuda/CUDAException.h>
-
-#include "../aten_checks.h"
 #include "../cuda_helpers.cuh"
 
 namespace jitops {
@@ -47,18 +40,18 @@ __device__ __forceinline__ void load_corners(const Vec<scalar_t, kVec>* corners,
 template <typename acc_t, typename scalar_t, int kVec>
 __device__ __forceinline__ void channel_values(const Vec<scalar_t, kVec> loaded[8], int e, acc_t values[8]) {
 #pragma unroll
-  for (int k = 0; k < 8; ++k) values[k] = static_cast<acc_t>(loaded[k].v[e]);
+  for (int k = 0; k < 8; ++k) values[k] = to_acc(loaded[k].v[e]);
 }
 
 // feats: [N, 8, F], points: [N, 3], out: [N, F]; F = f_vecs * kVec.
 template <typename scalar_t, int kVec>
 __global__ void trilinear_forward_kernel(const scalar_t* __restrict__ feats, const scalar_t* __restrict__ points,
                                          scalar_t* __restrict__ out, int64_t n, int64_t f_vecs, int lanes_log2) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   using V = Vec<scalar_t, kVec>;
   const PointGroups groups(lanes_log2);
   for (int64_t i = groups.first_point; i < n; i += groups.point_stride) {
-    const TrilinearCell<acc_t> cell(points[3 * i], points[3 * i + 1], points[3 * i + 2]);
+    const TrilinearCell<acc_t> cell(to_acc(points[3 * i]), to_acc(points[3 * i + 1]), to_acc(points[3 * i + 2]));
     const V* corners = reinterpret_cast<const V*>(feats) + i * 8 * f_vecs;
     V* row = reinterpret_cast<V*>(out) + i * f_vecs;
     for (int64_t c = groups.lane; c < f_vecs; c += groups.lanes()) {
@@ -69,7 +62,7 @@ __global__ void trilinear_forward_kernel(const scalar_t* __restrict__ feats, con
       for (int e = 0; e < kVec; ++e) {
         acc_t values[8];
         channel_values(loaded, e, values);
-        result.v[e] = static_cast<scalar_t>(cell.interpolate(values));
+        result.v[e] = from_acc<scalar_t>(cell.interpolate(values));
       }
       row[c] = result;
     }
@@ -83,7 +76,7 @@ __global__ void trilinear_backward_kernel(const scalar_t* __restrict__ grad_out,
                                           const scalar_t* __restrict__ points, scalar_t* __restrict__ grad_feats,
                                           scalar_t* __restrict__ grad_points, int64_t n, int64_t f_vecs,
                                           int lanes_log2) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   using V = Vec<scalar_t, kVec>;
   const PointGroups groups(lanes_log2);
   // The lanes of this thread's group within its warp: groups of one warp may leave the point loop
@@ -92,7 +85,7 @@ __global__ void trilinear_backward_kernel(const scalar_t* __restrict__ grad_out,
   const unsigned group_mask =
       lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << ((threadIdx.x % 32) & ~static_cast<unsigned>(lanes - 1));
   for (int64_t i = groups.first_point; i < n; i += groups.point_stride) {
-    const TrilinearCell<acc_t> cell(points[3 * i], points[3 * i + 1], points[3 * i + 2]);
+    const TrilinearCell<acc_t> cell(to_acc(points[3 * i]), to_acc(points[3 * i + 1]), to_acc(points[3 * i + 2]));
     const V* g_row = reinterpret_cast<const V*>(grad_out) + i * f_vecs;
     V* g_corners = reinterpret_cast<V*>(grad_feats) + i * 8 * f_vecs;
     const V* corners = reinterpret_cast<const V*>(feats) + i * 8 * f_vecs;
@@ -104,7 +97,7 @@ __global__ void trilinear_backward_kernel(const scalar_t* __restrict__ grad_out,
         V weighted;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          weighted.v[e] = static_cast<scalar_t>(cell.weight[k] * static_cast<acc_t>(g.v[e]));
+          weighted.v[e] = from_acc<scalar_t>(cell.weight[k] * to_acc(g.v[e]));
         }
         g_corners[k * f_vecs + c] = weighted;
       }
@@ -115,7 +108,7 @@ __global__ void trilinear_backward_kernel(const scalar_t* __restrict__ grad_out,
         for (int e = 0; e < kVec; ++e) {
           acc_t values[8];
           channel_values(loaded, e, values);
-          cell.accumulate_uvw_grad(values, static_cast<acc_t>(g.v[e]), grad_uvw);
+          cell.accumulate_uvw_grad(values, to_acc(g.v[e]), grad_uvw);
         }
       }
     }
@@ -128,7 +121,7 @@ __global__ void trilinear_backward_kernel(const scalar_t* __restrict__ grad_out,
       }
       // u = (x + 1) / 2, so d/dx = d/du / 2.
       if (groups.lane == 0) {
-        for (int axis = 0; axis < 3; ++axis) grad_points[3 * i + axis] = static_cast<scalar_t>(grad_uvw[axis] / 2);
+        for (int axis = 0; axis < 3; ++axis) grad_points[3 * i + axis] = from_acc<scalar_t>(grad_uvw[axis] / 2);
       }
     }
   }
@@ -144,7 +137,7 @@ struct LaunchShape {
 };
 
 template <typename scalar_t>
-LaunchShape launch_shape(int64_t n, int64_t f, std::initializer_list<const void*> rows, int device_index) {
+LaunchShape launch_shape(int64_t n, int64_t f, std::initializer_list<const void*> rows) {
   constexpr int vec = max_vec_size<scalar_t>();
   bool vectorized = f % vec == 0;
   for (const void* p : rows) vectorized = vectorized && is_aligned(p);
@@ -166,61 +159,50 @@ void with_vec_size(bool vectorized, Fn&& fn) {
 
 }  // namespace
 
-void trilinear_interpolation_cuda(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out) {
-  CHECK_INPUT_CUDA(feats);
-  CHECK_INPUT_CUDA(points);
-  CHECK_INPUT_CUDA(out);
-  const int64_t n = feats.size(0), f = feats.size(2);
+template <typename T>
+void trilinear_interpolation_cuda(const T* feats_t, const T* points_t, T* out_t, int64_t n, int64_t f,
+                                  CudaStream stream) {
+  using scalar_t = CudaType<T>;
   if (n == 0 || f == 0) return;
-  const c10::cuda::CUDAGuard device_guard(feats.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cuda", [&] {
-    const scalar_t* feats_p = feats.const_data_ptr<scalar_t>();
-    scalar_t* out_p = out.mutable_data_ptr<scalar_t>();
-    const LaunchShape shape = launch_shape<scalar_t>(n, f, {feats_p, out_p}, feats.device().index());
-    with_vec_size<scalar_t>(shape.vectorized, [&](auto vec) {
-      trilinear_forward_kernel<scalar_t, decltype(vec)::value><<<shape.blocks, kThreads, 0, stream>>>(
-          feats_p, points.const_data_ptr<scalar_t>(), out_p, n, shape.f_vecs, shape.lanes_log2);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+  const scalar_t* feats = cuda_ptr(feats_t);
+  scalar_t* out = cuda_ptr(out_t);
+  const LaunchShape shape = launch_shape<scalar_t>(n, f, {feats, out});
+  with_vec_size<scalar_t>(shape.vectorized, [&](auto vec) {
+    trilinear_forward_kernel<scalar_t, decltype(vec)::value><<<shape.blocks, kThreads, 0, stream>>>(
+        feats, cuda_ptr(points_t), out, n, shape.f_vecs, shape.lanes_log2);
+    JITOPS_CHECK_LAUNCH();
   });
 }
 
-void trilinear_interpolation_backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats,
-                                           const at::Tensor& points, at::Tensor& grad_feats, at::Tensor& grad_points) {
-  CHECK_INPUT_CUDA(grad_out);
-  CHECK_INPUT_CUDA(points);
-  CHECK_INPUT_CUDA(grad_feats);
-  const bool with_points_grad = grad_points.defined();
-  if (with_points_grad) {
-    CHECK_INPUT_CUDA(feats);
-    CHECK_INPUT_CUDA(grad_points);
-  }
-  const int64_t n = grad_out.size(0), f = grad_out.size(1);
+template <typename T>
+void trilinear_interpolation_backward_cuda(const T* grad_out_t, const T* feats_t, const T* points_t, T* grad_feats_t,
+                                           T* grad_points_t, int64_t n, int64_t f, CudaStream stream) {
+  using scalar_t = CudaType<T>;
   if (n == 0) return;
-  const c10::cuda::CUDAGuard device_guard(grad_out.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_backward_cuda", [&] {
-        const scalar_t* grad_out_p = grad_out.const_data_ptr<scalar_t>();
-        const scalar_t* feats_p = with_points_grad ? feats.const_data_ptr<scalar_t>() : nullptr;
-        scalar_t* grad_feats_p = grad_feats.mutable_data_ptr<scalar_t>();
-        scalar_t* grad_points_p = with_points_grad ? grad_points.mutable_data_ptr<scalar_t>() : nullptr;
-        const LaunchShape shape =
-            launch_shape<scalar_t>(n, f, {grad_out_p, feats_p, grad_feats_p}, grad_out.device().index());
-        with_vec_size<scalar_t>(shape.vectorized, [&](auto vec) {
-          constexpr int kVec = decltype(vec)::value;
-          const scalar_t* points_p = points.const_data_ptr<scalar_t>();
-          if (with_points_grad) {
-            trilinear_backward_kernel<scalar_t, kVec, true><<<shape.blocks, kThreads, 0, stream>>>(
-                grad_out_p, feats_p, points_p, grad_feats_p, grad_points_p, n, shape.f_vecs, shape.lanes_log2);
-          } else {
-            trilinear_backward_kernel<scalar_t, kVec, false><<<shape.blocks, kThreads, 0, stream>>>(
-                grad_out_p, feats_p, points_p, grad_feats_p, grad_points_p, n, shape.f_vecs, shape.lanes_log2);
-          }
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
-        });
-      });
+  const scalar_t* grad_out = cuda_ptr(grad_out_t);
+  const scalar_t* feats = cuda_ptr(feats_t);
+  const scalar_t* points = cuda_ptr(points_t);
+  scalar_t* grad_feats = cuda_ptr(grad_feats_t);
+  scalar_t* grad_points = cuda_ptr(grad_points_t);
+  const LaunchShape shape = launch_shape<scalar_t>(n, f, {grad_out, feats, grad_feats});
+  with_vec_size<scalar_t>(shape.vectorized, [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    if (grad_points != nullptr) {
+      trilinear_backward_kernel<scalar_t, kVec, true><<<shape.blocks, kThreads, 0, stream>>>(
+          grad_out, feats, points, grad_feats, grad_points, n, shape.f_vecs, shape.lanes_log2);
+    } else {
+      trilinear_backward_kernel<scalar_t, kVec, false><<<shape.blocks, kThreads, 0, stream>>>(
+          grad_out, feats, points, grad_feats, grad_points, n, shape.f_vecs, shape.lanes_log2);
+    }
+    JITOPS_CHECK_LAUNCH();
+  });
 }
+
+#define JITOPS_INSTANTIATE(T)                                                                                    \
+  template void trilinear_interpolation_cuda<T>(const T*, const T*, T*, int64_t, int64_t, CudaStream);            \
+  template void trilinear_interpolation_backward_cuda<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t, \
+                                                         CudaStream);
+JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
+#undef JITOPS_INSTANTIATE
 
 }  // namespace jitops
