@@ -590,9 +590,11 @@ def _load_check(library: Path, log_path: Path) -> str | None:
     try:
         torch.ops.load_library(str(library))
     except (OSError, RuntimeError) as err:
+        # torch's message only names the file; dlopen's own ("undefined symbol: ...") is its cause.
+        reason = str(err.__cause__ or err)
         with open(log_path, "a") as log:
-            log.write(f"\nloading the built library failed: {err}\n")
-        return f"the built library does not load: {err}"
+            log.write(f"\nloading the built library failed: {reason}\n")
+        return f"the built library does not load: {reason}"
     return None
 
 

@@ -21,8 +21,12 @@ TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
 # Loads the tiny extension in a fresh process and reports how, as JSON on stdout's last line.
 LOAD_TINY = """
 import ctypes, json, sys, time
-sys.addaudithook(lambda event, args: event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system"))
-                 and SPAWNED.append(event))
+import os
+def count_spawn(event, args):
+    if event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system")):
+        # subprocess.Popen's first argument is the program: "subprocess.Popen ninja".
+        SPAWNED.append(f"{event} {os.path.basename(str(args[0]))}" if event == "subprocess.Popen" else event)
+sys.addaudithook(count_spawn)
 SPAWNED, LOCKS = [], []
 import filelock
 acquire = filelock.BaseFileLock.acquire
@@ -108,6 +112,11 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert oct(entry.stat().st_mode & 0o777) == "0o700"
     manifest = json.loads((entry / "manifest.json").read_text())
     assert {"components", "library_sha256", "built_at", "build_seconds", "last_used"} <= manifest.keys()
+    assert set(manifest["unit_seconds"]) == {"tiny_cpu0.o", "tiny_cpu1.o", "tiny_bindings.o", "jitops_tiny.so"}
+    # The build runs ninja from this process: no second Python (importing torch again) is started.
+    python = os.path.basename(sys.executable)
+    assert not [s for s in cold_build["spawned"] if s.endswith(f" {python}")], cold_build["spawned"]
+    assert "subprocess.Popen ninja" in cold_build["spawned"], cold_build["spawned"]
 
     warm = load_tiny(cold_build["cache"])
     assert warm["how"] == "cache" and warm["value"] == 42
@@ -275,6 +284,37 @@ def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy
     # Not poisoned: the fixed source builds at once.
     source.write_text(good)
     assert load_tiny(cache, tiny_copy)["value"] == 42
+
+
+def test_library_that_does_not_load_is_never_published(tmp_path, tiny_copy):
+    # It compiles and links (a shared library may leave symbols undefined), but dlopen refuses it.
+    binding = tiny_copy / "bindings" / "tiny.cpp"
+    good = binding.read_text()
+    binding.write_text(good.replace("{ return tiny_value(); }", "{ return jitops_tiny_missing(); }").replace(
+        '#include "../kernels/tiny.h"', '#include "../kernels/tiny.h"\nextern "C" int jitops_tiny_missing();'))
+    cache = tmp_path / "cache"
+    stderr = load_tiny_failing(cache, tiny_copy)
+    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+    assert message, stderr
+    assert "the built library does not load" in message.group(1) and "jitops_tiny_missing" in message.group(1)
+    assert "jitops_tiny_missing" in Path(message.group(2)).read_text()
+    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+    binding.write_text(good)
+    assert load_tiny(cache, tiny_copy)["value"] == 42
+
+
+def test_arch_list_becomes_gencode_flags_and_names_are_refused():
+    assert _build.gencode_flags("8.6;9.0a") == [
+        "-gencode=arch=compute_86,code=sm_86",
+        "-gencode=arch=compute_90a,code=sm_90a",
+    ]
+    assert _build.gencode_flags(" 8.0  9.0+PTX ") == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90,code=compute_90",
+    ]
+    with pytest.raises(_build.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hopper' is not a compute capability"):
+        _build.gencode_flags("8.0;Hopper")
 
 
 def tool_dir(tmp_path: Path, tools: list[str]) -> str:
