@@ -99,15 +99,16 @@ class OpSources:
         self.binding = self.root / "bindings" / f"{op}.cpp"
         self.extension_name = f"jitops_{op}"
 
-    def hashed_files(self) -> list[Path]:
+    def hashed_files(self) -> list[str]:
         # Every header, since any of them may be included; the op's sources whether or not this
-        # build compiles them, so one key names one set of sources. (os.scandir, not pathlib's
-        # iterdir: this runs on every warm load.)
+        # build compiles them, so one key names one set of sources. (Strings and os.scandir, not
+        # pathlib: this runs on every warm load.)
         headers = []
-        for directory in (self.root / "kernels", self.root / "bindings"):
-            with os.scandir(directory) as found:
-                headers += [Path(f.path) for f in found if f.name.endswith((".h", ".cuh"))]
-        return sorted(headers) + [p for p in (self.cpu, self.cuda, self.binding) if p.exists()]
+        for directory in ("kernels", "bindings"):
+            with os.scandir(os.path.join(self.root, directory)) as found:
+                headers += [f.path for f in found if f.name.endswith((".h", ".cuh"))]
+        sources = [str(p) for p in (self.cpu, self.cuda, self.binding)]
+        return sorted(headers) + [p for p in sources if os.path.exists(p)]
 
     def check_present(self) -> None:
         missing = [str(p) for p in (self.cpu, self.binding) if not p.is_file()]
@@ -160,15 +161,20 @@ def find_cuda_home() -> Path | None:
     is the same one; a build points torch at the result (see _use_cuda_home), and the key names it.
     """
     configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if configured and _is_toolkit(Path(configured)):
+        return Path(configured)  # the usual case, without searching PATH
     on_path = shutil.which("nvcc")
-    candidates = [Path(configured)] if configured else []
-    if on_path:
-        candidates += [Path(on_path).parent.parent, Path(on_path).resolve().parent.parent]
-    candidates.append(Path("/usr/local/cuda"))
-    for home in candidates:
-        if (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file():
+    candidates = [Path(on_path).parent.parent, Path(on_path).resolve().parent.parent] if on_path else []
+    for home in candidates + [Path("/usr/local/cuda")]:
+        if _is_toolkit(home):
             return home
     return None
+
+
+def _is_toolkit(home: Path) -> bool:
+    return os.path.isfile(os.path.join(home, "bin", "nvcc")) and os.path.isfile(
+        os.path.join(home, "include", "cuda_runtime.h")
+    )
 
 
 _probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
@@ -176,13 +182,19 @@ _probed_versions: dict[str, str] = {}  # this process's copy of the cache root's
 
 def tool_version(binary: Path) -> str:
     """First informative line of `binary --version`, cached per binary identity in the cache root."""
-    identity = _cache.binary_identity(binary)
+    return _tool_probe(binary)[1]
+
+
+def _tool_probe(binary: Path) -> tuple[str, str]:
+    """binary's resolved path and its version line (the key names both; resolved once, since
+    resolving costs a system call per path component on every warm load)."""
+    resolved, identity = _cache.binary_identity(binary)
     if identity in _probed_versions:
-        return _probed_versions[identity]
+        return resolved, _probed_versions[identity]
     root = _cache.cache_root()
     _probed_versions.update(_cache.read_toolchain_probes(root))
     if identity in _probed_versions:
-        return _probed_versions[identity]
+        return resolved, _probed_versions[identity]
     result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     # nvcc's first lines are a banner; the release line is the one that identifies it.
@@ -190,7 +202,11 @@ def tool_version(binary: Path) -> str:
     version = (release or lines or [f"unknown (exit {result.returncode})"])[0]
     _cache.remember_toolchain_probe(root, identity, version)
     _probed_versions[identity] = version
-    return version
+    return resolved, version
+
+
+def _tool_description(binary: Path) -> str:
+    return ": ".join(_tool_probe(binary))
 
 
 def plan_cuda() -> CudaPlan:
@@ -244,8 +260,8 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
     return {
         "op": sources.op,
         **abi_components(sources),
-        "cxx": f"{cxx.resolve()}: {tool_version(cxx)}" if cxx else None,
-        "nvcc": f"{cuda.nvcc.resolve()}: {tool_version(cuda.nvcc)}" if cuda.enabled and cuda.nvcc else None,
+        "cxx": _tool_description(cxx) if cxx else None,
+        "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
         "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),

@@ -93,10 +93,11 @@ def _check_private_dir(path: Path) -> None:
 
 def ensure_private_dir(path: Path) -> Path:
     """Create `path` (0700, parents as needed) or check an existing one; return it."""
-    try:
-        path.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        pass
+    if not os.path.lexists(path):  # one system call when it exists, as it does on every warm load
+        try:
+            path.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            pass  # made by another process meanwhile
     _check_private_dir(path)
     return path
 
@@ -187,7 +188,7 @@ def known_file_hashes() -> KnownFileHashes:
     return _known_file_hashes[root]
 
 
-def hash_files(paths: list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
+def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
     """sha256 over each file's name relative to relative_to and its sha256, so a rename changes
     the hash too. (Plain strings, not pathlib: this runs on every warm load.)"""
     known = known or KnownFileHashes(None)
@@ -369,11 +370,12 @@ def list_entries(root: Path) -> list[tuple[Entry, dict | None]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def binary_identity(path: Path) -> str:
-    """Resolved path, size and mtime: changes whenever the binary is replaced."""
-    resolved = path.resolve()
-    info = resolved.stat()
-    return f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
+def binary_identity(path: Path) -> tuple[str, str]:
+    """The binary's resolved path, and that path with its size and mtime: the identity changes
+    whenever the binary is replaced."""
+    resolved = os.path.realpath(path)
+    info = os.stat(resolved)
+    return resolved, f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
 
 
 def read_toolchain_probes(root: Path) -> dict:
