@@ -31,8 +31,8 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     if unknown:
         raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
     # Ops already in the cache load here, one after another: a warm load is a few milliseconds of
-    # Python, which threads would only slow down. The rest build in parallel: each build is a child
-    # process running ninja, so threads are enough to overlap them.
+    # Python, which threads would only slow down. The rest build in parallel: each build waits on its
+    # own ninja process, so threads are enough to overlap them.
     to_build = []
     for name in names:
         if load_op(name, cached_only=True) is None:
