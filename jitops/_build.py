@@ -514,23 +514,33 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
         _use_cuda_home(cpp_extension, cuda.cuda_home)
         # Explicit -gencode flags make torch skip its own choice (which reads the environment).
         cuda_cflags += gencode_flags(cuda.arch_list)
-    ldflags = cpp_extension._prepare_ldflags(
-        extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False,
-        is_standalone=False,
-    )
-    cpp_extension._write_ninja_file_to_build_library(
-        path=str(build_dir / "build.ninja"),
-        name=sources.extension_name,
-        sources=wrappers,
-        extra_cflags=list(components["cflags"]),
-        extra_cuda_cflags=cuda_cflags,
-        extra_sycl_cflags=[],
-        extra_ldflags=ldflags,
-        extra_include_paths=[],
-        with_cuda=cuda.enabled,
-        with_sycl=False,
-        is_standalone=False,
-    )
+    try:
+        ldflags = cpp_extension._prepare_ldflags(
+            extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False,
+            is_standalone=False,
+        )
+        cpp_extension._write_ninja_file_to_build_library(
+            path=str(build_dir / "build.ninja"),
+            name=sources.extension_name,
+            sources=wrappers,
+            extra_cflags=list(components["cflags"]),
+            extra_cuda_cflags=cuda_cflags,
+            extra_sycl_cflags=[],
+            extra_ldflags=ldflags,
+            extra_include_paths=[],
+            with_cuda=cuda.enabled,
+            with_sycl=False,
+            is_standalone=False,
+        )
+    except (AttributeError, TypeError) as err:
+        # A torch whose private writer moved or changed its signature: say so, not a traceback.
+        import torch
+
+        raise BuildError(
+            f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
+            f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested "
+            "with torch 2.10 to 2.14"
+        ) from err
     return build_dir
 
 

@@ -303,6 +303,21 @@ def test_library_that_does_not_load_is_never_published(tmp_path, tiny_copy):
     assert load_tiny(cache, tiny_copy)["value"] == 42
 
 
+def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
+    # A future torch may move cpp_extension's private writer: the build fails with a message that
+    # names it, and nothing is left behind.
+    cache = tmp_path / "cache"
+    code = (
+        "import torch.utils.cpp_extension as c; del c._write_ninja_file_to_build_library\n"
+        + LOAD_TINY
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(TINY_SOURCES)], env=tiny_env(cache), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    assert proc.returncode != 0
+    assert "cannot write a build file with torch" in proc.stderr and "_write_ninja_file_to_build_library" in proc.stderr
+    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+
+
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
     assert _build.gencode_flags("8.6;9.0a") == [
         "-gencode=arch=compute_86,code=sm_86",
