@@ -13,7 +13,8 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(PYTHON):
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q $(TORCH)
+	# numpy: torch warns on import (every example's first screen) when it is missing.
+	$(PYTHON) -m pip install -q $(TORCH) numpy
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 # The main job: build the ops and run them on example data.

@@ -375,7 +375,7 @@ def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path
     backends = list(manifest["components"].get("backends", []))
     if op not in _warned_prebuilt:
         _warned_prebuilt.add(op)
-        _warn(f"loading the prebuilt {op} ({'+'.join(backends)}) from {library.parent}, since building is not possible: {why}")
+        _cache.warn(f"loading the prebuilt {op} ({'+'.join(backends)}) from {library.parent}, since building is not possible: {why}")
     return library, backends
 
 
@@ -383,7 +383,7 @@ def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
     try:
         return entry.verified_library()
     except _cache.CacheError as err:
-        _warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
+        _cache.warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
         entry.discard()
         return None
 
@@ -688,9 +688,3 @@ class _BuildStatus:
         summary = f"{outcome} in {time.time() - self.started:.1f}s {self.step}".rstrip()
         sys.stderr.write(f"\r\033[K{self.label} {summary}\n" if self.live else f" {summary}\n")
         sys.stderr.flush()
-
-
-def _warn(message: str) -> None:
-    import warnings
-
-    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=4)

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 import warnings
@@ -47,6 +48,20 @@ LAST_USED_RESOLUTION_S = 60.0
 
 class CacheError(RuntimeError):
     """The cache root is unusable (permissions, ownership) or an entry is malformed."""
+
+
+# Where jitops' own code lives (the package, and cache_tools/ beside it in a checkout): a warning
+# skips these frames and points at the user's call (Python 3.12's skip_file_prefixes does the same).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_OWN_CODE = (os.path.join(_PACKAGE_DIR, ""), os.path.join(os.path.dirname(_PACKAGE_DIR), "cache_tools", ""))
+
+
+def warn(message: str) -> None:
+    """A RuntimeWarning "jitops: message", attributed to the first caller outside jitops."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,11 +133,9 @@ def cache_root() -> Path:
         return root
     except (OSError, CacheError) as err:
         _fallback_root = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
-        warnings.warn(
-            f"jitops: cannot use the cache at {root} ({err}); building into the private temporary "
-            f"cache {_fallback_root} instead, which is not kept. Set JITOPS_CACHE_DIR to a directory you own.",
-            RuntimeWarning,
-            stacklevel=3,
+        warn(
+            f"cannot use the cache at {root} ({err}); building into the private temporary "
+            f"cache {_fallback_root} instead, which is not kept. Set JITOPS_CACHE_DIR to a directory you own."
         )
         return _fallback_root
 

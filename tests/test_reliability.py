@@ -7,6 +7,7 @@ records the trials; JITOPS_KILL_TRIALS sets how many kills run (default 20)."""
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -223,6 +224,12 @@ def test_cache_root_and_entries_are_private(tmp_path):
     assert all(oct(e.stat().st_mode & 0o777) == "0o700" for e in entries(cache))
 
 
+def assert_warning_points_at_the_caller(stderr: str) -> None:
+    # load_tiny's child runs `python -c`, so the user's line is "<string>:N", not jitops' own file.
+    locations = re.findall(r"^(\S+?):\d+: RuntimeWarning: jitops:", stderr, re.M)
+    assert locations and set(locations) == {"<string>"}, stderr
+
+
 def shared_root(tmp_path: Path) -> Path:
     root = tmp_path / "shared"
     root.mkdir()
@@ -255,6 +262,7 @@ def test_unsafe_cache_root_is_refused_and_a_private_one_used(tmp_path, make_root
     root = make_root(tmp_path)
     result = load_tiny(root)
     assert result["value"] == 42 and message in result["stderr"] and "private temporary" in result["stderr"]
+    assert_warning_points_at_the_caller(result["stderr"])
     assert not list(Path(os.path.realpath(root)).glob("tiny-*")), "nothing is written into a refused root"
 
 
@@ -272,6 +280,7 @@ def test_planted_entry_is_never_loaded(tmp_path, plant):
         pytest.skip("making a directory another user owns needs root")
     result = load_tiny(cache)
     assert result["how"] == "built" and "discarding the corrupt cache entry" in result["stderr"]
+    assert_warning_points_at_the_caller(result["stderr"])
 
 
 def test_no_shell_strings():
