@@ -661,30 +661,58 @@ def first_compiler_error(log: str) -> str:
 
 
 class _BuildStatus:
-    """One status line on stderr while building: op, backends, elapsed seconds, ninja's step."""
+    """One build's status on stderr: op, backends, elapsed seconds, ninja's step.
+
+    Builds in several threads (load_all, `jitops-cache build`) share stderr, so every write is a
+    whole line, under one lock. In a log, each build writes a line when it starts and a complete
+    line when it ends. On a terminal, one live line names every build in flight (redrawn by one
+    thread), and each build's complete line is printed above it as the build ends.
+    """
+
+    _lock = threading.Lock()
+    _in_flight: list[_BuildStatus] = []
+    _live_line = False  # whether a live line is on the terminal now
 
     def __init__(self, op: str, cuda: CudaPlan, verbose: bool):
+        self.op = op
         self.started = time.time()
         self.step = ""
-        backends = "cpu+cuda" if cuda.enabled else f"cpu only: {cuda.reason}"
-        self.label = f"jitops: building {op} ({backends})"
-        # On a terminal the line redraws itself; in a log it is written once and completed at the end.
+        self.label = f"{op} ({'cpu+cuda' if cuda.enabled else f'cpu only: {cuda.reason}'})"
         self.live = sys.stderr.isatty() and not verbose
-        self._done = threading.Event()
-        if self.live:
-            threading.Thread(target=self._redraw, daemon=True).start()
-        else:
-            sys.stderr.write(f"{self.label} ...\n" if verbose else f"{self.label} ...")
-            sys.stderr.flush()
+        with _BuildStatus._lock:
+            _BuildStatus._in_flight.append(self)
+            if self.live and len(_BuildStatus._in_flight) == 1:
+                threading.Thread(target=_BuildStatus._redraw, daemon=True).start()
+            if not self.live:
+                self._write_line(f"jitops: building {self.label} ...")
 
-    def _redraw(self) -> None:
-        while not self._done.wait(0.25):
-            sys.stderr.write(f"\r\033[K{self.label} {time.time() - self.started:.1f}s {self.step}")
-            sys.stderr.flush()
+    @classmethod
+    def _redraw(cls) -> None:
+        while True:
+            time.sleep(0.25)
+            with cls._lock:
+                live = [b for b in cls._in_flight if b.live]
+                if not live:
+                    return
+                now = time.time()
+                line = "; ".join(f"{b.op} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
+                sys.stderr.write(f"\r\033[Kjitops: building {line}")
+                sys.stderr.flush()
+                cls._live_line = True
+
+    @classmethod
+    def _write_line(cls, line: str) -> None:
+        """A whole line, above the live one if there is one (which the next redraw puts back)."""
+        sys.stderr.write(("\r\033[K" if cls._live_line else "") + line + "\n")
+        sys.stderr.flush()
+        cls._live_line = False
 
     def finish(self, ok: bool) -> None:
-        self._done.set()
-        outcome = "done" if ok else "FAILED"
-        summary = f"{outcome} in {time.time() - self.started:.1f}s {self.step}".rstrip()
-        sys.stderr.write(f"\r\033[K{self.label} {summary}\n" if self.live else f" {summary}\n")
-        sys.stderr.flush()
+        seconds = time.time() - self.started
+        if ok:
+            line = f"jitops: built {self.label} in {seconds:.1f}s {self.step}"
+        else:
+            line = f"jitops: FAILED to build {self.label} after {seconds:.1f}s {self.step}"
+        with _BuildStatus._lock:
+            _BuildStatus._in_flight.remove(self)
+            self._write_line(line.rstrip())

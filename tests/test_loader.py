@@ -318,6 +318,63 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
+# Builds tiny and tiny2 (a copy under another name) at once, in two threads of one process.
+LOAD_TWO = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from jitops import _build
+with ThreadPoolExecutor(2) as pool:
+    list(pool.map(lambda op: _build.load_op(op, root=sys.argv[1]), ["tiny", "tiny2"]))
+"""
+
+
+def two_ops(tiny_copy: Path) -> Path:
+    for directory, name in (("kernels/cpu", "tiny.cpp"), ("bindings", "tiny.cpp")):
+        shutil.copy(tiny_copy / directory / name, tiny_copy / directory / "tiny2.cpp")
+    return tiny_copy
+
+
+def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
+    env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
+    proc = subprocess.run([sys.executable, "-c", LOAD_TWO, str(two_ops(tiny_copy))], env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "jitops" in line]
+    line_forms = (r"jitops: building (tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built (tiny2?) \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]")
+    seen = [(form, re.fullmatch(pattern, line).group(1)) for line in lines for form, pattern in enumerate(line_forms)
+            if re.fullmatch(pattern, line)]
+    assert len(seen) == len(lines) == 4, proc.stderr
+    assert sorted(seen) == [(0, "tiny"), (0, "tiny2"), (1, "tiny"), (1, "tiny2")], proc.stderr
+    assert [form for form, _ in seen[:2]] == [0, 0], "both builds were in flight at once"
+
+
+def test_parallel_builds_on_a_terminal_end_in_whole_lines(tmp_path, tiny_copy):
+    import pty
+
+    env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
+    main, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", LOAD_TWO, str(two_ops(tiny_copy))], env=env, stderr=terminal,
+                            stdout=subprocess.DEVNULL)
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(main)
+    assert proc.wait(timeout=TIMEOUT_S) == 0, output
+    text = output.decode()
+    assert "\x1b[K" in text, "a terminal gets the live line"
+    # What a terminal shows of each line: the text after its last carriage return and erase.
+    shown = [line.rsplit("\r\x1b[K", 1)[-1].strip() for line in text.split("\n")]
+    for op in ("tiny", "tiny2"):
+        assert any(re.fullmatch(rf"jitops: built {op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line) for line in shown), text
+
+
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
     assert _build.gencode_flags("8.6;9.0a") == [
         "-gencode=arch=compute_86,code=sm_86",
