@@ -78,9 +78,9 @@ def _root_report(root, reason: str) -> dict:
         info["mode"] = oct(stat.S_IMODE(root.stat().st_mode))
         info["usable"] = os.access(root, os.W_OK | os.X_OK)
         if not info["usable"]:
-            info["problem"] = "not writable: builds go to a private temporary cache"
+            info["problem"] = f"not writable: builds go to the per-user fallback cache {_cache.fallback_root()}"
     except (OSError, _cache.CacheError) as err:
-        info["problem"] = f"{err}; builds go to a private temporary cache"
+        info["problem"] = f"{err}; builds go to the per-user fallback cache {_cache.fallback_root()}"
     return info
 
 

@@ -120,24 +120,45 @@ def ensure_private_dir(path: Path) -> Path:
 _fallback_root: Path | None = None
 
 
+def fallback_root() -> Path:
+    """Where builds go when the configured root is refused: one per-user directory in the temp
+    dir, reused by every process (so a misconfigured root costs one build per op, not one per
+    process), created 0700 and checked like any root."""
+    return Path(tempfile.gettempdir()) / f"jitops-cache-{os.getuid()}"
+
+
 def cache_root() -> Path:
-    """The usable cache root. An unusable one is reported once and replaced by a private temp dir."""
+    """The usable cache root. An unusable one is reported once and replaced by fallback_root(),
+    or, if that is refused too (say, planted by another user), by a private temporary directory
+    that is removed when this process exits."""
     global _fallback_root
     if _fallback_root is not None:
         return _fallback_root
     root, _ = configured_root()
     try:
-        ensure_private_dir(root)
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise CacheError(f"cache directory {root} is not writable")
-        return root
+        return _usable_root(root)
     except (OSError, CacheError) as err:
+        problem = f"cannot use the cache at {root} ({err})"
+    try:
+        _fallback_root = _usable_root(fallback_root())
+        warn(f"{problem}; using the per-user fallback cache {_fallback_root}. Set JITOPS_CACHE_DIR to a directory you own.")
+    except (OSError, CacheError) as err:
+        import atexit
+
         _fallback_root = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
+        atexit.register(shutil.rmtree, _fallback_root, ignore_errors=True)
         warn(
-            f"cannot use the cache at {root} ({err}); building into the private temporary "
-            f"cache {_fallback_root} instead, which is not kept. Set JITOPS_CACHE_DIR to a directory you own."
+            f"{problem}, nor the fallback {fallback_root()} ({err}); building into the private temporary "
+            f"cache {_fallback_root}, removed at exit. Set JITOPS_CACHE_DIR to a directory you own."
         )
-        return _fallback_root
+    return _fallback_root
+
+
+def _usable_root(root: Path) -> Path:
+    ensure_private_dir(root)
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise CacheError(f"cache directory {root} is not writable")
+    return root
 
 
 # ---------------------------------------------------------------------------------------------

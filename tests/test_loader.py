@@ -52,6 +52,15 @@ def slow_compiler(directory: Path, seconds: float) -> str:
 
 def tiny_env(cache: Path, **extra: str) -> dict:
     env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
+    # A temp dir of the test's own (beside the cache, or as the caller passes it): a refused cache
+    # root falls back to a per-user directory there.
+    if "TMPDIR" not in extra:
+        tmp = cache.parent / "tmp"
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(tmp)
+        except OSError:
+            pass  # a cache under /proc, say: the caller passes TMPDIR
     env.pop("JITOPS_VERBOSE", None)
     env.update(extra)
     return env

@@ -184,9 +184,28 @@ def read_only_root(tmp_path: Path) -> Path:
 
 
 def test_read_only_cache_falls_back_with_one_warning(tmp_path):
-    result = load_tiny(read_only_root(tmp_path))
+    # The per-user fallback is reused: a refused root costs one build, not one per process.
+    root, tmp = read_only_root(tmp_path), tmp_path / "tmp"
+    tmp.mkdir()
+    first, second = load_tiny(root, TMPDIR=str(tmp)), load_tiny(root, TMPDIR=str(tmp))
+    assert first["how"] == "built" and second["how"] == "cache" and first["value"] == second["value"] == 42
+    for result in (first, second):
+        assert result["stderr"].count("cannot use the cache at") == 1 and "per-user fallback cache" in result["stderr"]
+    fallback = tmp / f"jitops-cache-{os.getuid()}"
+    assert oct(fallback.stat().st_mode & 0o777) == "0o700" and len(entries(fallback)) == 1
+
+
+def test_planted_fallback_is_refused_and_the_private_one_removed_at_exit(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    planted = tmp / f"jitops-cache-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)  # as if another user had made it first
+    result = load_tiny(read_only_root(tmp_path), TMPDIR=str(tmp))
     assert result["how"] == "built" and result["value"] == 42
-    assert result["stderr"].count("cannot use the cache at") == 1 and "private temporary" in result["stderr"]
+    assert "nor the fallback" in result["stderr"] and "removed at exit" in result["stderr"], result["stderr"]
+    assert not list(planted.iterdir()), "nothing is written into a refused fallback"
+    assert [p.name for p in tmp.iterdir()] == [planted.name], "the private temporary cache is gone after exit"
 
 
 
@@ -261,7 +280,7 @@ def foreign_root(tmp_path: Path) -> Path:
 def test_unsafe_cache_root_is_refused_and_a_private_one_used(tmp_path, make_root, message):
     root = make_root(tmp_path)
     result = load_tiny(root)
-    assert result["value"] == 42 and message in result["stderr"] and "private temporary" in result["stderr"]
+    assert result["value"] == 42 and message in result["stderr"] and "per-user fallback cache" in result["stderr"]
     assert_warning_points_at_the_caller(result["stderr"])
     assert not list(Path(os.path.realpath(root)).glob("tiny-*")), "nothing is written into a refused root"
 
