@@ -45,6 +45,10 @@ LDFLAGS: list[str] = []
 # generous for a cold CUDA build on a busy machine, but finite.
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
 
+# How long one build may run (JITOPS_BUILD_TIMEOUT) before it is stopped as hung: far beyond any
+# real cold build (seconds to minutes), so only a compiler that never returns reaches it.
+DEFAULT_BUILD_TIMEOUT_S = 3600.0
+
 # The Python ABI tag (e.g. cpython-311-x86_64-linux-gnu), read from the import system's extension
 # suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
 # lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
@@ -300,7 +304,14 @@ def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> Loa
         op_lock = _load_locks.setdefault(op, threading.Lock())
     with op_lock:
         if op not in _loaded:
-            loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
+            try:
+                loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
+            except _BuildInterrupted:
+                import signal
+
+                # Cleaned up on the way here; now end as SIGTERM would have.
+                os.kill(os.getpid(), signal.SIGTERM)
+                raise
             if loaded is None:
                 return None
             _loaded[op] = loaded
@@ -388,14 +399,19 @@ def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
         return None
 
 
-def lock_timeout() -> float:
-    value = os.environ.get("JITOPS_LOCK_TIMEOUT", "")
+def seconds_from_env(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name`, else default."""
+    value = os.environ.get(name, "")
     if not value:
-        return DEFAULT_LOCK_TIMEOUT_S
+        return default
     try:
         return float(value)
     except ValueError:
-        raise BuildError(f"JITOPS_LOCK_TIMEOUT must be a number of seconds, got {value!r}") from None
+        raise BuildError(f"{name} must be a number of seconds, got {value!r}") from None
+
+
+def lock_timeout() -> float:
+    return seconds_from_env("JITOPS_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
 
 
 def _owner_path(entry: _cache.Entry) -> Path:
@@ -439,10 +455,9 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
         build_dir = _write_build_file(staging, sources, cuda, components)
         log_path = staging / _cache.BUILD_LOG_NAME
         started = time.time()
-        returncode = _run_ninja(build_dir, log_path, sources.op, cuda)
+        failure = _run_ninja(build_dir, log_path, sources.op, cuda)
         seconds = time.time() - started
         built = build_dir / f"{sources.extension_name}.so"
-        failure = None if returncode == 0 else first_compiler_error(log_path.read_text(errors="replace"))
         if failure is None:
             failure = _load_check(built, log_path)
         if failure is not None:
@@ -575,9 +590,15 @@ def gencode_flags(arch_list: str) -> list[str]:
 _NINJA_STEP = r"^\[(\d+)/(\d+)\]"
 
 
-def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
-    """Run ninja in build_dir, teeing its output to the log; returns its exit code."""
+def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str | None:
+    """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else why not:
+    the first compiler error, or the timeout.
+
+    ninja runs in a session of its own, so that it can be stopped with everything it started
+    (see _stop_ninja) on a timeout, on Ctrl-C (KeyboardInterrupt here) and on SIGTERM (turned into
+    an exception while a build runs on the main thread)."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
+    timeout = seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
     command = ["ninja", "-v"]
     jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
     if jobs.isdigit():
@@ -585,10 +606,19 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
     status = _BuildStatus(op, cuda, verbose)
     proc = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", cwd=build_dir,
+        errors="replace", cwd=build_dir, start_new_session=True,
     )
+    timed_out = threading.Event()
+
+    def on_timeout() -> None:
+        timed_out.set()
+        _stop_ninja(proc)
+
+    watchdog = threading.Timer(timeout, on_timeout)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        with open(log_path, "w") as log:
+        with _sigterm_raises(), open(log_path, "w") as log:
             for line in proc.stdout:
                 log.write(line)
                 if verbose:
@@ -596,14 +626,69 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> int:
                 step = re.match(_NINJA_STEP, line)
                 if step:
                     status.step = f"[{step.group(1)}/{step.group(2)}]"
-        returncode = proc.wait()
+            returncode = proc.wait()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _stop_ninja(proc)
         status.finish(ok=False)
         raise
-    status.finish(ok=returncode == 0)
-    return returncode
+    finally:
+        watchdog.cancel()
+    status.finish(ok=returncode == 0 and not timed_out.is_set())
+    if timed_out.is_set():
+        with open(log_path, "a") as log:
+            log.write(f"\njitops: stopped after {timeout:g} s (JITOPS_BUILD_TIMEOUT)\n")
+        return f"it did not finish within {timeout:g} s (JITOPS_BUILD_TIMEOUT); a compiler may hang"
+    if returncode != 0:
+        return first_compiler_error(log_path.read_text(errors="replace"))
+    return None
+
+
+def _stop_ninja(proc: subprocess.Popen) -> None:
+    """Stop ninja and the compilers it started. SIGINT first: ninja then interrupts each command's
+    process group (each compiler runs in one of its own) and exits; SIGKILL for what is left after
+    a few seconds."""
+    import signal
+
+    for sig, grace_s in ((signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _BuildInterrupted(BaseException):
+    """SIGTERM arrived during a build (see _sigterm_raises)."""
+
+
+class _sigterm_raises:
+    """On the main thread, while a build runs: SIGTERM raises _BuildInterrupted, so that ninja,
+    the staging directory and the lock are cleaned up on the way out; load_op then delivers the
+    signal again, with the default handler back, so the process ends as SIGTERM would have ended
+    it. (In other threads, or where the program has a SIGTERM handler of its own, nothing changes.)"""
+
+    def __enter__(self):
+        import signal
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise _BuildInterrupted()
+
+    def __exit__(self, kind, value, traceback):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
 
 
 def _load_check(library: Path, log_path: Path) -> str | None:

@@ -330,3 +330,70 @@ def test_torchrun_four_ranks_build_each_op_once(tmp_path):
     assert counts["world"] == 4
     for op in ("add2", "trilinear_interpolation"):
         assert counts[op] == {"built": 1, "cache": 3}, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# A compiler that never returns: the build timeout, Ctrl-C and SIGTERM
+# ---------------------------------------------------------------------------------------------
+
+
+def hung_compiler(directory: Path) -> tuple[str, str]:
+    """A C++ compiler that sleeps (about) forever when asked to compile (it answers --version, which
+    the loader asks first), and the token on the sleeping process's command line."""
+    token = f"3600.{random.randrange(10**6):06d}"
+    wrapper = directory / "hung-c++"
+    wrapper.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) exec {shutil.which('c++')} \"$@\";; esac\nexec sleep {token}\n")
+    wrapper.chmod(0o755)
+    return str(wrapper), token
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if proc_dir.name.isdigit():
+            try:
+                if token.encode() in (proc_dir / "cmdline").read_bytes():
+                    found.append(int(proc_dir.name))
+            except OSError:
+                pass  # exited meanwhile
+    return found
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_hung_compiler_hits_the_build_timeout_and_leaves_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    compiler, token = hung_compiler(tmp_path)
+    started = time.monotonic()
+    proc = start_tiny(cache, CXX=compiler, JITOPS_BUILD_TIMEOUT="2")
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode != 0 and time.monotonic() - started < 30, stderr
+    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+    assert message, stderr
+    assert "building op 'tiny' failed: it did not finish within 2 s (JITOPS_BUILD_TIMEOUT)" in message.group(1)
+    assert "JITOPS_BUILD_TIMEOUT" in Path(message.group(2)).read_text()
+    assert wait_until(lambda: not processes_with(token), 10), "the hung compiler was stopped"
+    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig):
+    cache = tmp_path / "cache"
+    compiler, token = hung_compiler(tmp_path)
+    proc = start_tiny(cache, CXX=compiler)
+    assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    # After the cleanup the process ends by the signal, as it would have without jitops (Python ends
+    # an uncaught KeyboardInterrupt by SIGINT; load_op delivers SIGTERM again).
+    assert proc.returncode == -sig
+    assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
+    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+    assert load_tiny(cache)["value"] == 42, "the next load builds normally"
