@@ -8,7 +8,7 @@ CUDA_VENV ?= .venv-cuda
 # ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test three-ways cuda-build gpu
+.PHONY: demo test test-fast three-ways cuda-build gpu
 
 $(PYTHON):
 	python3 -m venv $(VENV)
@@ -26,6 +26,14 @@ demo: $(PYTHON)
 test: $(PYTHON)
 	$(PYTHON) -m pytest -q -rs tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# The quick tier for the edit-run loop (about a minute here): every op against its reference and
+# the loader's own tests, without torch.compile/opcheck, the reliability and AOT-wheel suites, the
+# CLI and the kill test. `make test` runs everything and is what CI runs.
+FAST_DESELECT := not torch_compile and not opcheck and not killed
+test-fast: $(PYTHON)
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_reliability.py --ignore=tests/test_prebuilt.py \
+		--ignore=tests/test_cache_cli.py -k "$(FAST_DESELECT)"
 
 # examples/build_three_ways/: add2 built by jitops, setuptools and CMake; identical results.
 # (cmake comes from pip, with the test extras.)
