@@ -21,6 +21,7 @@ little as it can.
 
 from __future__ import annotations
 
+import errno
 import importlib.machinery
 import os
 import re
@@ -443,6 +444,15 @@ def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, compo
         if library is not None:
             return library, "cache"
         return _build(entry, sources, cuda, components), "built"
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        # _build has removed its staging directory; nothing was published and, for want of room,
+        # no log is kept.
+        raise BuildError(
+            f"jitops: building op {entry.op!r} failed: the disk holding the cache {entry.root} is full "
+            f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
+        ) from err
     finally:
         owner.unlink(missing_ok=True)
         lock.release()
@@ -461,6 +471,8 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
         if failure is None:
             failure = _load_check(built, log_path)
         if failure is not None:
+            if "No space left on device" in log_path.read_text(errors="replace"):
+                raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (_build_locked says so)
             failed_log = entry.root / f"{entry.op}-{entry.key}.failed.log"
             shutil.copyfile(log_path, failed_log)
             raise BuildError(f"jitops: building op {entry.op!r} failed: {failure}\nfull log: {failed_log}")

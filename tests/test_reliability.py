@@ -397,3 +397,26 @@ def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig)
     assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
     assert load_tiny(cache)["value"] == 42, "the next load builds normally"
+
+
+@pytest.mark.parametrize("size", ["16k", "64k"])
+def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
+    # A tmpfs too small for the build: the cache's own files fit, the build does not (16k fails
+    # early, 64k part-way through; tiny needs about 70k).
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        cache = disk / "cache"
+        proc = start_tiny(cache)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode != 0
+        assert f"building op 'tiny' failed: the disk holding the cache {cache} is full" in stderr, stderr
+        assert "jitops._build.BuildError: jitops: cannot build op 'tiny'" in stderr, stderr
+        assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
