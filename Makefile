@@ -10,10 +10,10 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: demo test test-fast three-ways cuda-build gpu
 
+# numpy too: torch warns on import (every example's first screen) when it is missing.
 $(PYTHON):
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	# numpy: torch warns on import (every example's first screen) when it is missing.
 	$(PYTHON) -m pip install -q $(TORCH) numpy
 	$(PYTHON) -m pip install -q -e '.[test]'
 
