@@ -606,9 +606,9 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else why not:
     the first compiler error, or the timeout.
 
-    ninja runs in a session of its own, so that it can be stopped with everything it started
-    (see _stop_ninja) on a timeout, on Ctrl-C (KeyboardInterrupt here) and on SIGTERM (turned into
-    an exception while a build runs on the main thread)."""
+    ninja stays in this process's group, so a terminal's Ctrl-C reaches it (and load_all's worker
+    threads) directly; it is also stopped with everything it started (_stop_ninja) on a timeout,
+    on KeyboardInterrupt here and on SIGTERM (an exception while a build runs on the main thread)."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
     timeout = seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
     command = ["ninja", "-v"]
@@ -618,7 +618,7 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     status = _BuildStatus(op, cuda, verbose)
     proc = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", cwd=build_dir, start_new_session=True,
+        errors="replace", cwd=build_dir,
     )
     timed_out = threading.Event()
 
@@ -656,21 +656,18 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
 
 
 def _stop_ninja(proc: subprocess.Popen) -> None:
-    """Stop ninja and the compilers it started. SIGINT first: ninja then interrupts each command's
-    process group (each compiler runs in one of its own) and exits; SIGKILL for what is left after
-    a few seconds."""
+    """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
+    runs (each in a process group of its own) and exits; SIGKILL if it has not within 5 s."""
     import signal
 
-    for sig, grace_s in ((signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class _BuildInterrupted(BaseException):
