@@ -21,6 +21,7 @@ little as it can.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.machinery
 import os
@@ -674,30 +675,26 @@ class _BuildInterrupted(BaseException):
     """SIGTERM arrived during a build (see _sigterm_raises)."""
 
 
-class _sigterm_raises:
+@contextlib.contextmanager
+def _sigterm_raises():
     """On the main thread, while a build runs: SIGTERM raises _BuildInterrupted, so that ninja,
     the staging directory and the lock are cleaned up on the way out; load_op then delivers the
     signal again, with the default handler back, so the process ends as SIGTERM would have ended
     it. (In other threads, or where the program has a SIGTERM handler of its own, nothing changes.)"""
+    import signal
 
-    def __enter__(self):
-        import signal
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
 
-        self.previous = None
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            self.previous = signal.signal(signal.SIGTERM, self._raise)
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
+    def interrupt(signum, frame):
         raise _BuildInterrupted()
 
-    def __exit__(self, kind, value, traceback):
-        import signal
-
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-        return False
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _load_check(library: Path, log_path: Path) -> str | None:

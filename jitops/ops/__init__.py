@@ -91,7 +91,7 @@ def register_autograd(op: str, backward, setup_context=None) -> type[torch.autog
     OpFunction.__name__ = OpFunction.__qualname__ = f"{op}_autograd"
 
     def autograd_kernel(keyset, *args):
-        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        if _needs_grad(args):
             return OpFunction.apply(*args)
         with _below_autograd():
             return overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
@@ -105,12 +105,15 @@ def call_op(op, function: type[torch.autograd.Function], *args):
     kernel (see above). function: what register_autograd returned for op."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if torch.is_grad_enabled():
-        for arg in args:
-            if isinstance(arg, torch.Tensor) and arg.requires_grad:
-                return function.apply(*args)
+    if _needs_grad(args):
+        return function.apply(*args)
     with _below_autograd():
         return op(*args)
+
+
+def _needs_grad(args: tuple) -> bool:
+    """Whether a call with these arguments records a graph: grad mode on and a tensor requiring grad."""
+    return torch.is_grad_enabled() and torch._C._any_requires_grad(*args)
 
 
 def check_backend(op: str, *tensors: torch.Tensor | None) -> None:
