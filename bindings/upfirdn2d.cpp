@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // torch.ops.jitops.upfirdn2d: schema, checks, per-backend registration. Its gradient is another
-// upfirdn2d (jitops/ops/upfirdn2d.py), so there is no backward op.
+// upfirdn2d (jitops/ops/upfirdn2d.py), so there is no backward op. On CUDA,
+// torch.ops.jitops._upfirdn2d_kernel is the same op with the kernel named ("auto", "general",
+// "tiled"), for the tests that hold the two CUDA kernels to the same bits and for the benchmarks.
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -17,10 +19,10 @@ using Kernel = void (*)(const at::Tensor&, const at::Tensor&, const Upfirdn2dPar
 
 std::string pair_str(const char* name, at::IntArrayRef values) { return std::string(name) + "=" + shape_str(values); }
 
-// jitops/ops/upfirdn2d.py repeats these checks for tracing; keep the two in step.
-template <Kernel kernel>
-at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
-                     at::IntArrayRef padding, bool flip_filter, double gain) {
+// jitops/ops/upfirdn2d.py repeats these checks for tracing; keep the two in step. Returns the
+// (empty) output.
+at::Tensor checked_output(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
+                          at::IntArrayRef padding) {
   TORCH_CHECK(x.dim() == 4, "x must have shape (N, C, H, W), got ", shape_str(x.sizes()));
   TORCH_CHECK(f.dim() == 2 && f.size(0) >= 1 && f.size(1) >= 1, "f must be a non-empty 2-D filter here, got ",
               shape_str(f.sizes()));
@@ -38,19 +40,47 @@ at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef u
               std::to_string(x.size(3) * up[0] + padding[0] + padding[1]), ") is smaller than the filter ",
               shape_str(f.sizes()), ": no output pixel; x ", shape_str(x.sizes()), ", ", pair_str("up", up),
               ", padding=", shape_str(padding));
-  at::Tensor out = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
-  const Upfirdn2dParams params{up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
-  kernel(x.contiguous(), f.contiguous(), params, out);
+  return at::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
+}
+
+Upfirdn2dParams params_of(at::IntArrayRef up, at::IntArrayRef down, at::IntArrayRef padding, bool flip_filter,
+                          double gain) {
+  return {up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
+}
+
+template <Kernel kernel>
+at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
+                     at::IntArrayRef padding, bool flip_filter, double gain) {
+  at::Tensor out = checked_output(x, f, up, down, padding);
+  kernel(x.contiguous(), f.contiguous(), params_of(up, down, padding, flip_filter, gain), out);
   return out;
 }
 
 #ifdef WITH_CUDA
-void upfirdn2d_on_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out) {
+void run_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out,
+              Upfirdn2dKernel which) {
   const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2), x.size(3), f.size(0), f.size(1), out.size(2), out.size(3)};
   launch_cuda(x, [&](auto t, CudaStream stream) {
     using T = decltype(t);
-    upfirdn2d_cuda(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params, stream);
+    upfirdn2d_cuda(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params, stream, which);
   });
+}
+
+void upfirdn2d_on_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out) {
+  run_cuda(x, f, params, out, Upfirdn2dKernel::kAuto);
+}
+
+at::Tensor upfirdn2d_kernel_on_cuda(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up,
+                                    at::IntArrayRef down, at::IntArrayRef padding, bool flip_filter, double gain,
+                                    c10::string_view kernel) {
+  TORCH_CHECK(kernel == "auto" || kernel == "general" || kernel == "tiled",
+              "kernel must be 'auto', 'general' or 'tiled', got '", std::string(kernel), "'");
+  const Upfirdn2dKernel which = kernel == "general" ? Upfirdn2dKernel::kGeneral
+                                : kernel == "tiled" ? Upfirdn2dKernel::kTiled
+                                                    : Upfirdn2dKernel::kAuto;
+  at::Tensor out = checked_output(x, f, up, down, padding);
+  run_cuda(x.contiguous(), f.contiguous(), params_of(up, down, padding, flip_filter, gain), out, which);
+  return out;
 }
 #endif
 
@@ -60,12 +90,18 @@ TORCH_LIBRARY_FRAGMENT(jitops, m) {
   m.def(
       "upfirdn2d(Tensor x, Tensor f, int[2] up, int[2] down, int[4] padding, bool flip_filter, float gain) "
       "-> Tensor");
+  m.def(
+      "_upfirdn2d_kernel(Tensor x, Tensor f, int[2] up, int[2] down, int[4] padding, bool flip_filter, float gain, "
+      "str kernel) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(jitops, CPU, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cpu>); }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(jitops, CUDA, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_on_cuda>); }
+TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
+  m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_on_cuda>);
+  m.impl("_upfirdn2d_kernel", &upfirdn2d_kernel_on_cuda);
+}
 #endif
 
 }  // namespace jitops

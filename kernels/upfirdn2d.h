@@ -28,9 +28,13 @@ void upfirdn2d_cpu(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dPara
 struct Upfirdn2dSizes {
   int64_t planes, in_h, in_w, fh, fw, out_h, out_w;  // planes = N * C
 };
+// Which CUDA kernel computes it (kernels/cuda/upfirdn2d.cu): kAuto, the tiled one where it has one
+// for the call, else the general one. Tests and benchmarks name one (torch.ops.jitops._upfirdn2d_kernel);
+// kTiled where there is none is an error.
+enum class Upfirdn2dKernel { kAuto, kGeneral, kTiled };
 template <typename T>
 void upfirdn2d_cuda(const T* x, const T* f, T* out, const Upfirdn2dSizes& sizes, const Upfirdn2dParams& params,
-                    CudaStream stream);
+                    CudaStream stream, Upfirdn2dKernel kernel = Upfirdn2dKernel::kAuto);
 
 // The first tap k >= 0 for which start + k is a multiple of up: the first real (not inserted
 // zero) sample under the filter.

@@ -117,3 +117,80 @@ def test_device_mix_is_an_error():
     x = torch.randn(1, 2, 4, 4, device="cuda")
     with pytest.raises(RuntimeError, match="x and f must be on the same device"):
         torch.ops.jitops.upfirdn2d(x, torch.ones(3, 3), [1, 1], [1, 1], [1, 1, 1, 1], False, 1.0)
+
+
+# The tiled CUDA kernel (StyleGAN2's cases) against the general one: the same bits. Each case is
+# (x shape, filter, up, down, padding, flip_filter, gain); the shapes are larger than a tile (64 x 64
+# outputs at most) and odd, the paddings odd, even and negative (the tile's phase shift), and one
+# case has more planes than a grid's z dimension holds.
+TILED_CASES = [
+    ((2, 3, 70, 131), "separable4", 2, 1, [2, 1, 2, 1], False, 4.0),  # StyleGAN2's upsample2d
+    ((2, 3, 37, 53), "separable4", 2, 1, [1, 2, 3, 0], True, 1.0),
+    ((1, 2, 45, 29), "random4x4", 2, 1, [-1, 0, 2, -3], False, 2.0),
+    ((2, 3, 131, 70), "separable4", 1, 2, [1, 1, 1, 1], False, 1.0),  # downsample2d
+    ((1, 2, 67, 45), "random4x4", 1, 2, [2, -1, 0, 3], True, 1.5),
+    ((2, 3, 70, 131), "separable4", 1, 1, [2, 1, 2, 1], False, 1.0),  # filter only
+    ((1, 2, 45, 67), "random4x4", 1, 1, [0, 3, -2, 1], True, 3.0),
+    ((2, 3, 70, 131), "none", 1, 1, [1, 1, 1, 1], False, 1.0),  # pad only
+    ((1, 2, 45, 67), "none", 1, 1, [-3, 2, 2, -1], False, 0.5),
+    ((1, 70000, 4, 4), "separable4", 2, 1, [2, 1, 2, 1], False, 4.0),  # planes > 65535
+]
+TILED_FILTERS = {
+    "separable4": lambda: torch.tensor([1.0, 3.0, 3.0, 1.0]).outer(torch.tensor([1.0, 3.0, 3.0, 1.0])) / 64,
+    "random4x4": lambda: torch.randn(4, 4),
+    "none": lambda: torch.ones(1, 1),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", TILED_CASES, ids=lambda c: f"{c[1]}-up{c[2]}-down{c[3]}-pad{c[4]}-{c[0][1]}planes")
+def test_tiled_kernel_gives_the_general_kernels_bits(case, dtype):
+    shape, filter_name, up, down, padding, flip_filter, gain = case
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    f = TILED_FILTERS[filter_name]().to("cuda", dtype)
+    args = (x, f, [up, up], [down, down], padding, flip_filter, gain)
+    tiled = torch.ops.jitops._upfirdn2d_kernel(*args, "tiled")
+    general = torch.ops.jitops._upfirdn2d_kernel(*args, "general")
+    assert torch.equal(tiled, general)
+    assert torch.equal(torch.ops.jitops.upfirdn2d(*args), tiled)  # the op picks the tiled kernel
+
+
+@needs_cuda
+def test_kernel_choice_errors():
+    x, f = torch.randn(1, 2, 8, 8, device="cuda"), torch.ones(3, 3, device="cuda")
+    with pytest.raises(RuntimeError, match="no tiled kernel"):
+        torch.ops.jitops._upfirdn2d_kernel(x, f, [1, 1], [1, 1], [1, 1, 1, 1], False, 1.0, "tiled")  # 3 taps
+    with pytest.raises(RuntimeError, match="no tiled kernel"):
+        torch.ops.jitops._upfirdn2d_kernel(x.double(), f.double(), [1, 1], [1, 1], [1, 1, 1, 1], False, 1.0, "tiled")
+    with pytest.raises(RuntimeError, match="kernel must be 'auto', 'general' or 'tiled', got 'fast'"):
+        torch.ops.jitops._upfirdn2d_kernel(x, f, [1, 1], [1, 1], [1, 1, 1, 1], False, 1.0, "fast")
+
+
+# float16 and bfloat16 against float32 at StyleGAN2's shapes (the tiled kernel), forward and
+# gradient: each rounds its inputs and its result, and sums in float32.
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "filtered,kwargs",
+    [
+        (True, dict(up=2, padding=[2, 1, 2, 1], gain=4)),  # upsample2d
+        (True, dict(down=2, padding=1)),  # downsample2d
+        (True, dict(padding=[2, 1, 2, 1])),  # filter only
+        (False, dict(padding=1)),  # pad only
+    ],
+    ids=str,
+)
+def test_half_precision_matches_float32(dtype, filtered, kwargs):
+    x = torch.randn(4, 16, 40, 72, device="cuda").to(dtype).requires_grad_()
+    f = torch.tensor([1.0, 3.0, 3.0, 1.0], device="cuda") / 8 if filtered else None
+    y = jitops.upfirdn2d(x, None if f is None else f.to(dtype), **kwargs)
+    grad = torch.randn_like(y)
+    (grad_x,) = torch.autograd.grad(y, x, grad)
+    x32 = x.detach().float().requires_grad_()
+    y32 = jitops.upfirdn2d(x32, f, **kwargs)
+    (grad_x32,) = torch.autograd.grad(y32, x32, grad.float())
+    tolerance = {torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    assert y.dtype == grad_x.dtype == dtype
+    torch.testing.assert_close(y.float(), y32, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(grad_x.float(), grad_x32, rtol=tolerance, atol=tolerance)

@@ -94,24 +94,30 @@ def _fake(x, f, up, down, padding, flip_filter, gain):
 def _setup_context(ctx, inputs, output) -> None:
     x, f, up, down, padding, flip_filter, gain = inputs
     ctx.save_for_backward(f)
-    ctx.args = (tuple(x.shape), up, down, padding, flip_filter, gain)
-    ctx.out_hw = tuple(output.shape[2:])
+    ctx.x_shape, ctx.out_hw = tuple(x.shape), tuple(output.shape[2:])
+    ctx.args = (up, down, padding, flip_filter, gain)
 
 
-def _backward(ctx, grad):
-    # StyleGAN2's identity: the gradient is upfirdn2d of grad with the same filter flipped, up and
-    # down swapped, and the padding that maps the output grid back onto the input grid.
-    (f,) = ctx.saved_tensors
-    (_, _, in_h, in_w), (upx, upy), (downx, downy), (padx0, _, pady0, _), flip_filter, gain = ctx.args
-    out_h, out_w = ctx.out_hw
-    fh, fw = f.shape
+def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain):
+    """The upfirdn2d arguments (after grad and f) whose result is the gradient of x.
+
+    StyleGAN2's identity: the gradient is upfirdn2d of grad with the same filter flipped, up and
+    down swapped, and the padding that maps the output grid back onto the input grid.
+    """
+    (_, _, in_h, in_w), (out_h, out_w), (fh, fw) = x_shape, out_hw, f_shape
+    (upx, upy), (downx, downy), (padx0, _, pady0, _) = up, down, padding
     padding = [
         fw - padx0 - 1,
         in_w * upx - out_w * downx + padx0 - upx + 1,
         fh - pady0 - 1,
         in_h * upy - out_h * downy + pady0 - upy + 1,
     ]
-    grad_x = torch.ops.jitops.upfirdn2d(grad, f, [downx, downy], [upx, upy], padding, not flip_filter, gain)
+    return [downx, downy], [upx, upy], padding, not flip_filter, gain
+
+
+def _backward(ctx, grad):
+    (f,) = ctx.saved_tensors
+    grad_x = torch.ops.jitops.upfirdn2d(grad, f, *gradient_args(ctx.x_shape, ctx.out_hw, f.shape, *ctx.args))
     return grad_x, None, None, None, None, None, None
 
 

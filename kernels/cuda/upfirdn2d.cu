@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: MIT
-// One thread per output column of a run of rows: the column taps are computed once and reused
-// down the rows, and a warp covers consecutive columns of one row, so its stores are coalesced
-// and its overlapping reads are served by L1. Index arithmetic within a plane is 32-bit where
-// the sizes allow (a 64-bit division per pixel costs more than the pixel's loads).
+// Two kernels. The tiled one serves StyleGAN2's resamplers (up 2, down 2, or neither, with a
+// square filter of 1 or 4 taps, in float32, float16 or bfloat16): a block stages its tile of input
+// (with the halo the filter reaches) in shared memory with coalesced loads, zeros where the
+// padding is, and each thread computes outputs 32 columns and 8 rows apart, so that all of its
+// outputs share one filter phase and its taps sit in registers. Everything else takes the general
+// kernel: one thread per output column of a run of rows, its taps computed once and reused down
+// the rows, the reads served by L1. Both sum an output's taps in the same order (input rows, then
+// columns, ascending), so the two agree bit for bit (the tiled one adds the padding's zeros, which
+// changes nothing but, at most, the sign of a zero). Index arithmetic within a plane is 32-bit
+// where the sizes allow (a 64-bit division per pixel costs more than the pixel's loads).
 #include "../upfirdn2d.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <type_traits>
 
 #include "../cuda_helpers.cuh"
 
@@ -64,6 +72,149 @@ void launch(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2d
   JITOPS_CHECK_LAUNCH();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The tiled kernel. A block of 32 x 8 threads computes a tile of kOutW x kOutH outputs of one
+// plane; thread (tx, ty) computes outputs (tx + 32 j, ty + 8 i). The tile starts on an output whose
+// first tap lands on a real (not inserted) sample, so an output's phase, hence its taps, depends
+// on the parity of its place in the tile only, and 32 and 8 being even, every output of a thread
+// has the same phase.
+// ---------------------------------------------------------------------------------------------
+
+template <int kUp, int kDown, int kTaps>
+struct Tile {
+  static_assert(kTaps % kUp == 0, "every phase must use the same number of taps");
+  static constexpr int kThreadsX = 32, kThreadsY = 8;
+  static constexpr int kCols = kUp == 2 ? 2 : 1;   // outputs per thread along x
+  static constexpr int kRows = kDown == 2 ? 4 : 8;  // outputs per thread along y
+  static constexpr int kOutW = kThreadsX * kCols, kOutH = kThreadsY * kRows;
+  static constexpr int kTapsPerPhase = kTaps / kUp;
+  // The input samples under the tile: output o's last tap reads sample (o * down + taps - 1) / up.
+  static constexpr int kInW = ((kOutW - 1) * kDown + kTaps - 1) / kUp + 1;
+  static constexpr int kInH = ((kOutH - 1) * kDown + kTaps - 1) / kUp + 1;
+  // With down 2, neighbouring threads read every other column; the tile keeps its even columns in
+  // the first half of a row and its odd ones in the second, so that a warp's reads are consecutive
+  // words (no bank conflicts).
+  static constexpr int kHalf = (kInW + 1) / 2;
+  static constexpr int kPitch = kDown == 2 ? 2 * kHalf : kInW;
+  __device__ static int column(int c) { return kDown == 2 ? (c & 1) * kHalf + (c >> 1) : c; }
+  // Blocks resident per SM that the register budget must allow: 4 (64 registers a thread), or 3
+  // with down 2, whose 17 staged loads a thread keep in flight would spill at 64.
+  static constexpr int kMinBlocks = kDown == 2 ? 3 : 4;
+};
+
+struct TiledShape {
+  int64_t planes;
+  int in_h, in_w, out_h, out_w;
+  int tiles_x;           // tiles along x; blockIdx.x = tile_y * tiles_x + tile_x
+  int shift_x, shift_y;  // the first tile starts this many outputs before output 0
+  int pad_x0, pad_y0;
+};
+
+template <typename scalar_t, int kUp, int kDown, int kTaps>
+__global__ void __launch_bounds__(256, (Tile<kUp, kDown, kTaps>::kMinBlocks)) upfirdn2d_tiled_kernel(const scalar_t* __restrict x,
+                                                              const scalar_t* __restrict f, scalar_t* __restrict out,
+                                                              TiledShape s, bool flip_filter, float gain) {
+  using T = Tile<kUp, kDown, kTaps>;
+  using acc_t = acc_type<scalar_t>;
+  __shared__ acc_t tile[T::kInH * T::kPitch];
+
+  const int tx = threadIdx.x, ty = threadIdx.y, thread = ty * T::kThreadsX + tx;
+  const int tile_y = blockIdx.x / s.tiles_x, tile_x = blockIdx.x - tile_y * s.tiles_x;
+  const int ox0 = tile_x * T::kOutW - s.shift_x, oy0 = tile_y * T::kOutH - s.shift_y;
+  // ox0 * down - pad is a multiple of up: the tile's first input sample, exactly.
+  const int ix0 = (ox0 * kDown - s.pad_x0) / kUp, iy0 = (oy0 * kDown - s.pad_y0) / kUp;
+
+  // This thread's taps, in the order the general kernel reads them (upfirdn2d.h: axis_taps).
+  const int kx0 = kUp == 2 ? (tx & 1) : 0, ky0 = kUp == 2 ? (ty & 1) : 0;
+  acc_t w[T::kTapsPerPhase][T::kTapsPerPhase];
+#pragma unroll
+  for (int t = 0; t < T::kTapsPerPhase; ++t) {
+#pragma unroll
+    for (int u = 0; u < T::kTapsPerPhase; ++u) {
+      const int ky = ky0 + t * kUp, kx = kx0 + u * kUp;
+      w[t][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+    }
+  }
+
+  for (int64_t plane = blockIdx.z; plane < s.planes; plane += gridDim.z) {
+    const scalar_t* in = x + plane * s.in_h * s.in_w;
+    // Every load of the tile first, then every store to shared memory: loads and stores
+    // interleaved wait out one memory latency per element (a third of the bandwidth with down 2).
+    constexpr int kInElems = T::kInH * T::kInW, kThreads = T::kThreadsX * T::kThreadsY;
+    constexpr int kLoads = ceil_div(kInElems, kThreads);
+    acc_t staged[kLoads];
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int e = thread + k * kThreads, r = e / T::kInW, c = e - r * T::kInW;
+      const int iy = iy0 + r, ix = ix0 + c;
+      const bool inside = e < kInElems && iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
+      staged[k] = inside ? to_acc(in[iy * s.in_w + ix]) : acc_t(0);
+    }
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int e = thread + k * kThreads, r = e / T::kInW, c = e - r * T::kInW;
+      if (e < kInElems) tile[r * T::kPitch + T::column(c)] = staged[k];
+    }
+    __syncthreads();
+
+    scalar_t* o = out + plane * s.out_h * s.out_w;
+#pragma unroll
+    for (int i = 0; i < T::kRows; ++i) {
+      const int ly = ty + i * T::kThreadsY, oy = oy0 + ly;
+      const int r0 = (ly * kDown + ky0) / kUp;  // the tile row of this output's first tap
+#pragma unroll
+      for (int j = 0; j < T::kCols; ++j) {
+        const int lx = tx + j * T::kThreadsX, ox = ox0 + lx;
+        const int c0 = (lx * kDown + kx0) / kUp;
+        acc_t sum = 0;
+#pragma unroll
+        for (int t = 0; t < T::kTapsPerPhase; ++t) {
+#pragma unroll
+          for (int u = 0; u < T::kTapsPerPhase; ++u) {
+            sum += tile[(r0 + t) * T::kPitch + T::column(c0 + u)] * w[t][u];
+          }
+        }
+        if (oy >= 0 && oy < s.out_h && ox >= 0 && ox < s.out_w) {
+          o[oy * s.out_w + ox] = from_acc<scalar_t>(acc_t(gain) * sum);
+        }
+      }
+    }
+    __syncthreads();  // the tile is read by every thread before the next plane overwrites it
+  }
+}
+
+// Launches the tiled kernel and returns true; or, with auto_pick and planes smaller than half a tile
+// along an axis (StyleGAN2's 4x4 to 16x16 layers), returns false: most of such a block's staging
+// and threads would fall outside the plane, and the general kernel is faster there (issue 12's sweep).
+template <typename scalar_t, int kUp, int kDown, int kTaps>
+bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2dSizes& z,
+                  const Upfirdn2dParams& p, CudaStream stream, bool auto_pick) {
+  using T = Tile<kUp, kDown, kTaps>;
+  if (auto_pick && (2 * z.out_w < T::kOutW || 2 * z.out_h < T::kOutH)) return false;
+  // The first tile starts `shift` outputs early where that puts its first tap on a real sample
+  // (with up 2: an output whose position o * down - pad is even).
+  const int shift_x = kUp == 2 ? static_cast<int>(p.padx0 & 1) : 0;
+  const int shift_y = kUp == 2 ? static_cast<int>(p.pady0 & 1) : 0;
+  const int tiles_x = static_cast<int>(ceil_div<int64_t>(z.out_w + shift_x, T::kOutW));
+  const int64_t tiles = tiles_x * ceil_div<int64_t>(z.out_h + shift_y, T::kOutH);
+  const TiledShape s{z.planes,
+                     static_cast<int>(z.in_h),
+                     static_cast<int>(z.in_w),
+                     static_cast<int>(z.out_h),
+                     static_cast<int>(z.out_w),
+                     tiles_x,
+                     shift_x,
+                     shift_y,
+                     static_cast<int>(p.padx0),
+                     static_cast<int>(p.pady0)};
+  const dim3 block(T::kThreadsX, T::kThreadsY);
+  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min(z.planes, kMaxGridYZ)));
+  upfirdn2d_tiled_kernel<scalar_t, kUp, kDown, kTaps>
+      <<<grid, block, 0, stream>>>(x, f, out, s, p.flip_filter, static_cast<float>(p.gain));
+  JITOPS_CHECK_LAUNCH();
+  return true;
+}
+
 // Whether every position a plane's index arithmetic reaches fits in 32 bits.
 bool fits_32_bits(const Upfirdn2dSizes& z, const Upfirdn2dParams& p) {
   const int64_t largest = std::max({z.in_h * z.in_w, z.out_h * z.out_w, z.in_h * p.upy + std::abs(p.pady0) + z.fh,
@@ -72,22 +223,50 @@ bool fits_32_bits(const Upfirdn2dSizes& z, const Upfirdn2dParams& p) {
   return largest < (int64_t{1} << 31);
 }
 
+// The tiled kernel for this call, if one is compiled for it (and, with auto_pick, if the planes are
+// large enough for it to pay): returns whether it launched. float64 keeps the general kernel (the
+// slow, exact dtype, where a smaller build counts more than speed).
+template <typename scalar_t>
+bool try_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2dSizes& z,
+               const Upfirdn2dParams& p, CudaStream stream, bool auto_pick) {
+  if constexpr (std::is_same<scalar_t, double>::value) {
+    return false;
+  } else {
+    if (p.upx != p.upy || p.downx != p.downy || z.fh != z.fw || !fits_32_bits(z, p)) return false;
+    const int64_t up = p.upx, down = p.downx, taps = z.fh;
+    if (up == 1 && down == 1 && taps == 1) return launch_tiled<scalar_t, 1, 1, 1>(x, f, out, z, p, stream, auto_pick);
+    if (up == 1 && down == 1 && taps == 4) return launch_tiled<scalar_t, 1, 1, 4>(x, f, out, z, p, stream, auto_pick);
+    if (up == 2 && down == 1 && taps == 4) return launch_tiled<scalar_t, 2, 1, 4>(x, f, out, z, p, stream, auto_pick);
+    if (up == 1 && down == 2 && taps == 4) return launch_tiled<scalar_t, 1, 2, 4>(x, f, out, z, p, stream, auto_pick);
+    return false;
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void upfirdn2d_cuda(const T* x, const T* f, T* out, const Upfirdn2dSizes& sizes, const Upfirdn2dParams& params,
-                    CudaStream stream) {
+                    CudaStream stream, Upfirdn2dKernel kernel) {
   if (sizes.planes * sizes.out_h * sizes.out_w == 0) return;
+  using scalar_t = CudaType<T>;
+  if (kernel != Upfirdn2dKernel::kGeneral &&
+      try_tiled<scalar_t>(cuda_ptr(x), cuda_ptr(f), cuda_ptr(out), sizes, params, stream,
+                          /*auto_pick=*/kernel == Upfirdn2dKernel::kAuto)) {
+    return;
+  }
+  if (kernel == Upfirdn2dKernel::kTiled) {
+    throw std::runtime_error("jitops: upfirdn2d has no tiled kernel for this dtype, filter, up and down");
+  }
   if (fits_32_bits(sizes, params)) {
-    launch<CudaType<T>, int32_t>(cuda_ptr(x), cuda_ptr(f), cuda_ptr(out), sizes, params, stream);
+    launch<scalar_t, int32_t>(cuda_ptr(x), cuda_ptr(f), cuda_ptr(out), sizes, params, stream);
   } else {
-    launch<CudaType<T>, int64_t>(cuda_ptr(x), cuda_ptr(f), cuda_ptr(out), sizes, params, stream);
+    launch<scalar_t, int64_t>(cuda_ptr(x), cuda_ptr(f), cuda_ptr(out), sizes, params, stream);
   }
 }
 
 #define JITOPS_INSTANTIATE(T)                                                                             \
   template void upfirdn2d_cuda<T>(const T*, const T*, T*, const Upfirdn2dSizes&, const Upfirdn2dParams&, \
-                                  CudaStream);
+                                  CudaStream, Upfirdn2dKernel);
 JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
 #undef JITOPS_INSTANTIATE
 

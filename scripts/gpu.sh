@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 11 on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu_issue11.sh tests-a|tests-b|loader|bench|bench-others   (logs under $OUT)
+# The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
+#   bash scripts/gpu.sh tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d   (logs under $OUT)
 # Builds for the card only (TORCH_CUDA_ARCH_LIST=9.0) into a cache kept between calls.
 set -uo pipefail
-OUT=${OUT:-gpu-logs}
+OUT=$(realpath -m "${OUT:-gpu-logs}")
 mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=9.0 JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache JITOPS_KILL_TRIALS=${JITOPS_KILL_TRIALS:-8}
 unset PYTHONDONTWRITEBYTECODE
@@ -26,5 +26,14 @@ case "$1" in
   bench-others)  # the ops whose CUDA files lost their ATen headers: same kernels, re-timed
     cd examples
     python3 benchmark.py trilinear_interpolation lltm upfirdn2d --json "$OUT/bench_others.json" 2>&1 | tee "$OUT/bench_others.log" ;;
-  *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others"; exit 2 ;;
+  upfirdn2d)  # issue 12: the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
+    (cd examples && python3 upfirdn2d_sweep.py --json "$OUT/upfirdn2d_sweep.json" 2>&1 | tee "$OUT/upfirdn2d_sweep.log")
+    pytest tests/test_upfirdn2d.py 2>&1 | tee "$OUT/pytest-upfirdn2d.log" ;;
+  bench-upfirdn2d)  # against eager and torch.compile, and the StyleGAN2 block example
+    cd examples
+    for dtype in float32 float16; do
+      python3 benchmark.py upfirdn2d --dtype $dtype --json "$OUT/bench_upfirdn2d_$dtype.json" 2>&1 | tee "$OUT/bench_upfirdn2d_$dtype.log"
+    done
+    python3 stylegan_block.py 2>&1 | tee "$OUT/stylegan_block.log" ;;
+  *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d"; exit 2 ;;
 esac
