@@ -18,12 +18,15 @@ warm-up, median of many samples) except StyleGAN3's:
    alone (up = down = 1, padding [2, 1, 2, 1]) and the padding alone (no filter, padding 1). For
    each, the forward and its gradient's upfirdn2d with the kernel jitops picks (tiled where it has
    one) against the general kernel (jitops' only CUDA kernel before issue 12), and the copy floor.
+3. The CPU time one call costs (tiny tensors, so the GPU waits on the CPU): a training step can be
+   no faster than this, whatever its kernels take.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 from benchmark import copy_floor_ms, nbytes
@@ -31,7 +34,7 @@ from timing import median_ms
 
 import jitops
 import jitops.ops
-from jitops.ops.upfirdn2d import _filter_2d, gradient_args
+from jitops.ops.upfirdn2d import _filter_2d, gradient_args, upfirdn2d_ref
 
 FILTER = [1.0, 3.0, 3.0, 1.0]
 
@@ -123,6 +126,33 @@ def print_sweep(rows: list[dict], dtype: torch.dtype) -> None:
         )
 
 
+def call_overhead_us(repeats: int = 2000) -> dict[str, float]:
+    """Microseconds of wall time per call on a 1x1x8x8 CUDA tensor, where the kernels take next to
+    nothing: the CPU's share of every call (median of 5 runs of `repeats` calls)."""
+    x = torch.randn(1, 1, 8, 8, device="cuda", requires_grad=True)
+    f = torch.tensor(FILTER, device="cuda") / 8
+    grad = torch.randn(1, 1, 4, 4, device="cuda")
+    conv_weight = torch.randn(1, 1, 4, 4, device="cuda")
+    steps = {
+        "jitops forward": lambda: jitops.upfirdn2d(x.detach(), f, down=2, padding=1),
+        "jitops forward+backward": lambda: torch.autograd.grad(jitops.upfirdn2d(x, f, down=2, padding=1), x, grad),
+        "eager reference forward+backward": lambda: torch.autograd.grad(upfirdn2d_ref(x, f, down=2, padding=1), x, grad),
+        "torch conv2d forward+backward": lambda: torch.autograd.grad(torch.nn.functional.conv2d(x, conv_weight, stride=2, padding=1), x, grad),
+    }
+    results = {}
+    for name, step in steps.items():
+        runs = []
+        for _ in range(6):  # the first run is the warm-up
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            for _ in range(repeats):
+                step()
+            torch.cuda.synchronize()
+            runs.append((time.perf_counter() - started) * 1e6 / repeats)
+        results[name] = sorted(runs[1:])[2]
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", nargs="+", default=["float32", "float16"], choices=["float32", "float16", "bfloat16"])
@@ -134,7 +164,8 @@ def main() -> None:
     torch.manual_seed(0)
     environment = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     print(environment)
-    results = {"environment": environment}
+    results = {"environment": environment, "call_overhead_us": call_overhead_us()}
+    print("\nCPU time per call, 1x1x8x8 down 2 (us): " + ", ".join(f"{k} {v:.1f}" for k, v in results["call_overhead_us"].items()))
     for name in args.dtype:
         dtype = getattr(torch, name)
         peer, shapes = peer_table(dtype), sweep(dtype)

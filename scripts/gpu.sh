@@ -29,11 +29,9 @@ case "$1" in
   upfirdn2d)  # issue 12: the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
     (cd examples && python3 upfirdn2d_sweep.py --json "$OUT/upfirdn2d_sweep.json" 2>&1 | tee "$OUT/upfirdn2d_sweep.log")
     pytest tests/test_upfirdn2d.py 2>&1 | tee "$OUT/pytest-upfirdn2d.log" ;;
-  bench-upfirdn2d)  # against eager and torch.compile, and the StyleGAN2 block example
+  bench-upfirdn2d)  # against eager and torch.compile (float32), and the StyleGAN2 block example
     cd examples
-    for dtype in float32 float16; do
-      python3 benchmark.py upfirdn2d --dtype $dtype --json "$OUT/bench_upfirdn2d_$dtype.json" 2>&1 | tee "$OUT/bench_upfirdn2d_$dtype.log"
-    done
+    python3 benchmark.py upfirdn2d --json "$OUT/bench_upfirdn2d.json" 2>&1 | tee "$OUT/bench_upfirdn2d.log"
     python3 stylegan_block.py 2>&1 | tee "$OUT/stylegan_block.log" ;;
   *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d"; exit 2 ;;
 esac

@@ -183,14 +183,16 @@ __global__ void __launch_bounds__(256, (Tile<kUp, kDown, kTaps>::kMinBlocks)) up
   }
 }
 
-// Launches the tiled kernel and returns true; or, with auto_pick and planes smaller than half a tile
-// along an axis (StyleGAN2's 4x4 to 16x16 layers), returns false: most of such a block's staging
-// and threads would fall outside the plane, and the general kernel is faster there (issue 12's sweep).
+// Launches the tiled kernel and returns true; or, with auto_pick and planes too small for a tile to
+// pay, returns false: most of such a block's staging and threads would fall outside the plane, and
+// the general kernel is faster there. On an H200 (examples/upfirdn2d_sweep.py) the tiled kernel
+// wins from half a tile along each axis, with down 2 (four inputs staged per output) from a whole one.
 template <typename scalar_t, int kUp, int kDown, int kTaps>
 bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2dSizes& z,
                   const Upfirdn2dParams& p, CudaStream stream, bool auto_pick) {
   using T = Tile<kUp, kDown, kTaps>;
-  if (auto_pick && (2 * z.out_w < T::kOutW || 2 * z.out_h < T::kOutH)) return false;
+  const int64_t min_tiles_2x = kDown == 2 ? 2 : 1;  // twice the share of a tile the plane must fill
+  if (auto_pick && (2 * z.out_w < min_tiles_2x * T::kOutW || 2 * z.out_h < min_tiles_2x * T::kOutH)) return false;
   // The first tile starts `shift` outputs early where that puts its first tap on a real sample
   // (with up 2: an output whose position o * down - pad is even).
   const int shift_x = kUp == 2 ? static_cast<int>(p.padx0 & 1) : 0;
