@@ -2,6 +2,7 @@
 """upfirdn2d on CUDA: the tiled kernel against the general one, StyleGAN3's plugin and the copy floor.
 
     python examples/upfirdn2d_sweep.py [--dtype float32 float16] [--json FILE]
+    python examples/upfirdn2d_sweep.py --from-json FILE   # print saved results again
 
 Two tables per dtype, all figures measured in this run (examples/timing.py: fresh random inputs,
 warm-up, median of many samples) except StyleGAN3's:
@@ -153,25 +154,33 @@ def call_overhead_us(repeats: int = 2000) -> dict[str, float]:
     return results
 
 
+def print_results(results: dict) -> None:
+    print(results["environment"])
+    print("\nCPU time per call, 1x1x8x8 down 2 (us): " + ", ".join(f"{k} {v:.1f}" for k, v in results["call_overhead_us"].items()))
+    for name, tables in results.items():
+        if name in ("float32", "float16", "bfloat16"):
+            print_peer_table(tables["issue_12"], getattr(torch, name))
+            print_sweep(tables["sweep"], getattr(torch, name))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", nargs="+", default=["float32", "float16"], choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--from-json", help="measure nothing; print the results saved in this file")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            return print_results(json.load(f))
     if not torch.cuda.is_available():
         raise SystemExit("upfirdn2d_sweep.py times the CUDA kernels: it needs a CUDA device")
     jitops.ops.require("upfirdn2d")
     torch.manual_seed(0)
-    environment = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
-    print(environment)
-    results = {"environment": environment, "call_overhead_us": call_overhead_us()}
-    print("\nCPU time per call, 1x1x8x8 down 2 (us): " + ", ".join(f"{k} {v:.1f}" for k, v in results["call_overhead_us"].items()))
+    results = {"environment": f"{torch.cuda.get_device_name()}, torch {torch.__version__}", "call_overhead_us": call_overhead_us()}
     for name in args.dtype:
         dtype = getattr(torch, name)
-        peer, shapes = peer_table(dtype), sweep(dtype)
-        print_peer_table(peer, dtype)
-        print_sweep(shapes, dtype)
-        results[name] = {"issue_12": peer, "sweep": shapes}
+        results[name] = {"issue_12": peer_table(dtype), "sweep": sweep(dtype)}
+    print_results(results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
