@@ -420,6 +420,26 @@ def test_missing_tool_is_a_clear_error(tmp_path, tools, missing):
     assert entries(cache) == []
 
 
+def test_dynamo_marker_is_the_one_torch_sets():
+    # `import jitops` imports no torch._dynamo (a second of every start-up), yet marks require()
+    # exactly as torch.compiler.assume_constant_result would: every attribute that API sets on a
+    # function is on require, with the same value. Fresh process: nothing else imported dynamo.
+    code = (
+        "import sys, torch, jitops, jitops.ops\n"
+        "assert 'torch._dynamo' not in sys.modules, 'import jitops imported torch._dynamo'\n"
+        "marked = dict(vars(jitops.ops.require))\n"
+        "def probe(): pass\n"
+        "torch.compiler.assume_constant_result(probe)\n"
+        "expected = dict(vars(probe))\n"
+        "assert expected, 'assume_constant_result set no attribute: jitops must follow what it does now'\n"
+        "missing = {k: v for k, v in expected.items() if marked.get(k, object()) != v}\n"
+        "assert not missing, f'require lacks what assume_constant_result sets: {missing}'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
 def test_first_call_inside_torch_compile(tmp_path):
     # The loader runs eagerly while dynamo traces (assume_constant_result), so even a first call
     # from compiled code needs no graph break. Uses the session cache, where add2 is built.

@@ -9,6 +9,7 @@ the schema comes from the extension (bindings/<op>.cpp).
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 
 import torch
@@ -48,12 +49,25 @@ def require(op: str) -> bool:
     return True
 
 
-# dynamo must run require() eagerly while tracing and treat its result as a constant, so that
-# torch.compile(fullgraph=True) traces a first call of an op without tracing the loader's I/O.
-# torch.compiler.assume_constant_result(require) does exactly that by setting this marker, but it
-# imports torch._dynamo (about a second) on `import jitops.ops`, which would dwarf a warm load.
-# tests/test_loader.py::test_first_call_inside_torch_compile checks that dynamo still honours it.
-require._dynamo_marked_constant = True
+def _assume_constant_result(fn):
+    """torch.compiler.assume_constant_result(fn), without importing torch._dynamo when nothing has.
+
+    dynamo must run require() eagerly while tracing and treat its result as a constant, so that
+    torch.compile(fullgraph=True) traces a first call of an op without tracing the loader's I/O.
+    torch.compiler.assume_constant_result does exactly that, but it imports torch._dynamo (about a
+    second) on `import jitops.ops`, which would dwarf a warm load. All it does is set one marker
+    attribute, read when dynamo meets the function; so where dynamo is not imported yet, this sets
+    that attribute itself. tests/test_loader.py::test_dynamo_marker_is_the_one_torch_sets holds it
+    to what this torch's own API sets (a torch that changes the marker fails that test, not a user's
+    compile), and test_first_call_inside_torch_compile to dynamo honouring it.
+    """
+    if "torch._dynamo" in sys.modules:
+        return torch.compiler.assume_constant_result(fn)
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+_assume_constant_result(require)
 
 
 # A small op's call must cost about what an eager torch op costs (DESIGN.md: tiny tensors are never
