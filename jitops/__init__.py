@@ -19,17 +19,24 @@ def available_ops() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_"))
 
 
+def _op_names(ops: list[str] | None) -> list[str]:
+    """The op names a load_all call means: all of them for None; unknown names are an error."""
+    names = available_ops() if ops is None else list(ops)
+    unknown = sorted(set(names) - set(available_ops()))
+    if unknown:
+        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
+    return names
+
+
 def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
-    """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step."""
+    """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step.
+    (A job of many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     from ._build import load_op
     from .ops import require
 
-    names = available_ops() if ops is None else list(ops)
-    unknown = sorted(set(names) - set(available_ops()))
-    if unknown:
-        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
+    names = _op_names(ops)
     # Ops already in the cache load here, one after another: a warm load is a few milliseconds of
     # Python, which threads would only slow down. The rest build in parallel: each build waits on its
     # own ninja process, so threads are enough to overlap them.
@@ -53,8 +60,8 @@ def _public_names(module) -> list[str]:
 
 def __getattr__(name: str):
     # PEP 562: op functions are imported on first access, so `import jitops` stays cheap.
-    # The import system probes for submodules (`ops`) with getattr before importing them.
-    if name.startswith("_") or name == "ops":
+    # The import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
+    if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     for op in available_ops():
         module = importlib.import_module(f"{__name__}.ops.{op}")

@@ -320,15 +320,28 @@ def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> Loa
         return _loaded[op]
 
 
+class PlannedEntry:
+    """Where one op's build for this process lives: its cache entry, and what keyed it."""
+
+    def __init__(self, sources: OpSources):
+        sources.check_present()
+        self.sources = sources
+        self.cxx = find_cxx()
+        cuda = plan_cuda()
+        if cuda.enabled and not sources.cuda.is_file():
+            cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
+        self.cuda = cuda
+        self.components = key_components(sources, self.cxx, cuda)
+        self.entry = _cache.Entry(_cache.cache_root(), sources.op, _cache.compute_key(self.components))
+
+
+def planned_entry(op: str, root: Path = SOURCE_ROOT) -> PlannedEntry:
+    return PlannedEntry(OpSources(op, Path(root)))
+
+
 def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | None:
-    sources.check_present()
-    cxx = find_cxx()
-    cuda = plan_cuda()
-    if cuda.enabled and not sources.cuda.is_file():
-        cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
-    components = key_components(sources, cxx, cuda)
-    root = _cache.cache_root()
-    entry = _cache.Entry(root, sources.op, _cache.compute_key(components))
+    planned = PlannedEntry(sources)
+    cxx, cuda, components, entry = planned.cxx, planned.cuda, planned.components, planned.entry
 
     library = _verified_or_discarded(entry)
     how = "cache"
@@ -421,6 +434,13 @@ def _owner_path(entry: _cache.Entry) -> Path:
 
 
 def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> tuple[Path, str]:
+    return under_entry_lock(entry, "building", lambda: _build(entry, sources, cuda, components))
+
+
+def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
+    """The entry's library, made by make() (which publishes the entry and returns the library)
+    under the entry's file lock, unless another process published it first. Returns the library
+    and "built" or "cache". `doing` names make's work in errors ("building")."""
     import filelock
 
     timeout = lock_timeout()
@@ -444,19 +464,48 @@ def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, compo
         library = _verified_or_discarded(entry)
         if library is not None:
             return library, "cache"
-        return _build(entry, sources, cuda, components), "built"
+        return make(), "built"
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise
-        # _build has removed its staging directory; nothing was published and, for want of room,
+        # make() has removed its staging directory; nothing was published and, for want of room,
         # no log is kept.
         raise BuildError(
-            f"jitops: building op {entry.op!r} failed: the disk holding the cache {entry.root} is full "
+            f"jitops: {doing} op {entry.op!r} failed: the disk holding the cache {entry.root} is full "
             f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
         ) from err
     finally:
         owner.unlink(missing_ok=True)
         lock.release()
+
+
+def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) -> Path:
+    """Publish an entry built elsewhere (jitops.distributed), exactly as a local build would: the
+    library's sha256 checked against its manifest, written into a private staging directory, then
+    one atomic rename, under the entry's lock. Returns the library's path."""
+    if manifest.get("op") != entry.op or manifest.get("key") != entry.key:
+        raise BuildError(f"jitops: the entry received for op {entry.op!r} is for {manifest.get('op')!r} key {manifest.get('key')!r}, not key {entry.key!r}")
+    name = manifest.get("library")
+    if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
+        raise BuildError(f"jitops: the entry received for op {entry.op!r} names no valid library ({name!r})")
+    if _cache.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
+        raise BuildError(f"jitops: the library received for op {entry.op!r} does not match its manifest's sha256")
+
+    def write() -> Path:
+        staging = _cache.new_build_dir(entry)
+        try:
+            library = staging / name
+            with open(library, "wb") as file:
+                file.write(library_bytes)
+                file.flush()
+                os.fsync(file.fileno())
+            _cache.publish(entry, staging, {**manifest, "library_identity": _cache.file_identity(library), "last_used": time.time()})
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return entry.path / name
+
+    return under_entry_lock(entry, "receiving", write)[0]
 
 
 def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:

@@ -244,6 +244,10 @@ def compute_key(components: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
 
 
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256_file(path: Path | str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:

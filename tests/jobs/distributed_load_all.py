@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""One rank of a job of two simulated nodes (tests/test_distributed.py): `torchrun --nnodes 2
+... tests/jobs/distributed_load_all.py OUT_DIR OPS`. Each rank calls jitops.distributed.load_all
+for OPS (comma-separated), runs every op on example data against its reference, and writes
+OUT_DIR/rank-<rank>.json: {"rank", "ok", "error", "seconds"}. A rank that fails exits 1 at once,
+without tearing the process group down (its peers may be gone)."""
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import jitops
+import jitops.distributed
+from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
+
+
+def check(op: str, rank: int) -> None:
+    generator = torch.Generator().manual_seed(1234 + rank)
+    if op == "add2":
+        a, b = torch.randn(4096, generator=generator), torch.randn(4096, generator=generator)
+        torch.testing.assert_close(jitops.add2(a, b), a + b)
+    elif op == "trilinear_interpolation":
+        feats = torch.randn(64, 8, 16, generator=generator)
+        points = torch.rand(64, 3, generator=generator) * 2 - 1
+        torch.testing.assert_close(jitops.trilinear_interpolation(feats, points), trilinear_interpolation_ref(feats, points))
+    else:
+        raise ValueError(f"no example for op {op!r}")
+
+
+def main() -> None:
+    out_dir, ops = Path(sys.argv[1]), sys.argv[2].split(",")
+    timeout = datetime.timedelta(seconds=float(os.environ.get("JOB_COLLECTIVE_TIMEOUT_S", "300")))
+    dist.init_process_group("gloo", timeout=timeout)
+    rank = dist.get_rank()
+    started = time.perf_counter()
+    result = {"rank": rank, "ok": False, "error": ""}
+    try:
+        jitops.distributed.load_all(ops)
+        result["seconds"] = time.perf_counter() - started
+        for op in ops:
+            check(op, rank)
+        result["ok"] = True
+    except Exception as err:
+        result["error"] = f"{type(err).__name__}: {err}"
+    (out_dir / f"rank-{rank}.json").write_text(json.dumps(result))
+    if not result["ok"]:
+        os._exit(1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+# SPDX-License-Identifier: MIT
+"""jitops.distributed.load_all in a real multi-node job on one machine: two `torchrun --nnodes 2`
+invocations (static rendezvous on localhost, gloo), each a "node" with its own JITOPS_CACHE_DIR
+and two ranks, starting from empty caches (tests/jobs/distributed_load_all.py is one rank)."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_loader import TIMEOUT_S
+from test_reliability import hung_compiler, processes_with
+
+from jitops import _cache
+
+JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
+OPS = ["add2", "trilinear_interpolation"]
+RANKS_PER_NODE = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(tmp_path: Path, node_env: list[dict], ops: list[str] = OPS) -> tuple[Path, list[subprocess.Popen]]:
+    """One torchrun per node; node_env[i] adds to node i's environment."""
+    out, port = tmp_path / "ranks", free_port()
+    out.mkdir()
+    nodes = []
+    for node_rank, extra in enumerate(node_env):
+        env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / f"node{node_rank}"), "OMP_NUM_THREADS": "1", **extra}
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(node_env)), "--node-rank", str(node_rank),
+            "--nproc-per-node", str(RANKS_PER_NODE), "--master-addr", "127.0.0.1", "--master-port", str(port),
+            str(JOB), str(out), ",".join(ops),
+        ]  # fmt: skip
+        nodes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return out, nodes
+
+
+def finish_job(nodes: list[subprocess.Popen]) -> list[str]:
+    """Each node's stderr (its ranks' jitops status lines among it), once every node has ended."""
+    logs = []
+    for node in nodes:
+        try:
+            logs.append(node.communicate(timeout=TIMEOUT_S)[1])
+        except subprocess.TimeoutExpired:
+            for other in nodes:
+                other.kill()
+            pytest.fail("the distributed job hung")
+    return logs
+
+
+def rank_results(out: Path) -> dict[int, dict]:
+    return {r["rank"]: r for r in (json.loads(p.read_text()) for p in out.glob("rank-*.json"))}
+
+
+def builds_in(logs: list[str], ops: list[str] = OPS) -> dict[str, int]:
+    """How many times each op was compiled in the whole job (the loader's 'built' status lines)."""
+    text = "".join(logs)
+    return {op: len(re.findall(rf"jitops: built {op} \(", text)) for op in ops}
+
+
+def verified_entries(cache: Path) -> dict[str, dict]:
+    """op -> manifest of every entry in cache, each re-hashed in full."""
+    found = {}
+    for entry, manifest in _cache.list_entries(cache):
+        assert entry.verified_library(touch=False, full_hash=True) is not None, entry
+        found[entry.op] = manifest
+    return found
+
+
+def test_two_nodes_build_each_op_once_and_share_it(tmp_path):
+    out, nodes = start_job(tmp_path, [{}, {}])
+    logs = finish_job(nodes)
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    results = rank_results(out)
+    assert sorted(results) == [0, 1, 2, 3] and all(r["ok"] for r in results.values()), results
+    assert builds_in(logs) == {op: 1 for op in OPS}, logs
+    node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
+    assert sorted(node0) == sorted(node1) == sorted(OPS)
+    for op in OPS:  # the same build in both caches: one key, one library, one build time
+        assert [node0[op][k] for k in ("key", "library_sha256", "built_at")] == [node1[op][k] for k in ("key", "library_sha256", "built_at")]
+    # The builds were spread over the nodes: node 0 built add2, node 1 trilinear_interpolation.
+    assert "jitops: built add2 (" in logs[0] and "jitops: built trilinear_interpolation (" in logs[1], logs
+
+
+def test_a_node_with_another_key_builds_its_own(tmp_path):
+    # Node 1's compiler is another binary (a wrapper around the same c++): another key. Node 0
+    # builds its key once, node 1 its own; nothing built for one key reaches the other. (One op:
+    # two builds of each op on a 2-core machine would be slow, and one shows it.)
+    wrapper = tmp_path / "c++-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('c++')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    out, nodes = start_job(tmp_path, [{}, {"CXX": str(wrapper)}], ops=["add2"])
+    logs = finish_job(nodes)
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert all(r["ok"] for r in rank_results(out).values()) and len(rank_results(out)) == 4
+    assert builds_in(logs, ["add2"]) == {"add2": 2}, logs
+    assert "jitops: built add2 (" in logs[0] and "jitops: built add2 (" in logs[1], logs
+    node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
+    assert node0["add2"]["key"] != node1["add2"]["key"]
+    assert node1["add2"]["components"]["cxx"].startswith(str(wrapper))
+
+
+def test_a_killed_building_rank_fails_the_others_clearly(tmp_path):
+    # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja; one is
+    # killed (SIGKILL). Node 0's ranks, waiting for that node's outcomes, must fail with an error
+    # that names the op and the rank, well within the job's collective timeout (300 s), and node 0's
+    # job must end. (The first rank of node 0 to fail ends the node: torchrun then stops the other,
+    # which may be still compiling node 0's own op; every rank that reports gives the clear error.)
+    compiler, token = hung_compiler(tmp_path)
+    out, nodes = start_job(tmp_path, [{}, {"CXX": compiler}])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not processes_with(token) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sleepers = processes_with(token)
+        assert sleepers, "no build reached the hung compiler"
+        killed_at = time.monotonic()
+        os.kill(_python_ancestor(sleepers[0]), signal.SIGKILL)
+        try:
+            nodes[0].wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("node 0 still runs 120 s after node 1's building rank was killed")
+        waited = time.monotonic() - killed_at
+    finally:
+        for pid in processes_with(token):
+            os.kill(pid, signal.SIGKILL)
+        for node in nodes:
+            node.kill()
+            node.communicate()
+    # Every rank of node 0 that reported names the op and the rank it was waiting for; the first to
+    # notice names a rank of node 1 (a rank of node 0 that fails in turn is named by its neighbour).
+    reported = {rank: r["error"] for rank, r in rank_results(out).items() if rank < RANKS_PER_NODE}
+    waits = [re.search(r"waiting for the outcome of op '(\w+)' from rank (\d+) \(building it\) failed", error) for error in reported.values()]
+    assert reported and all(waits), reported
+    assert any(int(w.group(2)) >= RANKS_PER_NODE for w in waits), reported
+    assert nodes[0].returncode != 0
+    assert waited < 60, f"node 0 took {waited:.0f} s to end"
+
+
+def _python_ancestor(pid: int) -> int:
+    """The nearest ancestor of pid running Python: the rank whose ninja ran the compiler."""
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if b"python" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]:
+            return pid
+    raise AssertionError("no Python process above the compiler")
+
+
+def test_plan_spreads_builds_and_keeps_keys_apart():
+    from jitops.distributed import plan
+
+    ops = ["a", "b", "c", "d", "e"]
+    # Five nodes of two ranks, empty caches: five builds on five nodes, each sent to the other four.
+    states = {rank: {"node": f"n{rank // 2}", "keys": {op: "k" for op in ops}, "cached": []} for rank in range(10)}
+    transfers = plan(ops, states)
+    assert all(t.build for t in transfers)
+    assert sorted(states[t.source]["node"] for t in transfers) == ["n0", "n1", "n2", "n3", "n4"]
+    for t in transfers:
+        assert sorted(states[r]["node"] for r in t.receivers) == sorted({"n0", "n1", "n2", "n3", "n4"} - {states[t.source]["node"]})
+    # A node whose cache has op "c" provides it: no build, and that node receives nothing.
+    for rank in (6, 7):
+        states[rank]["cached"] = ["c"]
+    (c,) = [t for t in plan(ops, states) if t.op == "c"]
+    assert not c.build and c.source == 6 and "n3" not in [states[r]["node"] for r in c.receivers]
+    # Node n4 has another key for "a": a transfer of its own, built there, sent nowhere; the
+    # other key's entry never goes to n4.
+    for rank in (8, 9):
+        states[rank]["keys"]["a"] = "other"
+    a_transfers = [t for t in plan(ops, states) if t.op == "a"]
+    assert len(a_transfers) == 2
+    other = next(t for t in a_transfers if t.key == "other")
+    main = next(t for t in a_transfers if t.key == "k")
+    assert other.build and other.source in (8, 9) and other.receivers == []
+    assert not {8, 9} & {main.source, *main.receivers}
