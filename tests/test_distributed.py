@@ -112,27 +112,31 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
     assert node1["add2"]["components"]["cxx"].startswith(str(wrapper))
 
 
-def test_a_killed_building_rank_fails_the_others_clearly(tmp_path):
-    # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja; one is
-    # killed (SIGKILL). Node 0's ranks, waiting for that node's outcomes, must fail with an error
-    # that names the op and the rank, well within the job's collective timeout (300 s), and node 0's
-    # job must end. (The first rank of node 0 to fail ends the node: torchrun then stops the other,
-    # which may be still compiling node 0's own op; every rank that reports gives the clear error.)
+@pytest.mark.parametrize("how", ["killed", "timeout"])
+def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
+    # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja. "killed":
+    # one of them is killed (SIGKILL); "timeout": node 0's collectives time out after 15 s. Node
+    # 0's ranks, waiting for node 1's outcomes, must fail with an error that names the op and the
+    # rank, and node 0's job must end. (The first rank of node 0 to fail ends the node: torchrun
+    # then stops the other, which may be still compiling node 0's own op; every rank that reports
+    # gives the clear error.)
     compiler, token = hung_compiler(tmp_path)
-    out, nodes = start_job(tmp_path, [{}, {"CXX": compiler}])
+    node0_env = {"JOB_COLLECTIVE_TIMEOUT_S": "15"} if how == "timeout" else {}
+    out, nodes = start_job(tmp_path, [node0_env, {"CXX": compiler}])
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not processes_with(token) and time.monotonic() < deadline:
             time.sleep(0.2)
         sleepers = processes_with(token)
         assert sleepers, "no build reached the hung compiler"
-        killed_at = time.monotonic()
-        os.kill(_python_ancestor(sleepers[0]), signal.SIGKILL)
+        lost_at = time.monotonic()
+        if how == "killed":
+            os.kill(_python_ancestor(sleepers[0]), signal.SIGKILL)
         try:
             nodes[0].wait(timeout=120)
         except subprocess.TimeoutExpired:
-            pytest.fail("node 0 still runs 120 s after node 1's building rank was killed")
-        waited = time.monotonic() - killed_at
+            pytest.fail(f"node 0 still runs 120 s after node 1's building rank was {how}")
+        waited = time.monotonic() - lost_at
     finally:
         for pid in processes_with(token):
             os.kill(pid, signal.SIGKILL)
