@@ -33,5 +33,8 @@ case "$1" in
     cd examples
     python3 benchmark.py upfirdn2d --json "$OUT/bench_upfirdn2d.json" 2>&1 | tee "$OUT/bench_upfirdn2d.log"
     python3 stylegan_block.py 2>&1 | tee "$OUT/stylegan_block.log" ;;
+  ncu-upfirdn2d)  # where the tiled kernels' time goes (Nsight Compute, when the machine has it)
+    ncu --kernel-name regex:tiled --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis python3 scripts/ncu_upfirdn2d.py 2>&1 | tee "$OUT/ncu.log" ;;
   *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d"; exit 2 ;;
 esac

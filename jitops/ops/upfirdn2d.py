@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, register_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, register_autograd, register_fake, require
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 
@@ -36,7 +36,7 @@ def _filter_2d(f: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     if f is None:
         return torch.ones(1, 1, device=x.device, dtype=x.dtype)
     if f.dim() == 1:
-        f = f[:, None] * f[None, :]
+        f = torch.outer(f, f)
     if f.dim() != 2:
         raise ValueError(f"upfirdn2d(): f must be 1-D (separable) or 2-D, got shape {list(f.shape)}")
     return f.to(x.dtype)
@@ -56,7 +56,7 @@ def upfirdn2d(
     up, down, padding = _pair(up, "up"), _pair(down, "down"), _padding(padding)
     require("upfirdn2d")
     check_backend("upfirdn2d", x, *([] if f is None else [f]))
-    return torch.ops.jitops.upfirdn2d.default(x, _filter_2d(f, x), up, down, padding, bool(flip_filter), float(gain))
+    return call_op(torch.ops.jitops.upfirdn2d.default, _eager_function, x, _filter_2d(f, x), up, down, padding, bool(flip_filter), float(gain))
 
 
 def upfirdn2d_ref(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1):
@@ -117,10 +117,14 @@ def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain
 
 def _backward(ctx, grad):
     (f,) = ctx.saved_tensors
-    grad_x = torch.ops.jitops.upfirdn2d(grad, f, *gradient_args(ctx.x_shape, ctx.out_hw, f.shape, *ctx.args))
+    grad_x = call_op(torch.ops.jitops.upfirdn2d.default, _eager_function, grad, f, *gradient_args(ctx.x_shape, ctx.out_hw, f.shape, *ctx.args))
     return grad_x, None, None, None, None, None, None
 
 
+_eager_function = None  # register_autograd's Function for upfirdn2d, made once the op exists
+
+
 def _register() -> None:
+    global _eager_function
     register_fake("upfirdn2d", _fake)
-    register_autograd("upfirdn2d", _backward, _setup_context)
+    _eager_function = register_autograd("upfirdn2d", _backward, _setup_context)

@@ -2,8 +2,9 @@
 // Two kernels. The tiled one serves StyleGAN2's resamplers (up 2, down 2, or neither, with a
 // square filter of 1 or 4 taps, in float32, float16 or bfloat16): a block stages its tile of input
 // (with the halo the filter reaches) in shared memory with coalesced loads, zeros where the
-// padding is, and each thread computes outputs 32 columns and 8 rows apart, so that all of its
-// outputs share one filter phase and its taps sit in registers. Everything else takes the general
+// padding is, and each thread computes rows of outputs 8 apart, so that they share one filter
+// phase and its taps sit in registers (with up 2, a row's two column phases, written as one vector
+// store). Everything else takes the general
 // kernel: one thread per output column of a run of rows, its taps computed once and reused down
 // the rows, the reads served by L1. Both sum an output's taps in the same order (input rows, then
 // columns, ascending), so the two agree bit for bit (the tiled one adds the padding's zeros, which
@@ -74,19 +75,18 @@ void launch(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2d
 
 // ---------------------------------------------------------------------------------------------
 // The tiled kernel. A block of 32 x 8 threads computes a tile of kOutW x kOutH outputs of one
-// plane; thread (tx, ty) computes outputs (tx + 32 j, ty + 8 i). The tile starts on an output whose
-// first tap lands on a real (not inserted) sample, so an output's phase, hence its taps, depends
-// on the parity of its place in the tile only, and 32 and 8 being even, every output of a thread
-// has the same phase.
+// plane; thread (tx, ty) computes outputs (up * tx + p, ty + 8 i) for p < up. The tile starts on
+// an output whose first tap lands on a real (not inserted) sample, so an output's phase, hence its
+// taps, depends on the parity of its place in the tile only: a thread's rows, 8 apart, share their
+// row phase, and its up column phases are one each.
 // ---------------------------------------------------------------------------------------------
 
 template <int kUp, int kDown, int kTaps>
 struct Tile {
   static_assert(kTaps % kUp == 0, "every phase must use the same number of taps");
   static constexpr int kThreadsX = 32, kThreadsY = 8;
-  static constexpr int kCols = kUp == 2 ? 2 : 1;   // outputs per thread along x
-  static constexpr int kRows = kDown == 2 ? 4 : 8;  // outputs per thread along y
-  static constexpr int kOutW = kThreadsX * kCols, kOutH = kThreadsY * kRows;
+  static constexpr int kRows = kDown == 2 ? 4 : 8;  // output rows per thread (kUp outputs each)
+  static constexpr int kOutW = kThreadsX * kUp, kOutH = kThreadsY * kRows;
   static constexpr int kTapsPerPhase = kTaps / kUp;
   // The input samples under the tile: output o's last tap reads sample (o * down + taps - 1) / up.
   static constexpr int kInW = ((kOutW - 1) * kDown + kTaps - 1) / kUp + 1;
@@ -108,6 +108,7 @@ struct TiledShape {
   int tiles_x;           // tiles along x; blockIdx.x = tile_y * tiles_x + tile_x
   int shift_x, shift_y;  // the first tile starts this many outputs before output 0
   int pad_x0, pad_y0;
+  bool pair_stores;  // up 2: each output pair (2 m, 2 m + 1) of a tile is one aligned vector store
 };
 
 template <typename scalar_t, int kUp, int kDown, int kTaps>
@@ -124,15 +125,19 @@ __global__ void __launch_bounds__(256, (Tile<kUp, kDown, kTaps>::kMinBlocks)) up
   // ox0 * down - pad is a multiple of up: the tile's first input sample, exactly.
   const int ix0 = (ox0 * kDown - s.pad_x0) / kUp, iy0 = (oy0 * kDown - s.pad_y0) / kUp;
 
-  // This thread's taps, in the order the general kernel reads them (upfirdn2d.h: axis_taps).
-  const int kx0 = kUp == 2 ? (tx & 1) : 0, ky0 = kUp == 2 ? (ty & 1) : 0;
-  acc_t w[T::kTapsPerPhase][T::kTapsPerPhase];
+  // This thread's taps for each of its kUp column phases, in the order the general kernel reads
+  // them (upfirdn2d.h: axis_taps): with up 2, output column 2 m + p starts at tap p.
+  const int ky0 = kUp == 2 ? (ty & 1) : 0;
+  acc_t w[T::kTapsPerPhase][kUp][T::kTapsPerPhase];
 #pragma unroll
   for (int t = 0; t < T::kTapsPerPhase; ++t) {
 #pragma unroll
-    for (int u = 0; u < T::kTapsPerPhase; ++u) {
-      const int ky = ky0 + t * kUp, kx = kx0 + u * kUp;
-      w[t][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+    for (int phase = 0; phase < kUp; ++phase) {
+#pragma unroll
+      for (int u = 0; u < T::kTapsPerPhase; ++u) {
+        const int ky = ky0 + t * kUp, kx = phase + u * kUp;
+        w[t][phase][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+      }
     }
   }
 
@@ -161,21 +166,34 @@ __global__ void __launch_bounds__(256, (Tile<kUp, kDown, kTaps>::kMinBlocks)) up
 #pragma unroll
     for (int i = 0; i < T::kRows; ++i) {
       const int ly = ty + i * T::kThreadsY, oy = oy0 + ly;
-      const int r0 = (ly * kDown + ky0) / kUp;  // the tile row of this output's first tap
+      const int r0 = (ly * kDown + ky0) / kUp;  // the tile row of this row's first tap
+      // The kUp adjacent outputs lx = kUp * m + phase, phase < kUp (their taps overlap: with up 2,
+      // 3 loads serve both); phase's first tap is tile column (lx * down + phase) / up.
+      const int m = tx, lx0 = kUp * m, ox = ox0 + lx0;
+      acc_t sums[kUp];
 #pragma unroll
-      for (int j = 0; j < T::kCols; ++j) {
-        const int lx = tx + j * T::kThreadsX, ox = ox0 + lx;
-        const int c0 = (lx * kDown + kx0) / kUp;
-        acc_t sum = 0;
+      for (int phase = 0; phase < kUp; ++phase) {
+        const int c0 = ((lx0 + phase) * kDown + phase) / kUp;
+        sums[phase] = 0;
 #pragma unroll
         for (int t = 0; t < T::kTapsPerPhase; ++t) {
 #pragma unroll
           for (int u = 0; u < T::kTapsPerPhase; ++u) {
-            sum += tile[(r0 + t) * T::kPitch + T::column(c0 + u)] * w[t][u];
+            sums[phase] += tile[(r0 + t) * T::kPitch + T::column(c0 + u)] * w[t][phase][u];
           }
         }
-        if (oy >= 0 && oy < s.out_h && ox >= 0 && ox < s.out_w) {
-          o[oy * s.out_w + ox] = from_acc<scalar_t>(acc_t(gain) * sum);
+      }
+      if (oy < 0 || oy >= s.out_h) continue;
+      scalar_t* row = o + oy * s.out_w;
+      if (kUp == 2 && s.pair_stores && ox >= 0 && ox + 1 < s.out_w) {
+        Vec<scalar_t, 2> pair;
+        pair.v[0] = from_acc<scalar_t>(acc_t(gain) * sums[0]);
+        pair.v[1] = from_acc<scalar_t>(acc_t(gain) * sums[kUp - 1]);
+        *reinterpret_cast<Vec<scalar_t, 2>*>(row + ox) = pair;  // 4 or 8 bytes, aligned (pair_stores)
+      } else {
+#pragma unroll
+        for (int phase = 0; phase < kUp; ++phase) {
+          if (ox + phase >= 0 && ox + phase < s.out_w) row[ox + phase] = from_acc<scalar_t>(acc_t(gain) * sums[phase]);
         }
       }
     }
@@ -208,7 +226,9 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
                      shift_x,
                      shift_y,
                      static_cast<int>(p.padx0),
-                     static_cast<int>(p.pady0)};
+                     static_cast<int>(p.pady0),
+                     // Pairs start on even columns of even-length rows of an aligned output.
+                     shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t))};
   const dim3 block(T::kThreadsX, T::kThreadsY);
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min(z.planes, kMaxGridYZ)));
   upfirdn2d_tiled_kernel<scalar_t, kUp, kDown, kTaps>
