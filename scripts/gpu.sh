@@ -13,8 +13,8 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 case "$1" in
   tests-a) pytest tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py 2>&1 | tee "$OUT/pytest-a.log" ;;
-  tests-b) pytest tests/test_trilinear_interpolation.py tests/test_upfirdn2d.py tests/test_prebuilt.py \
-             tests/test_properties.py tests/test_reliability.py tests/test_cache_cli.py tests/test_large_index.py 2>&1 | tee "$OUT/pytest-b.log" ;;
+  tests-b) pytest tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py \
+             tests/test_reliability.py tests/test_cache_cli.py tests/test_large_index.py tests/test_distributed.py 2>&1 | tee "$OUT/pytest-b.log" ;;
   loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
              --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
   bench)
@@ -26,7 +26,8 @@ case "$1" in
   bench-others)  # the ops whose CUDA files lost their ATen headers: same kernels, re-timed
     cd examples
     python3 benchmark.py trilinear_interpolation lltm upfirdn2d --json "$OUT/bench_others.json" 2>&1 | tee "$OUT/bench_others.log" ;;
-  upfirdn2d)  # issue 12: the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
+  upfirdn2d)  # the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
+             # (tests-a + tests-b + upfirdn2d: the whole suite)
     (cd examples && python3 upfirdn2d_sweep.py --json "$OUT/upfirdn2d_sweep.json" 2>&1 | tee "$OUT/upfirdn2d_sweep.log")
     pytest tests/test_upfirdn2d.py 2>&1 | tee "$OUT/pytest-upfirdn2d.log" ;;
   bench-upfirdn2d)  # against eager and torch.compile (float32), and the StyleGAN2 block example
