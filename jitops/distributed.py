@@ -22,7 +22,7 @@ the keys are all-gathered, and every rank derives the same plan from them:
 
 Each outcome is broadcast from the providing rank, so a failed build raises the same error on
 every rank, and a collective that fails (a rank killed, the process group's timeout) names the op
-and the rank it was waiting for. Ops used without this call still load lazily, per node.
+it was exchanging and the ranks that were building which ops. Ops used without this call still load lazily, per node.
 """
 
 from __future__ import annotations
@@ -110,6 +110,10 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
             futures = {t.op: pool.submit(_build.load_op, t.op) for t in mine}
         errors = {op: str(f.exception()) for op, f in futures.items() if f.exception() is not None}
 
+    builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails
+    for t in transfers:
+        if t.build and t.source != rank:
+            builders.setdefault(t.source, []).append(t.op)
     failures, not_published = [], []
     for t in transfers:
         outcome, payload = [None], b""
@@ -120,14 +124,14 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
                     payload = _entry_payload(t)
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
-        _collective(t, "the outcome of", lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
+        _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
         if outcome[0]:
             failures.append(f"rank {t.source} failed to {'build' if t.build else 'provide'} op {t.op!r}: {outcome[0]}")
         elif rank == t.source:
             for receiver in t.receivers:
-                _collective(t, "sending", lambda receiver=receiver: _send_bytes(payload, receiver, group))
+                _collective(t, builders, lambda receiver=receiver: _send_bytes(payload, receiver, group))
         elif rank in t.receivers:
-            payload = _collective(t, "the entry of", lambda: _receive_bytes(t.source, group))
+            payload = _collective(t, builders, lambda: _receive_bytes(t.source, group))
             try:
                 _publish_payload(t, payload)
             except Exception as err:  # reported to every rank below, so that none waits for this one
@@ -144,15 +148,18 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
     _load_all_locally(names)
 
 
-def _collective(t: Transfer, what: str, call):
-    """call(), its failure re-raised naming the op and the rank providing it."""
+def _collective(t: Transfer, builders: dict[int, list[str]], call):
+    """call(), its failure re-raised naming the op being exchanged and the other ranks that were to
+    build: every rank takes part in every exchange, so a rank still building (or killed while
+    building, or hung in a compiler) stalls the first exchange after the builds, whichever op that
+    exchange is for."""
     try:
         return call()
     except Exception as err:
-        doing = "building" if t.build else "providing"
+        building = ", ".join(f"rank {r} (building {', '.join(ops)})" for r, ops in sorted(builders.items())) or "none"
         raise _build.BuildError(
-            f"jitops.distributed.load_all: waiting for {what} op {t.op!r} from rank {t.source} "
-            f"({doing} it) failed: {type(err).__name__}: {err}"
+            f"jitops.distributed.load_all: exchanging op {t.op!r} (provided by rank {t.source}) failed: "
+            f"{type(err).__name__}: {err}\nthe other ranks that were building: {building}"
         ) from err
 
 
