@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d   (logs under $OUT)
+#   bash scripts/gpu.sh tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes   (logs under $OUT)
 # Builds for the card only (TORCH_CUDA_ARCH_LIST=9.0) into a cache kept between calls.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-gpu-logs}")
@@ -37,5 +37,18 @@ case "$1" in
   ncu-upfirdn2d)  # where the tiled kernels' time goes (Nsight Compute, when the machine has it)
     ncu --kernel-name regex:tiled --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --section MemoryWorkloadAnalysis python3 scripts/ncu_upfirdn2d.py 2>&1 | tee "$OUT/ncu.log" ;;
-  *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d"; exit 2 ;;
+  nccl-two-nodes)  # jitops.distributed over NCCL: two "nodes" of one GPU each (needs 2 GPUs), own caches
+    work=$(mktemp -d); port=$((20000 + RANDOM % 20000))
+    for node in 0 1; do
+      CUDA_VISIBLE_DEVICES=$node JOB_BACKEND=nccl JITOPS_CACHE_DIR=$work/node$node python3 -m torch.distributed.run \
+        --nnodes 2 --node-rank $node --nproc-per-node 1 --master-addr 127.0.0.1 --master-port $port \
+        tests/jobs/distributed_load_all.py $work add2,trilinear_interpolation > "$OUT/nccl-node$node.log" 2>&1 &
+    done
+    wait
+    cat $work/rank-*.json | tee "$OUT/nccl-ranks.json"; echo
+    grep -h "jitops: built" "$OUT"/nccl-node*.log | tee "$OUT/nccl-builds.txt"
+    for node in 0 1; do
+      for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
+    done ;;
+  *) echo "usage: $0 tests-a|tests-b|loader|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

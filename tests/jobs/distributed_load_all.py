@@ -36,7 +36,10 @@ def check(op: str, rank: int) -> None:
 def main() -> None:
     out_dir, ops = Path(sys.argv[1]), sys.argv[2].split(",")
     timeout = datetime.timedelta(seconds=float(os.environ.get("JOB_COLLECTIVE_TIMEOUT_S", "300")))
-    dist.init_process_group("gloo", timeout=timeout)
+    backend = os.environ.get("JOB_BACKEND", "gloo")  # nccl: scripts/gpu.sh nccl-two-nodes
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend, timeout=timeout)
     rank = dist.get_rank()
     started = time.perf_counter()
     result = {"rank": rank, "ok": False, "error": ""}
