@@ -115,13 +115,13 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
 @pytest.mark.parametrize("how", ["killed", "timeout"])
 def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja. "killed":
-    # one of them is killed (SIGKILL); "timeout": node 0's collectives time out after 15 s. Node
+    # one of them is killed (SIGKILL); "timeout": node 0's collectives time out after 10 s. Node
     # 0's ranks, which cannot finish an exchange without node 1's, must fail with an error that
     # names the op and the ranks that were building, and node 0's job must end. (The first rank of
     # node 0 to fail ends the node: torchrun then stops the other, which may be still compiling node
     # 0's own op; every rank that reports gives the clear error.)
     compiler, token = hung_compiler(tmp_path)
-    node0_env = {"JOB_COLLECTIVE_TIMEOUT_S": "15"} if how == "timeout" else {}
+    node0_env = {"JOB_COLLECTIVE_TIMEOUT_S": "10"} if how == "timeout" else {}
     out, nodes = start_job(tmp_path, [node0_env, {"CXX": compiler}])
     try:
         deadline = time.monotonic() + TIMEOUT_S

@@ -227,8 +227,10 @@ def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
         assert time.monotonic() - started < 30, "the waiter must give up at its timeout"
         assert f"timed out after 3 s waiting for another process (pid {holder.pid} on" in stderr, stderr
     finally:
-        holder.kill()
-        holder.communicate()
+        # SIGTERM, not SIGKILL: the loader then stops its ninja and the sleeping compiler, which
+        # would otherwise hold the holder's pipes open (and this test) for the rest of their 30 s.
+        holder.terminate()
+        holder.communicate(timeout=TIMEOUT_S)
 
 
 # ---------------------------------------------------------------------------------------------
