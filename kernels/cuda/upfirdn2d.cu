@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Two kernels. The tiled one serves StyleGAN2's resamplers (up 2, down 2, or neither, with a
 // square filter of 1 or 4 taps, in float32, float16 or bfloat16): a block stages its tile of input
-// (with the halo the filter reaches) in shared memory with coalesced loads, zeros where the
-// padding is, and each thread computes rows of outputs 8 apart, so that they share one filter
-// phase and its taps sit in registers (with up 2, a row's two column phases, written as one vector
-// store). Everything else takes the general
-// kernel: one thread per output column of a run of rows, its taps computed once and reused down
-// the rows, the reads served by L1. Both sum an output's taps in the same order (input rows, then
-// columns, ascending), so the two agree bit for bit (the tiled one adds the padding's zeros, which
-// changes nothing but, at most, the sign of a zero). Index arithmetic within a plane is 32-bit
-// where the sizes allow (a 64-bit division per pixel costs more than the pixel's loads).
+// (with the halo the filter reaches) in shared memory, zeros where the padding is (cp.async where
+// it can: stage_tile), and each thread computes rows of outputs 8 apart, so that they share one
+// filter phase and its taps sit in registers (with up 2, a row's two column phases, written as one
+// vector store). Everything else takes the general kernel: one thread per output column of a run
+// of rows, its taps computed once and reused down the rows, the reads served by L1. Both sum an
+// output's taps in the same order (input rows, then columns, ascending), so the two agree bit for
+// bit (the tiled one adds the padding's zeros, which changes nothing but, at most, the sign of a
+// zero). Index arithmetic within a plane is 32-bit where the sizes allow (a 64-bit division per
+// pixel costs more than the pixel's loads).
 #include "../upfirdn2d.h"
 
 #include <algorithm>
@@ -108,12 +108,24 @@ constexpr bool kCpAsync = true;
 
 // Blocks resident per SM that the register budget must allow: 4 (64 registers a thread). With
 // down 2, a block reads 4 inputs per output, so more of them in flight pay most: 6 (40 registers)
-// where float32 stages with cp.async, 3 where a thread keeps its 17 staged loads in registers (they
-// would spill at 64).
+// where the tile is staged with cp.async (stage_tile), else 3.
 template <typename scalar_t, int kDown>
 constexpr int min_blocks() {
-  return kDown != 2 ? 4 : kCpAsync && std::is_same<scalar_t, float>::value ? 6 : 3;
+  return kDown != 2 ? 4 : kCpAsync ? 6 : 3;
 }
+
+// The tile in shared memory. float32 keeps its values (and Tile's layout). The 16-bit types keep
+// theirs, 2 bytes each, converted as they are read: staged as 4-byte pairs from the even input
+// column at or before the tile's first (`shift` is 1 when that column is odd), so that cp.async can
+// copy them; their rows need no even/odd split, since with down 2 neighbouring threads then read
+// neighbouring 4-byte words.
+template <typename T, typename scalar_t>
+struct TileLayout {
+  static constexpr bool kPairs = sizeof(scalar_t) == 2;
+  using value_t = std::conditional_t<kPairs, scalar_t, float>;
+  static constexpr int kPitch = kPairs ? (T::kInW + 2) / 2 * 2 : T::kPitch;  // kPairs: kInW + 1, even
+  __device__ static int column(int c, int shift) { return kPairs ? c + shift : T::column(c); }
+};
 
 struct TiledShape {
   int64_t planes;
@@ -122,20 +134,41 @@ struct TiledShape {
   int shift_x, shift_y;  // the first tile starts this many outputs before output 0
   int pad_x0, pad_y0;
   bool pair_stores;  // up 2: each output pair (2 m, 2 m + 1) of a tile is one aligned vector store
+  bool pair_copies;  // 16-bit types: rows of even length from a 4-byte aligned x, copied in pairs
 };
 
-// Fills the tile (as acc_t) with input rows iy0.. and columns ix0.. of one plane, zeros outside it.
-// float32 on sm_80 and later copies with cp.async, which holds no registers while the copies are in
-// flight, so a block keeps its whole tile in flight and more blocks fit per SM. Otherwise every
-// load of the tile is issued first, into registers, then every store to shared memory: loads and
-// stores interleaved would wait out one memory latency per element (a third of the bandwidth with
-// down 2). Returns once this thread's part is in shared memory (the caller syncs the block).
-template <typename T, typename scalar_t, typename acc_t>
-__device__ __forceinline__ void stage_tile(acc_t* tile, const scalar_t* in, int iy0, int ix0, const TiledShape& s,
-                                           int thread) {
-  constexpr int kInElems = T::kInH * T::kInW, kThreads = T::kThreadsX * T::kThreadsY;
-  constexpr int kLoads = ceil_div(kInElems, kThreads);
-  if constexpr (kCpAsync && std::is_same<scalar_t, float>::value) {
+// Fills the tile with input rows iy0.. and columns ix0.. of one plane (TileLayout), zeros outside
+// it. On sm_80 and later, float32 and (where pair_copies) the 16-bit types copy with cp.async,
+// which holds no register while a copy is in flight, so a block keeps its whole tile in flight and
+// more blocks fit per SM. Otherwise every load of the tile is issued first, into registers, then
+// every store to shared memory: loads and stores interleaved would wait out one memory latency per
+// element (a third of the bandwidth with down 2). Returns once this thread's part is in shared
+// memory (the caller syncs the block).
+template <typename T, typename scalar_t, typename value_t>
+__device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, int iy0, int ix0, int shift,
+                                           const TiledShape& s, int thread) {
+  using L = TileLayout<T, scalar_t>;
+  constexpr int kThreads = T::kThreadsX * T::kThreadsY;
+  if constexpr (kCpAsync && L::kPairs) {
+    if (s.pair_copies) {
+      // Pair q of row r: input columns ix0 - shift + 2 q and the next, both inside or both outside
+      // the plane (its rows have even length).
+      constexpr int kPairsPerRow = L::kPitch / 2, kPairCount = T::kInH * kPairsPerRow;
+#pragma unroll 1
+      for (int e = thread; e < kPairCount; e += kThreads) {
+        const int r = e / kPairsPerRow, q = e - r * kPairsPerRow;
+        const int iy = iy0 + r, ix = ix0 - shift + 2 * q;
+        const bool inside = iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + r * L::kPitch + 2 * q));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(inside ? in + iy * s.in_w + ix : in),
+                     "r"(inside ? 4 : 0));
+      }
+      asm volatile("cp.async.wait_all;\n" ::);
+      return;
+    }
+  }
+  constexpr int kInElems = T::kInH * T::kInW, kLoads = ceil_div(kInElems, kThreads);
+  if constexpr (kCpAsync && !L::kPairs) {
     // Not unrolled: a copy in flight holds no register, so nothing is gained by hoisting the
     // address arithmetic of all of them, and that would spill.
 #pragma unroll 1
@@ -145,25 +178,35 @@ __device__ __forceinline__ void stage_tile(acc_t* tile, const scalar_t* in, int 
       const bool inside = iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
       if (e < kInElems) {
         // 4 bytes, or (outside the plane) none read and the 4 zero-filled.
-        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + r * T::kPitch + T::column(c)));
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + r * L::kPitch + L::column(c, shift)));
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(inside ? in + iy * s.in_w + ix : in),
                      "r"(inside ? 4 : 0));
       }
     }
     asm volatile("cp.async.wait_all;\n" ::);
   } else {
-    acc_t staged[kLoads];
+    // In batches of 4 elements: loads before stores, in as few registers as the 16-bit types'
+    // cp.async path needs beside it (this path serves rows of odd length and GPUs before sm_80).
+    constexpr int kBatch = 4;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kLoads; k0 += kBatch) {
+      value_t staged[kBatch];
 #pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      const int e = thread + k * kThreads, r = e / T::kInW, c = e - r * T::kInW;
-      const int iy = iy0 + r, ix = ix0 + c;
-      const bool inside = e < kInElems && iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
-      staged[k] = inside ? to_acc(in[iy * s.in_w + ix]) : acc_t(0);
-    }
+      for (int k = 0; k < kBatch; ++k) {
+        const int e = thread + (k0 + k) * kThreads, r = e / T::kInW, c = e - r * T::kInW;
+        const int iy = iy0 + r, ix = ix0 + c;
+        const bool inside = e < kInElems && iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
+        if constexpr (L::kPairs) {
+          staged[k] = inside ? in[iy * s.in_w + ix] : from_acc<scalar_t>(0.0f);
+        } else {
+          staged[k] = inside ? to_acc(in[iy * s.in_w + ix]) : value_t(0);
+        }
+      }
 #pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      const int e = thread + k * kThreads, r = e / T::kInW, c = e - r * T::kInW;
-      if (e < kInElems) tile[r * T::kPitch + T::column(c)] = staged[k];
+      for (int k = 0; k < kBatch; ++k) {
+        const int e = thread + (k0 + k) * kThreads, r = e / T::kInW, c = e - r * T::kInW;
+        if (e < kInElems) tile[r * L::kPitch + L::column(c, shift)] = staged[k];
+      }
     }
   }
 }
@@ -173,14 +216,16 @@ __global__ void __launch_bounds__(256, (min_blocks<scalar_t, kDown>())) upfirdn2
                                                               const scalar_t* __restrict f, scalar_t* __restrict out,
                                                               TiledShape s, bool flip_filter, float gain) {
   using T = Tile<kUp, kDown, kTaps>;
+  using L = TileLayout<T, scalar_t>;
   using acc_t = acc_type<scalar_t>;
-  __shared__ acc_t tile[T::kInH * T::kPitch];
+  __shared__ __align__(16) typename L::value_t tile[T::kInH * L::kPitch];
 
   const int tx = threadIdx.x, ty = threadIdx.y, thread = ty * T::kThreadsX + tx;
   const int tile_y = blockIdx.x / s.tiles_x, tile_x = blockIdx.x - tile_y * s.tiles_x;
   const int ox0 = tile_x * T::kOutW - s.shift_x, oy0 = tile_y * T::kOutH - s.shift_y;
   // ox0 * down - pad is a multiple of up: the tile's first input sample, exactly.
   const int ix0 = (ox0 * kDown - s.pad_x0) / kUp, iy0 = (oy0 * kDown - s.pad_y0) / kUp;
+  const int shift = L::kPairs ? (ix0 & 1) : 0;  // the tile's column of input column ix0
 
   // This thread's taps for each of its kUp column phases, in the order the general kernel reads
   // them (upfirdn2d.h: axis_taps): with up 2, output column 2 m + p starts at tap p.
@@ -199,7 +244,7 @@ __global__ void __launch_bounds__(256, (min_blocks<scalar_t, kDown>())) upfirdn2
   }
 
   for (int64_t plane = blockIdx.z; plane < s.planes; plane += gridDim.z) {
-    stage_tile<T>(tile, x + plane * s.in_h * s.in_w, iy0, ix0, s, thread);
+    stage_tile<T>(tile, x + plane * s.in_h * s.in_w, iy0, ix0, shift, s, thread);
     __syncthreads();
 
     scalar_t* o = out + plane * s.out_h * s.out_w;
@@ -219,7 +264,7 @@ __global__ void __launch_bounds__(256, (min_blocks<scalar_t, kDown>())) upfirdn2
         for (int t = 0; t < T::kTapsPerPhase; ++t) {
 #pragma unroll
           for (int u = 0; u < T::kTapsPerPhase; ++u) {
-            sums[phase] += tile[(r0 + t) * T::kPitch + T::column(c0 + u)] * w[t][phase][u];
+            sums[phase] += to_acc(tile[(r0 + t) * L::kPitch + L::column(c0 + u, shift)]) * w[t][phase][u];
           }
         }
       }
@@ -268,7 +313,8 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
                      static_cast<int>(p.padx0),
                      static_cast<int>(p.pady0),
                      // Pairs start on even columns of even-length rows of an aligned output.
-                     shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t))};
+                     shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t)),
+                     z.in_w % 2 == 0 && is_aligned(x, 4)};
   const dim3 block(T::kThreadsX, T::kThreadsY);
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min(z.planes, kMaxGridYZ)));
   upfirdn2d_tiled_kernel<scalar_t, kUp, kDown, kTaps>
