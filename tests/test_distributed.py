@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_loader import TIMEOUT_S
+from test_loader import TIMEOUT_S, entries, load_tiny
 from test_reliability import hung_compiler, processes_with
 
-from jitops import _cache
+from jitops import _build, _cache
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
 OPS = ["add2", "trilinear_interpolation"]
@@ -189,3 +189,31 @@ def test_plan_spreads_builds_and_keeps_keys_apart():
     main = next(t for t in a_transfers if t.key == "k")
     assert other.build and other.source in (8, 9) and other.receivers == []
     assert not {8, 9} & {main.source, *main.receivers}
+
+
+def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
+    # What a receiving rank does with the bytes (jitops._build.publish_received), on the tiny
+    # extension's entry: refused with nothing left behind when the library or the manifest is not
+    # the one expected; published, and verified in full, when it is.
+    load_tiny(tmp_path / "built")
+    (built,) = entries(tmp_path / "built")
+    op, _, key = built.name.rpartition("-")
+    manifest = _cache.Entry(tmp_path / "built", op, key).read_manifest()
+    library = (built / manifest["library"]).read_bytes()
+    node = tmp_path / "node"
+    node.mkdir(mode=0o700)
+    entry = _cache.Entry(node, op, key)
+    tampered = bytearray(library)
+    tampered[len(tampered) // 2] ^= 0xFF
+    for bad_manifest, bad_library, message in [
+        (manifest, bytes(tampered), "does not match its manifest's sha256"),
+        (manifest, library[:-1], "does not match its manifest's sha256"),
+        ({**manifest, "key": "0" * len(key)}, library, "is for"),
+        ({**manifest, "library": "../escape.so"}, library, "names no valid library"),
+    ]:
+        with pytest.raises(_build.BuildError, match=message):
+            _build.publish_received(entry, bad_manifest, bad_library)
+        assert sorted(p.name for p in node.iterdir() if not p.name.endswith(".lock")) == [], "nothing published or left half-written"
+    published = _build.publish_received(entry, manifest, library)
+    assert published == entry.verified_library(touch=False, full_hash=True)
+    assert published.read_bytes() == library
