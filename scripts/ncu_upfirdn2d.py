@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Profiling helper (not part of the suite): one launch of each tiled kernel at 8x512x256x256, for ncu.
 import torch, jitops, jitops.ops
 jitops.ops.require("upfirdn2d")

@@ -121,8 +121,9 @@ def test_device_mix_is_an_error():
 
 # The tiled CUDA kernel (StyleGAN2's cases) against the general one: the same bits. Each case is
 # (x shape, filter, up, down, padding, flip_filter, gain); the shapes are larger than a tile (64 x 64
-# outputs at most) and odd, the paddings odd, even and negative (the tile's phase shift), and one
-# case has more planes than a grid's z dimension holds.
+# outputs at most), of odd and even width (the 16-bit types stage rows of even width as pairs), the
+# paddings odd, even and negative (the tile's phase shift), and one case has more planes than a
+# grid's z dimension holds.
 TILED_CASES = [
     ((2, 3, 70, 131), "separable4", 2, 1, [2, 1, 2, 1], False, 4.0),  # StyleGAN2's upsample2d
     ((2, 3, 37, 53), "separable4", 2, 1, [1, 2, 3, 0], True, 1.0),
@@ -134,6 +135,9 @@ TILED_CASES = [
     ((2, 3, 70, 131), "none", 1, 1, [1, 1, 1, 1], False, 1.0),  # pad only
     ((1, 2, 45, 67), "none", 1, 1, [-3, 2, 2, -1], False, 0.5),
     ((1, 70000, 4, 4), "separable4", 2, 1, [2, 1, 2, 1], False, 4.0),  # planes > 65535
+    ((2, 3, 64, 96), "random4x4", 2, 1, [1, 2, 2, 1], False, 4.0),  # even widths from here on
+    ((2, 3, 70, 96), "separable4", 1, 1, [2, 1, 2, 1], True, 1.0),
+    ((2, 3, 71, 96), "none", 1, 1, [-1, 2, 3, 0], False, 1.0),
 ]
 TILED_FILTERS = {
     "separable4": lambda: torch.tensor([1.0, 3.0, 3.0, 1.0]).outer(torch.tensor([1.0, 3.0, 3.0, 1.0])) / 64,
