@@ -91,9 +91,9 @@ struct Tile {
   // The input samples under the tile: output o's last tap reads sample (o * down + taps - 1) / up.
   static constexpr int kInW = ((kOutW - 1) * kDown + kTaps - 1) / kUp + 1;
   static constexpr int kInH = ((kOutH - 1) * kDown + kTaps - 1) / kUp + 1;
-  // With down 2, neighbouring threads read every other column; the tile keeps its even columns in
-  // the first half of a row and its odd ones in the second, so that a warp's reads are consecutive
-  // words (no bank conflicts).
+  // With down 2, neighbouring threads read every other column; a float32 tile (TileLayout) keeps
+  // its even columns in the first half of a row and its odd ones in the second, so that a warp's
+  // reads are consecutive words (no bank conflicts).
   static constexpr int kHalf = (kInW + 1) / 2;
   static constexpr int kPitch = kDown == 2 ? 2 * kHalf : kInW;
   __device__ static int column(int c) { return kDown == 2 ? (c & 1) * kHalf + (c >> 1) : c; }
@@ -108,8 +108,9 @@ constexpr bool kCpAsync = true;
 
 // Blocks resident per SM that the register budget must allow: 4 (64 registers a thread). With
 // down 2, a block reads 4 inputs per output, so more of them in flight pay most: 6 (40 registers)
-// where the tile is staged with cp.async (stage_tile), else 3.
-template <typename scalar_t, int kDown>
+// where the tile is staged with cp.async (stage_tile; its register path for rows of odd length
+// stages in batches small enough for that budget), else 3.
+template <int kDown>
 constexpr int min_blocks() {
   return kDown != 2 ? 4 : kCpAsync ? 6 : 3;
 }
@@ -212,7 +213,7 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
 }
 
 template <typename scalar_t, int kUp, int kDown, int kTaps>
-__global__ void __launch_bounds__(256, (min_blocks<scalar_t, kDown>())) upfirdn2d_tiled_kernel(const scalar_t* __restrict x,
+__global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_kernel(const scalar_t* __restrict x,
                                                               const scalar_t* __restrict f, scalar_t* __restrict out,
                                                               TiledShape s, bool flip_filter, float gain) {
   using T = Tile<kUp, kDown, kTaps>;
