@@ -50,14 +50,10 @@ def _node() -> str:
     return f"{socket.gethostname()}:{os.path.realpath(_cache.cache_root())}"
 
 
-def _local_state(names: list[str]) -> dict:
-    keys, cached = {}, []
-    for op in names:
-        entry = _build.planned_entry(op).entry
-        keys[op] = entry.key
-        if _build._verified_or_discarded(entry) is not None:
-            cached.append(op)
-    return {"node": _node(), "keys": keys, "cached": cached}
+def _local_state(entries: dict) -> dict:
+    """What this rank tells the others: its node, its key for each op, the ops its cache has."""
+    cached = [op for op, entry in entries.items() if _build._verified_or_discarded(entry) is not None]
+    return {"node": _node(), "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
 
 
 def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
@@ -97,8 +93,9 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+    entries = {op: _build.planned_entry(op).entry for op in names}  # this rank's key for each op
     gathered: list = [None] * len(ranks)
-    dist.all_gather_object(gathered, _local_state(names), group=group)
+    dist.all_gather_object(gathered, _local_state(entries), group=group)
     transfers = plan(names, dict(zip(ranks, gathered)))
 
     # This rank's builds, in parallel (each waits on its own ninja); a failure is kept, to be
@@ -121,7 +118,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
             outcome[0] = errors.get(t.op, "")
             if not outcome[0] and t.receivers:
                 try:
-                    payload = _entry_payload(t)
+                    payload = _entry_payload(t, entries[t.op])
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
         _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
@@ -133,7 +130,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
         elif rank in t.receivers:
             payload = _collective(t, builders, lambda: _receive_bytes(t.source, group))
             try:
-                _publish_payload(t, payload)
+                _build.publish_received(entries[t.op], *_unpack(payload))
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish op {t.op!r} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
@@ -166,8 +163,7 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
 # The entry on the wire: an 8-byte length of the manifest's JSON, the JSON, then the .so's bytes.
 
 
-def _entry_payload(t: Transfer) -> bytes:
-    entry = _build.planned_entry(t.op).entry
+def _entry_payload(t: Transfer, entry: _cache.Entry) -> bytes:
     library = entry.verified_library(touch=False)
     if library is None:
         raise _build.BuildError(f"jitops.distributed.load_all: op {t.op!r} is missing from rank {t.source}'s cache")
@@ -175,11 +171,10 @@ def _entry_payload(t: Transfer) -> bytes:
     return len(manifest).to_bytes(8, "little") + manifest + library.read_bytes()
 
 
-def _publish_payload(t: Transfer, payload: bytes) -> None:
+def _unpack(payload: bytes) -> tuple[dict, bytes]:
+    """(manifest, library bytes) of an _entry_payload."""
     length = int.from_bytes(payload[:8], "little")
-    manifest = json.loads(payload[8 : 8 + length])
-    entry = _build.planned_entry(t.op).entry
-    _build.publish_received(entry, manifest, payload[8 + length :])
+    return json.loads(payload[8 : 8 + length]), payload[8 + length :]
 
 
 def _device(group):

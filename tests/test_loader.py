@@ -422,6 +422,12 @@ def test_missing_tool_is_a_clear_error(tmp_path, tools, missing):
     assert entries(cache) == []
 
 
+def assert_fresh_python_prints_ok(code: str) -> None:
+    """code, run in a new Python process (nothing imported yet), ends by printing ok."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
 def test_dynamo_marker_is_the_one_torch_sets():
     # `import jitops` imports no torch._dynamo (a second of every start-up), yet marks require()
     # exactly as torch.compiler.assume_constant_result would: every attribute that API sets on a
@@ -438,8 +444,7 @@ def test_dynamo_marker_is_the_one_torch_sets():
         "assert not missing, f'require lacks what assume_constant_result sets: {missing}'\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+    assert_fresh_python_prints_ok(code)
 
 
 def test_first_call_inside_torch_compile(tmp_path):
@@ -452,5 +457,4 @@ def test_first_call_inside_torch_compile(tmp_path):
         "torch.testing.assert_close(f(a, b), (a + b) * 2)\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+    assert_fresh_python_prints_ok(code)
