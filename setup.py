@@ -25,14 +25,14 @@ def ahead_of_time_build() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
     sys.path.insert(0, str(ROOT))
-    from jitops import _build, _cache, available_ops
+    from jitops import _cache, _loader, available_ops
 
-    cxx, cuda = _build.find_cxx(), _build.plan_cuda()
+    cxx, cuda = _loader.find_cxx(), _loader.plan_cuda()
     extensions = []
     for op in available_ops():
-        sources = _build.OpSources(op, ROOT)
-        plan = cuda if cuda.enabled and sources.cuda.is_file() else _build.CudaPlan(False, None, None, cuda.reason or "no CUDA source")
-        components = _build.key_components(sources, cxx, plan)
+        sources = _loader.OpSources(op, ROOT)
+        plan = cuda if cuda.enabled and sources.cuda.is_file() else _loader.CudaPlan(False, None, None, cuda.reason or "no CUDA source")
+        components = _loader.key_components(sources, cxx, plan)
         files = [sources.cpu, sources.binding] + ([sources.cuda] if plan.enabled else [])
         extension = (CUDAExtension if plan.enabled else CppExtension)(
             name=f"jitops.prebuilt.{sources.extension_name}",

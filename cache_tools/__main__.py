@@ -145,7 +145,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "by_status": by_status,
         "environment": environment_summary(),
         "lock_timeout_s": _build.lock_timeout(),
-        "prebuilt_dirs": [str(d) for d in _cache.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _build.prebuilt_dirs()],
     }
 
     def human():
@@ -164,10 +164,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 def environment_summary() -> dict:
     import torch
 
-    from jitops import _build
+    from jitops import _loader
 
     return {
-        "python": f"{sys.version.split()[0]} ({_build.PYTHON_SOABI})",
+        "python": f"{sys.version.split()[0]} ({_loader.PYTHON_SOABI})",
         "torch": torch.__version__,
         "torch cuda": torch.version.cuda or "none (CPU-only build)",
     }
@@ -321,7 +321,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     import jitops
-    from jitops import _build
+    from jitops import _loader
 
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
@@ -336,7 +336,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         failure = str(err)
     results = []
     for op in ops:
-        loaded = _build._loaded.get(op)
+        loaded = _loader._loaded.get(op)
         if loaded is None:
             continue
         result = {"op": op, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}

@@ -22,14 +22,14 @@ def report() -> dict:
     import torch
 
     import jitops
-    from jitops import _build
+    from jitops import _build, _loader
 
-    cxx = _build.find_cxx()
-    cuda = _build.plan_cuda()
-    nvcc = _build.find_cuda_home()
+    cxx = _loader.find_cxx()
+    cuda = _loader.plan_cuda()
+    nvcc = _loader.find_cuda_home()
     nvcc_version = None
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
-        nvcc_version = _build.tool_version(nvcc / "bin" / "nvcc")
+        nvcc_version = _loader.tool_version(nvcc / "bin" / "nvcc")
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
     root, root_reason = _cache.configured_root()
     gpus = []
@@ -38,7 +38,7 @@ def report() -> dict:
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
     data = {
-        "python": f"{sys.version.split()[0]} ({_build.PYTHON_SOABI}) at {sys.executable}",
+        "python": f"{sys.version.split()[0]} ({_loader.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
         "nvcc": {
@@ -53,12 +53,12 @@ def report() -> dict:
             ),
         },
         "ninja": shutil.which("ninja"),
-        "cxx": {"path": str(cxx) if cxx else None, "version": _build.tool_version(cxx) if cxx else None},
+        "cxx": {"path": str(cxx) if cxx else None, "version": _loader.tool_version(cxx) if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
-        "prebuilt_dirs": [str(d) for d in _cache.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _build.prebuilt_dirs()],
         "ops": [],
     }
     missing = _build.missing_tools(cxx)
@@ -91,18 +91,18 @@ def _nearest_existing(path):
 
 
 def _op_report(op: str, cxx, cuda, missing: list[str]) -> dict:
-    from jitops import _build
+    from jitops import _build, _loader
 
-    sources = _build.OpSources(op)
-    plan = cuda if (not cuda.enabled or sources.cuda.is_file()) else _build.CudaPlan(False, None, None, "no CUDA source")
-    components = _build.key_components(sources, cxx, plan)
+    sources = _loader.OpSources(op)
+    plan = cuda if (not cuda.enabled or sources.cuda.is_file()) else _loader.CudaPlan(False, None, None, "no CUDA source")
+    components = _loader.key_components(sources, cxx, plan)
     root, _ = _cache.configured_root()
     entry = _cache.Entry(root, op, _cache.compute_key(components))
     try:
         cached = entry.verified_library(touch=False) is not None
     except (_cache.CacheError, OSError):
         cached = False
-    prebuilt, manifest, refused = _cache.find_prebuilt(op, components)
+    prebuilt, manifest, refused = _build.find_prebuilt(op, components)
     buildable = not missing
     if cached:
         how, reason = "cached", str(entry.path)

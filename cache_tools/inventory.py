@@ -5,11 +5,12 @@ are doing. Reads only: removing is the commands' business (__main__.py)."""
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache
+from jitops import _build, _cache
 
 # An entry's status, as `jitops-cache list` shows it.
 OK, STALE, CORRUPT, BUILDING, ORPHAN = "ok", "stale", "corrupt", "building", "orphan"
@@ -44,12 +45,12 @@ _running: dict[str, dict] = {}
 
 def running_components(op: str) -> dict | None:
     """The running torch/CUDA/Python/source components for op (None for an op this jitops lacks)."""
-    from jitops import _build, available_ops
+    from jitops import _loader, available_ops
 
     if op not in available_ops():
         return None
     if op not in _running:
-        _running[op] = _build.abi_components(_build.OpSources(op), record_hashes=False)  # inspecting writes nothing
+        _running[op] = _loader.abi_components(_loader.OpSources(op), record_hashes=False)  # inspecting writes nothing
     return _running[op]
 
 
@@ -57,17 +58,17 @@ def entry_rows(root: Path) -> list[Row]:
     rows = []
     for entry, _ in _cache.list_entries(root):
         rows.append(_entry_row(entry))
-    for temporary in _cache.orphan_dirs(root):
-        lock = _cache.lock_of_temporary(root, temporary)
+    for temporary in orphan_dirs(root):
+        lock = lock_of_temporary(root, temporary)
         op, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")
-        building = lock is not None and _cache.flock_is_held(lock)
+        building = lock is not None and flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
-        rows.append(Row(op, rest, status, reason, str(temporary), _cache.tree_size(temporary)))
+        rows.append(Row(op, rest, status, reason, str(temporary), tree_size(temporary)))
     return rows
 
 
 def _entry_row(entry: _cache.Entry) -> Row:
-    size = _cache.tree_size(entry.path)
+    size = tree_size(entry.path)
     status, reason, manifest = OK, "", None
     try:
         entry.verified_library(touch=False)
@@ -76,12 +77,12 @@ def _entry_row(entry: _cache.Entry) -> Row:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
         wanted = running_components(entry.op)
-        differences = None if wanted is None else _cache.prebuilt_mismatch(manifest.get("components", {}), wanted)
+        differences = None if wanted is None else _build.prebuilt_mismatch(manifest.get("components", {}), wanted)
         if wanted is None:
             status, reason = STALE, f"this jitops has no op {entry.op!r}"
         elif differences:
             status, reason = STALE, "built for " + ", ".join(differences)
-    if _cache.flock_is_held(entry.lock_path):
+    if flock_is_held(entry.lock_path):
         status, reason = BUILDING, "its lock is held: " + _holder(entry.lock_path)
     components = (manifest or {}).get("components", {})
     return Row(
@@ -106,7 +107,7 @@ def _holder(lock_path: Path) -> str:
     try:
         return lock_path.with_suffix(".owner").read_text().strip()
     except OSError:
-        pids = _cache.pids_holding_open(lock_path)
+        pids = pids_holding_open(lock_path)
         return f"pid {', '.join(map(str, pids))}" if pids else "holder unknown"
 
 
@@ -142,12 +143,94 @@ def lock_rows(roots: list[Path]) -> list[LockRow]:
                     age = now - path.lstat().st_mtime
                 except OSError:
                     continue
-                pids = _cache.pids_holding_open(path)
+                pids = pids_holding_open(path)
                 if name == "lock":
                     # A FileBaton holder keeps the file open until it deletes it; no holder, no use.
                     live = bool(pids) if pids is not None else age < BATON_STALE_AGE_S
                     rows.append(LockRow(str(path), "torch FileBaton", "live" if live else "stale", pids, age))
                 else:
-                    held = _cache.flock_is_held(path)
+                    held = flock_is_held(path)
                     rows.append(LockRow(str(path), "jitops (flock)", "held" if held else "free", pids, age))
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes, locks, orphans
+# ---------------------------------------------------------------------------------------------
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the regular files under path (symbolic links are not followed)."""
+    if path.is_file() and not path.is_symlink():
+        return path.stat().st_size
+    total = 0
+    for parent, _, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(parent, name))
+            except OSError:
+                continue  # removed while walking
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
+
+
+def flock_is_held(lock_path: Path) -> bool:
+    """Whether some process holds the kernel lock on lock_path (filelock's kind), without waiting.
+
+    Taking the lock for an instant is the only portable test; a builder that asks in that instant
+    waits for it, as it would for any other process.
+    """
+    import fcntl
+
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock if it was taken here
+    return False
+
+
+def pids_holding_open(path: Path) -> list[int] | None:
+    """Processes with path open, from /proc; None where that cannot be known (no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    try:
+        target = os.path.realpath(path)
+    except OSError:
+        return []
+    pids = []
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                if os.readlink(fd) == target:
+                    pids.append(int(pid_dir.name))
+                    break
+        except OSError:
+            continue  # gone, or another user's process
+    return pids
+
+
+def orphan_dirs(root: Path) -> list[Path]:
+    """Temporary build directories left under root (by a killed or running build)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(_cache.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
+
+
+def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
+    """The entry lock a `.tmp-<op>-<key>-*` build directory was made under, if its name tells."""
+    for entry_lock in root.glob("*.lock"):
+        if temporary.name.startswith(f"{_cache.TMP_PREFIX}{entry_lock.stem}-"):
+            return entry_lock
+    return None

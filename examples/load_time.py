@@ -56,8 +56,8 @@ if len(ops) > 1:
 else:
     jitops.ops.require(ops[0])
 seconds = time.perf_counter() - started
-from jitops import _build
-report(seconds, libraries={op: str(_build.load_op(op).library) for op in ops})
+from jitops import _loader
+report(seconds, libraries={op: str(_loader.load_op(op).library) for op in ops})
 """
 
 # The op's kernel and binding files, given to load() under names of their own (they share a file
@@ -65,12 +65,12 @@ report(seconds, libraries={op: str(_build.load_op(op).library) for op in ops})
 PLAIN_CHILD = CHILD_PRELUDE + """
 op, build = sys.argv[1], sys.argv[2]
 from pathlib import Path
-from jitops import _build
+from jitops import _loader
 from torch.utils.cpp_extension import load
-sources = _build.OpSources(op)
-cuda = _build.plan_cuda()
+sources = _loader.OpSources(op)
+cuda = _loader.plan_cuda()
 with_cuda = cuda.enabled and sources.cuda.is_file()
-components = _build.key_components(sources, _build.find_cxx(), cuda if with_cuda else _build.CudaPlan(False, None, None, ""))
+components = _loader.key_components(sources, _loader.find_cxx(), cuda if with_cuda else _loader.CudaPlan(False, None, None, ""))
 units = [(sources.cpu, "cpu.cpp"), (sources.binding, "bindings.cpp")] + ([(sources.cuda, "cuda.cu")] if with_cuda else [])
 wrappers = []
 for original, name in units:

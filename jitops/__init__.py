@@ -33,7 +33,7 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     (A job of many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ._build import load_op
+    from ._loader import load_op
     from .ops import require
 
     names = _op_names(ops)

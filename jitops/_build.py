@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Build or load one op's extension, following DESIGN.md's resolution order.
+"""Build one op's library (the loader's steps 3 and 4; _loader.py calls this only on a cache miss).
 
-1. loaded in this process already      -> return it
-2. verified cache entry                 -> load it (no lock, no ninja, no subprocess)
 3. build under the entry's file lock    -> torch's own build.ninja, ninja run in a private
                                            directory, the result loaded once, then an atomic publish
 4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
@@ -13,35 +11,24 @@ A build writes build.ninja with the writer torch's load() uses (so the flags, in
 libraries are torch's) and runs ninja itself, in this process: ninja's step counter can then be
 shown live and its output kept as a log, without a child Python that imports torch again (about
 two seconds of every cold build).
-
-A warm load (step 2) is on every user's start-up path, so it spawns no process, takes no lock and
-re-hashes nothing whose identity is unchanged (_cache.py), and importing this module runs as
-little as it can.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.machinery
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from . import __version__
 from . import _cache
-
-# Compiler flags are part of every cache key. -O3 because torch's load() adds no optimisation flag.
-# -fno-trapping-math (clang's default) lets GCC vectorize loops with branch-free selects, such as the
-# clamps in kernels/fast_math.h; no jitops kernel relies on floating-point exceptions.
-CFLAGS = ["-O3", "-fno-trapping-math"]
-CUDA_CFLAGS = ["-O3"]
-LDFLAGS: list[str] = []
+from ._loader import CudaPlan, OpSources, PlannedEntry, verified_or_discarded
 
 # How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):
 # generous for a cold CUDA build on a busy machine, but finite.
@@ -51,185 +38,21 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 # real cold build (seconds to minutes), so only a compiler that never returns reaches it.
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
-# The Python ABI tag (e.g. cpython-311-x86_64-linux-gnu), read from the import system's extension
-# suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
-# lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
-PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-
 # A kernel file may ask to be compiled as several translation units, which ninja runs in parallel:
 # a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD set to 0 .. N-1
 # and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels. (Compiled once,
 # without those macros, as setup.py's ahead-of-time build does, the file instantiates them all.)
-# Patterns in this module are compiled where they are used, by re's own cache, and its classes are
-# plain ones, not dataclasses: building either at import costs a warm load time for nothing.
 _SHARDS = rb"(?m)^// jitops: shards (\d+)\s*$"
-
-
-def openmp_flags() -> list[str]:
-    """Compile and link flags that make at::parallel_for parallel in the CPU kernels that use it.
-
-    With an OpenMP build of torch, at::parallel_for is an inline `#pragma omp parallel` loop
-    (ATen/ParallelOpenMP.h): compiled without -fopenmp it silently runs on one thread. The .so then
-    needs libgomp.so.1, which torch has already loaded, so there is one OpenMP runtime. (Kernels on
-    the stable API call torch::stable::parallel_for, which runs inside libtorch and needs neither.)
-    """
-    import torch
-
-    return ["-fopenmp"] if torch.backends.openmp.is_available() else []
-
-
-def _find_source_root() -> Path:
-    """kernels/ and bindings/ sit inside the installed package, or beside it in a checkout."""
-    package_dir = Path(__file__).resolve().parent
-    for candidate in (package_dir, package_dir.parent):
-        if (candidate / "kernels").is_dir() and (candidate / "bindings").is_dir():
-            return candidate
-    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
-
-
-SOURCE_ROOT = _find_source_root()
 
 
 class BuildError(RuntimeError):
     """An op could not be built or loaded. The message says why and what to do."""
 
 
-class OpSources:
-    """The source files of one op under a root holding kernels/ and bindings/ (DESIGN.md layout)."""
-
-    def __init__(self, op: str, root: Path = SOURCE_ROOT):
-        self.op = op
-        self.root = Path(root)
-        self.cpu = self.root / "kernels" / "cpu" / f"{op}.cpp"
-        self.cuda = self.root / "kernels" / "cuda" / f"{op}.cu"
-        self.binding = self.root / "bindings" / f"{op}.cpp"
-        self.extension_name = f"jitops_{op}"
-
-    def hashed_files(self) -> list[str]:
-        # Every header, since any of them may be included; the op's sources whether or not this
-        # build compiles them, so one key names one set of sources. (Strings and os.scandir, not
-        # pathlib: this runs on every warm load.)
-        headers = []
-        for directory in ("kernels", "bindings"):
-            with os.scandir(os.path.join(self.root, directory)) as found:
-                headers += [f.path for f in found if f.name.endswith((".h", ".cuh"))]
-        sources = [str(p) for p in (self.cpu, self.cuda, self.binding)]
-        return sorted(headers) + [p for p in sources if os.path.exists(p)]
-
-    def check_present(self) -> None:
-        missing = [str(p) for p in (self.cpu, self.binding) if not p.is_file()]
-        if missing:
-            raise BuildError(f"jitops: op {self.op!r} has no sources: missing {', '.join(missing)}")
-
-    @staticmethod
-    def shards(kernel_file: Path) -> int:
-        """How many translation units kernel_file asks to be compiled as (see _SHARDS)."""
-        match = re.search(_SHARDS, kernel_file.read_bytes())
-        return max(1, int(match.group(1))) if match else 1
-
-
-# ---------------------------------------------------------------------------------------------
-# The toolchain
-# ---------------------------------------------------------------------------------------------
-
-
-class CudaPlan:
-    """Whether this build compiles the CUDA kernels, for which archs, and if not, why not."""
-
-    def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str):
-        self.enabled = enabled
-        self.arch_list = arch_list
-        self.cuda_home = cuda_home
-        self.reason = reason  # why CUDA is off; empty when enabled
-
-    @property
-    def nvcc(self) -> Path | None:
-        return self.cuda_home / "bin" / "nvcc" if self.cuda_home else None
-
-    @property
-    def backends(self) -> list[str]:
-        return ["cpu", "cuda"] if self.enabled else ["cpu"]
-
-
-def find_cxx() -> Path | None:
-    """The C++ compiler torch's load() will run: $CXX, else c++."""
-    found = shutil.which(os.environ.get("CXX", "c++"))
-    return Path(found) if found else None
-
-
-def find_cuda_home() -> Path | None:
-    """The CUDA toolkit to build with: torch's own guesses, in torch's order ($CUDA_HOME/$CUDA_PATH,
-    the grandparent of the nvcc on PATH, /usr/local/cuda), plus the nvcc on PATH with its links
-    resolved; the first that holds bin/nvcc and include/cuda_runtime.h.
-
-    Torch takes its first guess whether or not it is a toolkit: an nvcc on PATH may be a wrapper
-    script (/usr/local/bin/nvcc), whose grandparent is none. Where torch's guess is a toolkit, this
-    is the same one; a build points torch at the result (see _use_cuda_home), and the key names it.
-    """
-    configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if configured and _is_toolkit(Path(configured)):
-        return Path(configured)  # the usual case, without searching PATH
-    on_path = shutil.which("nvcc")
-    candidates = [Path(on_path).parent.parent, Path(on_path).resolve().parent.parent] if on_path else []
-    for home in candidates + [Path("/usr/local/cuda")]:
-        if _is_toolkit(home):
-            return home
-    return None
-
-
-def _is_toolkit(home: Path) -> bool:
-    return os.path.isfile(os.path.join(home, "bin", "nvcc")) and os.path.isfile(
-        os.path.join(home, "include", "cuda_runtime.h")
-    )
-
-
-_probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
-
-
-def tool_version(binary: Path) -> str:
-    """First informative line of `binary --version`, cached per binary identity in the cache root."""
-    return _tool_probe(binary)[1]
-
-
-def _tool_probe(binary: Path) -> tuple[str, str]:
-    """binary's resolved path and its version line (the key names both; resolved once, since
-    resolving costs a system call per path component on every warm load)."""
-    resolved, identity = _cache.binary_identity(binary)
-    if identity in _probed_versions:
-        return resolved, _probed_versions[identity]
-    root = _cache.cache_root()
-    _probed_versions.update(_cache.read_toolchain_probes(root))
-    if identity in _probed_versions:
-        return resolved, _probed_versions[identity]
-    result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-    # nvcc's first lines are a banner; the release line is the one that identifies it.
-    release = [line for line in lines if "release" in line]
-    version = (release or lines or [f"unknown (exit {result.returncode})"])[0]
-    _cache.remember_toolchain_probe(root, identity, version)
-    _probed_versions[identity] = version
-    return resolved, version
-
-
-def _tool_description(binary: Path) -> str:
-    return ": ".join(_tool_probe(binary))
-
-
-def plan_cuda() -> CudaPlan:
-    import torch
-
-    if torch.version.cuda is None:
-        return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build")
-    cuda_home = find_cuda_home()
-    if cuda_home is None:
-        return CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if not arch_list and torch.cuda.is_available():
-        capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-        arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
-    if not arch_list:
-        return CudaPlan(False, None, cuda_home, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
-    return CudaPlan(True, arch_list, cuda_home, "")
+def shards(kernel_file: Path) -> int:
+    """How many translation units kernel_file asks to be compiled as (see _SHARDS)."""
+    match = re.search(_SHARDS, kernel_file.read_bytes())
+    return max(1, int(match.group(1))) if match else 1
 
 
 def missing_tools(cxx: Path | None) -> list[str]:
@@ -242,133 +65,32 @@ def missing_tools(cxx: Path | None) -> list[str]:
     return missing
 
 
-def abi_components(sources: OpSources, record_hashes: bool = True) -> dict:
-    """The key components a built .so must share with this process to be usable here (see
-    _cache.PREBUILT_MATCH_FIELDS): no compiler is run to get them. record_hashes=False hashes the
-    sources without reading or writing the cache root's record (for commands that only inspect)."""
-    import torch
+def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
+    """Steps 3 to 5 for an entry that is not in the cache: the library, the backends it has, and
+    how it was got ("built", "cache" where another process published it meanwhile, "prebuilt")."""
+    sources, cuda, components, entry = planned.sources, planned.cuda, planned.components, planned.entry
+    missing = missing_tools(planned.cxx)
+    if missing:
+        # Building is impossible, so a matching prebuilt or a clear error.
+        library, backends = _prebuilt(sources.op, components, why="; ".join(missing), required=True)
+        return library, backends, "prebuilt"
+    if cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
+        # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
+        return *prebuilt, "prebuilt"
+    try:
+        library, how = under_entry_lock(entry, "building", lambda: _build(entry, sources, cuda, components))
+        return library, cuda.backends, how
+    except _BuildInterrupted:
+        import signal
 
-    return {
-        "jitops": __version__,
-        "torch": torch.__version__,
-        "torch_git": torch.version.git_version,
-        "torch_cuda": torch.version.cuda,
-        "python_soabi": PYTHON_SOABI,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "sources_sha256": _cache.hash_files(
-            sources.hashed_files(), sources.root, _cache.known_file_hashes() if record_hashes else None
-        ),
-    }
-
-
-def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
-    """Everything that can change the built .so. Any difference gives a different cache entry."""
-    return {
-        "op": sources.op,
-        **abi_components(sources),
-        "cxx": _tool_description(cxx) if cxx else None,
-        "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
-        "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
-        "backends": cuda.backends,
-        "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),
-        "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
-        "ldflags": LDFLAGS + openmp_flags(),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------
-
-
-class LoadedOp:
-    """An op's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
-
-    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
-        self.library = library
-        self.with_cuda = with_cuda
-        self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
-        self.how = how  # "cache", "built" or "prebuilt"
-
-
-_loaded: dict[str, LoadedOp] = {}
-_load_locks: dict[str, threading.Lock] = {}
-_load_locks_guard = threading.Lock()
-
-
-def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> LoadedOp | None:
-    """The op's extension, loaded into this process: from memory, the cache, or a fresh build.
-    cached_only=True stops after step 2: None where the op would have to be built (or taken
-    prebuilt), so that a caller can load warm ops at once and hand only the rest to threads."""
-    if op in _loaded:
-        return _loaded[op]
-    with _load_locks_guard:
-        op_lock = _load_locks.setdefault(op, threading.Lock())
-    with op_lock:
-        if op not in _loaded:
-            try:
-                loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
-            except _BuildInterrupted:
-                import signal
-
-                # Cleaned up on the way here; now end as SIGTERM would have.
-                os.kill(os.getpid(), signal.SIGTERM)
-                raise
-            if loaded is None:
-                return None
-            _loaded[op] = loaded
-        return _loaded[op]
-
-
-class PlannedEntry:
-    """Where one op's build for this process lives: its cache entry, and what keyed it."""
-
-    def __init__(self, sources: OpSources):
-        sources.check_present()
-        self.sources = sources
-        self.cxx = find_cxx()
-        cuda = plan_cuda()
-        if cuda.enabled and not sources.cuda.is_file():
-            cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
-        self.cuda = cuda
-        self.components = key_components(sources, self.cxx, cuda)
-        self.entry = _cache.Entry(_cache.cache_root(), sources.op, _cache.compute_key(self.components))
-
-
-def planned_entry(op: str, root: Path = SOURCE_ROOT) -> PlannedEntry:
-    return PlannedEntry(OpSources(op, Path(root)))
-
-
-def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | None:
-    planned = PlannedEntry(sources)
-    cxx, cuda, components, entry = planned.cxx, planned.cuda, planned.components, planned.entry
-
-    library = _verified_or_discarded(entry)
-    how = "cache"
-    backends = cuda.backends
-    if library is None and cached_only:
-        return None
-    if library is None:
-        missing = missing_tools(cxx)
-        if missing:
-            # DESIGN.md's step 4: building is impossible, so a matching prebuilt or a clear error.
-            (library, backends), how = _prebuilt(sources.op, components, why="; ".join(missing), required=True), "prebuilt"
-        elif cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
-            # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
-            (library, backends), how = prebuilt, "prebuilt"
-        else:
-            try:
-                library, how = _build_locked(entry, sources, cuda, components)
-            except BuildError as err:
-                why = str(err).removeprefix("jitops: ")
-                (library, backends), how = _prebuilt(sources.op, components, why=why, required=True), "prebuilt"
-    import torch
-
-    # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
-    torch.ops.load_library(str(library))
-    with_cuda = "cuda" in backends
-    reason = "" if with_cuda else (cuda.reason or "the prebuilt library has no CUDA kernels")
-    return LoadedOp(library, with_cuda, reason, how)
+        # Cleaned up on the way here (ninja stopped, staging removed, lock released); now end
+        # as SIGTERM would have.
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    except BuildError as err:
+        why = str(err).removeprefix("jitops: ")
+        library, backends = _prebuilt(sources.op, components, why=why, required=True)
+        return library, backends, "prebuilt"
 
 
 def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
@@ -386,12 +108,12 @@ def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path
     `why` says why building is not an option. With required=True the absence of a match is an
     error naming both that reason and what each refused prebuilt differs in; else None.
     """
-    library, manifest, refused = _cache.find_prebuilt(op, components)
+    library, manifest, refused = find_prebuilt(op, components)
     if library is None:
         if not required:
             return None
         refusals = "".join(f"\n  - {reason}" for reason in refused) or (
-            "\n  - none found in " + ", ".join(str(d) for d in _cache.prebuilt_dirs())
+            "\n  - none found in " + ", ".join(str(d) for d in prebuilt_dirs())
         )
         raise BuildError(
             f"jitops: cannot build op {op!r}: {why}\nand no prebuilt library matches this torch/CUDA/Python:"
@@ -405,13 +127,65 @@ def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path
     return library, backends
 
 
-def _verified_or_discarded(entry: _cache.Entry) -> Path | None:
-    try:
-        return entry.verified_library()
-    except _cache.CacheError as err:
-        _cache.warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
-        entry.discard()
-        return None
+# ---------------------------------------------------------------------------------------------
+# Prebuilt libraries (step 4)
+# ---------------------------------------------------------------------------------------------
+
+# What a prebuilt .so must share with the running process to be loaded: the torch build it links
+# against, the CUDA runtime torch uses, the Python ABI, the C++ ABI, and the very sources.
+PREBUILT_MATCH_FIELDS = ("jitops", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "sources_sha256")
+PACKAGE_PREBUILT_DIR = Path(__file__).resolve().parent / "prebuilt"
+
+
+def prebuilt_dirs() -> list[Path]:
+    """Where prebuilt libraries are looked for: JITOPS_PREBUILT_DIR (os.pathsep-separated), then
+    the ones shipped inside the installed package (an ahead-of-time wheel)."""
+    configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
+    return configured + [PACKAGE_PREBUILT_DIR]
+
+
+def prebuilt_entries(op: str) -> list[_cache.Entry]:
+    entries = []
+    for directory in prebuilt_dirs():
+        if directory.is_dir():
+            entries += [_cache.Entry(directory, op, p.name[len(op) + 1 :]) for p in sorted(directory.glob(f"{op}-*")) if p.is_dir()]
+    return entries
+
+
+def prebuilt_mismatch(components: dict, wanted: dict) -> list[str]:
+    """How a prebuilt's key components differ from the running ones, one 'field X, here Y' each."""
+    return [
+        f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
+        for field in PREBUILT_MATCH_FIELDS
+        if components.get(field) != wanted.get(field)
+    ]
+
+
+def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
+    """A verified prebuilt .so of op matching `wanted` (the running key components), its manifest,
+    and why every other candidate was refused. Candidates with CUDA kernels are preferred when the
+    running torch has CUDA."""
+    refused, matches = [], []
+    for entry in prebuilt_entries(op):
+        if (entry.path.parent.stat().st_mode & stat.S_IWOTH) and entry.path.parent != PACKAGE_PREBUILT_DIR:
+            refused.append(f"{entry.path}: its directory is writable by anyone; not loaded")
+            continue
+        try:
+            library = entry.verified_library(touch=False, private=False)
+            manifest = entry.read_manifest()
+        except (_cache.CacheError, OSError) as err:
+            refused.append(f"{entry.path}: {err}")
+            continue
+        differences = prebuilt_mismatch(manifest.get("components", {}), wanted)
+        if differences:
+            refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
+        else:
+            matches.append((library, manifest))
+    if not matches:
+        return None, None, refused
+    with_cuda = [m for m in matches if "cuda" in m[1]["components"].get("backends", [])]
+    library, manifest = (with_cuda or matches)[0] if wanted.get("torch_cuda") else matches[0]
+    return library, manifest, refused
 
 
 def seconds_from_env(name: str, default: float) -> float:
@@ -431,10 +205,6 @@ def lock_timeout() -> float:
 
 def _owner_path(entry: _cache.Entry) -> Path:
     return entry.lock_path.with_suffix(".owner")
-
-
-def _build_locked(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> tuple[Path, str]:
-    return under_entry_lock(entry, "building", lambda: _build(entry, sources, cuda, components))
 
 
 def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
@@ -461,7 +231,7 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
     try:
         owner.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
         # Another process may have published the entry while this one waited for the lock.
-        library = _verified_or_discarded(entry)
+        library = verified_or_discarded(entry)
         if library is not None:
             return library, "cache"
         return make(), "built"
@@ -565,12 +335,12 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     units = []  # (file, wrapper name, defines)
     kernel_files = [(sources.cpu, "cpu", "cpp")] + ([(sources.cuda, "cuda", "cu")] if cuda.enabled else [])
     for kernel_file, backend, extension in kernel_files:
-        shards = OpSources.shards(kernel_file)
-        for shard in range(shards):
-            if shards == 1:
+        count = shards(kernel_file)
+        for shard in range(count):
+            if count == 1:
                 units.append((kernel_file, f"{sources.op}_{backend}.{extension}", ""))
             else:
-                defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {shards}\n"
+                defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {count}\n"
                 units.append((kernel_file, f"{sources.op}_{backend}{shard}.{extension}", defines))
     units.append((sources.binding, f"{sources.op}_bindings.cpp", ""))
     wrappers = []
@@ -727,9 +497,10 @@ class _BuildInterrupted(BaseException):
 @contextlib.contextmanager
 def _sigterm_raises():
     """On the main thread, while a build runs: SIGTERM raises _BuildInterrupted, so that ninja,
-    the staging directory and the lock are cleaned up on the way out; load_op then delivers the
-    signal again, with the default handler back, so the process ends as SIGTERM would have ended
-    it. (In other threads, or where the program has a SIGTERM handler of its own, nothing changes.)"""
+    the staging directory and the lock are cleaned up on the way out; build_or_prebuilt then
+    delivers the signal again, with the default handler back, so the process ends as SIGTERM would
+    have ended it. (In other threads, or where the program has a SIGTERM handler of its own,
+    nothing changes.)"""
     import signal
 
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:

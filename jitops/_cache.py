@@ -14,6 +14,7 @@ Layout of a cache root::
     <root>/.tmp-<op>-<key>-*    a build in progress (or an orphan of a killed one)
     <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
     <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
+    <root>/key-memo.json        keys as last computed, with the identities of the files behind them
 
 A file's identity is its (size, mtime_ns, inode, device). A hash recorded together with an
 identity is trusted while the file still has that identity; any change forces a full hash. So a
@@ -39,6 +40,7 @@ MANIFEST_NAME = "manifest.json"
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 FILE_HASHES_NAME = "file-hashes.json"
+KEY_MEMO_NAME = "key-memo.json"
 TMP_PREFIX = ".tmp-"
 KEY_LENGTH = 16  # hex digits of sha256 kept in directory names; 64 bits is plenty per op
 # Rewriting a manifest on every warm load would make 64 ranks that start together write the same
@@ -172,15 +174,22 @@ def file_identity(path: Path | str) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
 
 
-class KnownFileHashes:
-    """sha256 of files as some process last hashed them, each with the identity it had then.
+def identity_or_none(path: str) -> list[int] | None:
+    """The identity of the file a path leads to (links followed), None where there is none."""
+    try:
+        return file_identity(path)
+    except OSError:
+        return None
 
-    Kept in <root>/file-hashes.json; a lost or stale record only costs a full hash.
-    """
+
+class RecordFile:
+    """A JSON object in the cache root that only saves work: a lost, stale or unreadable record
+    costs recomputing what it held, never a wrong result (its users check what each entry was
+    computed from)."""
 
     def __init__(self, path: Path | None):
         self.path = path
-        self.records: dict[str, list] = {}
+        self.records: dict = {}
         self.changed = False
         if path is not None:
             try:
@@ -188,6 +197,20 @@ class KnownFileHashes:
                 self.records = loaded if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 pass
+
+    def save(self) -> None:
+        if self.path is None or not self.changed:
+            return
+        try:
+            write_json_atomic(self.path, self.records)
+            self.changed = False
+        except OSError:
+            pass  # recomputing next time is only slower
+
+
+class KnownFileHashes(RecordFile):
+    """sha256 of files as some process last hashed them, each with the identity it had then
+    (<root>/file-hashes.json)."""
 
     def sha256(self, path: str) -> str:
         identity = file_identity(path)
@@ -201,25 +224,53 @@ class KnownFileHashes:
         self.changed = True
         return digest
 
-    def save(self) -> None:
-        if self.path is None or not self.changed:
-            return
-        try:
-            write_json_atomic(self.path, self.records)
-            self.changed = False
-        except OSError:
-            pass  # hashing again next time is only slower
+
+class KeyMemo(RecordFile):
+    """Keys as computed before, each under a fingerprint of what it was computed from: the key
+    components read from the process (op, torch, flags, archs...) and the files behind the rest
+    (sources, compilers) with their identities (<root>/key-memo.json). A warm load whose
+    fingerprint is here takes the key from here: it reads no hash record, resolves no link and
+    probes no compiler. Any new, removed, edited or replaced file, or any other context, gives
+    another fingerprint, and the key is computed in full."""
+
+    MAX_RECORDS = 256  # ops x torch versions x arch lists...; beyond that, start afresh
+
+    @staticmethod
+    def fingerprint(context: dict, inputs: list[str], identities: list) -> str:
+        """identities: the inputs' identities, read before a key is computed from them (so a file
+        written meanwhile misses next time, rather than matching a key of its old content)."""
+        # repr, not JSON: three times faster, and as exact for these strings, numbers and lists.
+        return sha256_bytes(repr((sorted(context.items()), inputs, identities)).encode())
+
+    def key(self, fingerprint: str) -> str | None:
+        key = self.records.get(fingerprint)
+        return key if isinstance(key, str) else None
+
+    def remember(self, fingerprint: str, key: str) -> None:
+        if len(self.records) >= self.MAX_RECORDS:
+            self.records = {}
+        self.records[fingerprint] = key
+        self.changed = True
+        self.save()
 
 
-_known_file_hashes: dict[Path, KnownFileHashes] = {}
+_root_records: dict[tuple[Path, str], RecordFile] = {}
+
+
+def _root_record(kind: type[RecordFile], name: str) -> RecordFile:
+    """The cache root's record file `name`, read once per process (every op shares it)."""
+    root = cache_root()
+    if (root, name) not in _root_records:
+        _root_records[root, name] = kind(root / name)
+    return _root_records[root, name]
 
 
 def known_file_hashes() -> KnownFileHashes:
-    """The cache root's record, read once per process (every op shares the headers)."""
-    root = cache_root()
-    if root not in _known_file_hashes:
-        _known_file_hashes[root] = KnownFileHashes(root / FILE_HASHES_NAME)
-    return _known_file_hashes[root]
+    return _root_record(KnownFileHashes, FILE_HASHES_NAME)
+
+
+def key_memo() -> KeyMemo:
+    return _root_record(KeyMemo, KEY_MEMO_NAME)
 
 
 def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
@@ -364,12 +415,9 @@ class Entry:
             pass  # a read-only cache still loads; pruning order is all that is lost
 
     def discard(self) -> None:
-        """Remove a corrupt entry. Renamed away first so no loader ever sees it half deleted."""
-        if not self.path.exists() and not self.path.is_symlink():
-            return
-        trash = self.root / f"{TMP_PREFIX}discarded-{self.op}-{self.key}-{os.getpid()}-{time.monotonic_ns()}"
-        os.rename(self.path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        """Remove a corrupt entry (renamed away first, so no loader ever sees it half deleted)."""
+        if self.path.exists() or self.path.is_symlink():
+            remove_tree(self.path)
 
 
 def new_build_dir(entry: Entry) -> Path:
@@ -433,152 +481,8 @@ def remember_toolchain_probe(root: Path, identity: str, version: str) -> None:
         pass  # probing again next time is only slower
 
 
-# ---------------------------------------------------------------------------------------------
-# Inspecting: sizes, locks, orphans (for `jitops-cache`)
-# ---------------------------------------------------------------------------------------------
-
-
-def tree_size(path: Path) -> int:
-    """Bytes of the regular files under path (symbolic links are not followed)."""
-    if path.is_file() and not path.is_symlink():
-        return path.stat().st_size
-    total = 0
-    for parent, _, files in os.walk(path):
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(parent, name))
-            except OSError:
-                continue  # removed while walking
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
-    return total
-
-
-def flock_is_held(lock_path: Path) -> bool:
-    """Whether some process holds the kernel lock on lock_path (filelock's kind), without waiting.
-
-    Taking the lock for an instant is the only portable test; a builder that asks in that instant
-    waits for it, as it would for any other process.
-    """
-    import fcntl
-
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the lock if it was taken here
-    return False
-
-
-def pids_holding_open(path: Path) -> list[int] | None:
-    """Processes with path open, from /proc; None where that cannot be known (no /proc)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return None
-    try:
-        target = os.path.realpath(path)
-    except OSError:
-        return []
-    pids = []
-    for pid_dir in proc.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            for fd in (pid_dir / "fd").iterdir():
-                if os.readlink(fd) == target:
-                    pids.append(int(pid_dir.name))
-                    break
-        except OSError:
-            continue  # gone, or another user's process
-    return pids
-
-
-def orphan_dirs(root: Path) -> list[Path]:
-    """Temporary build directories left under root (by a killed or running build)."""
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir() and not p.is_symlink())
-
-
-def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
-    """The entry lock a `.tmp-<op>-<key>-*` build directory was made under, if its name tells."""
-    for entry_lock in root.glob("*.lock"):
-        if temporary.name.startswith(f"{TMP_PREFIX}{entry_lock.stem}-"):
-            return entry_lock
-    return None
-
-
 def remove_tree(path: Path) -> None:
     """Delete a directory so that no reader sees it half deleted: rename away, then delete."""
     trash = path.parent / f"{TMP_PREFIX}removing-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
     os.rename(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Prebuilt libraries (DESIGN.md's loader step 4)
-# ---------------------------------------------------------------------------------------------
-
-# What a prebuilt .so must share with the running process to be loaded: the torch build it links
-# against, the CUDA runtime torch uses, the Python ABI, the C++ ABI, and the very sources.
-PREBUILT_MATCH_FIELDS = ("jitops", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "sources_sha256")
-PACKAGE_PREBUILT_DIR = Path(__file__).resolve().parent / "prebuilt"
-
-
-def prebuilt_dirs() -> list[Path]:
-    """Where prebuilt libraries are looked for: JITOPS_PREBUILT_DIR (os.pathsep-separated), then
-    the ones shipped inside the installed package (an ahead-of-time wheel)."""
-    configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
-    return configured + [PACKAGE_PREBUILT_DIR]
-
-
-def prebuilt_entries(op: str) -> list[Entry]:
-    entries = []
-    for directory in prebuilt_dirs():
-        if directory.is_dir():
-            entries += [Entry(directory, op, p.name[len(op) + 1 :]) for p in sorted(directory.glob(f"{op}-*")) if p.is_dir()]
-    return entries
-
-
-def prebuilt_mismatch(components: dict, wanted: dict) -> list[str]:
-    """How a prebuilt's key components differ from the running ones, one 'field X, here Y' each."""
-    return [
-        f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
-        for field in PREBUILT_MATCH_FIELDS
-        if components.get(field) != wanted.get(field)
-    ]
-
-
-def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
-    """A verified prebuilt .so of op matching `wanted` (the running key components), its manifest,
-    and why every other candidate was refused. Candidates with CUDA kernels are preferred when the
-    running torch has CUDA."""
-    refused, matches = [], []
-    for entry in prebuilt_entries(op):
-        if (entry.path.parent.stat().st_mode & stat.S_IWOTH) and entry.path.parent != PACKAGE_PREBUILT_DIR:
-            refused.append(f"{entry.path}: its directory is writable by anyone; not loaded")
-            continue
-        try:
-            library = entry.verified_library(touch=False, private=False)
-            manifest = entry.read_manifest()
-        except (CacheError, OSError) as err:
-            refused.append(f"{entry.path}: {err}")
-            continue
-        differences = prebuilt_mismatch(manifest.get("components", {}), wanted)
-        if differences:
-            refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
-        else:
-            matches.append((library, manifest))
-    if not matches:
-        return None, None, refused
-    with_cuda = [m for m in matches if "cuda" in m[1]["components"].get("backends", [])]
-    library, manifest = (with_cuda or matches)[0] if wanted.get("torch_cuda") else matches[0]
-    return library, manifest, refused
-

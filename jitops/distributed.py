@@ -32,7 +32,7 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _build, _cache, _op_names
+from . import _build, _cache, _loader, _op_names
 from . import load_all as _load_all_locally
 
 __all__ = ["load_all"]
@@ -52,7 +52,7 @@ def _node() -> str:
 
 def _local_state(entries: dict) -> dict:
     """What this rank tells the others: its node, its key for each op, the ops its cache has."""
-    cached = [op for op, entry in entries.items() if _build._verified_or_discarded(entry) is not None]
+    cached = [op for op, entry in entries.items() if _loader.verified_or_discarded(entry) is not None]
     return {"node": _node(), "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
 
 
@@ -93,7 +93,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    entries = {op: _build.planned_entry(op).entry for op in names}  # this rank's key for each op
+    entries = {op: _loader.planned_entry(op).entry for op in names}  # this rank's key for each op
     gathered: list = [None] * len(ranks)
     dist.all_gather_object(gathered, _local_state(entries), group=group)
     transfers = plan(names, dict(zip(ranks, gathered)))
@@ -104,7 +104,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
     errors: dict[str, str] = {}
     if mine:
         with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-            futures = {t.op: pool.submit(_build.load_op, t.op) for t in mine}
+            futures = {t.op: pool.submit(_loader.load_op, t.op) for t in mine}
         errors = {op: str(f.exception()) for op, f in futures.items() if f.exception() is not None}
 
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails

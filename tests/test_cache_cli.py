@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import jitops.ops
-from jitops import _build, _cache
+from cache_tools import inventory
+from jitops import _build, _cache, _loader
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ time.sleep(600)
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
     jitops.ops.require("add2")
-    return _build._loaded["add2"].library.parent
+    return _loader._loaded["add2"].library.parent
 
 
 @pytest.fixture
@@ -165,7 +166,7 @@ def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     older = copy_entry(add2_entry, cache, "4" * 16)
     manifest = json.loads((older / _cache.MANIFEST_NAME).read_text())
     _cache.write_json_atomic(older / _cache.MANIFEST_NAME, {**manifest, "last_used": time.time() - 86400})
-    one_entry = _cache.tree_size(older)
+    one_entry = inventory.tree_size(older)
     dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
     assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]
     assert dry["removed"][-1]["key"] == "4" * 16, "the least recently used usable entry goes next"

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from jitops import _build, _cache
+from jitops import _build, _cache, _loader
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -31,13 +32,13 @@ SPAWNED, LOCKS = [], []
 import filelock
 acquire = filelock.BaseFileLock.acquire
 filelock.BaseFileLock.acquire = lambda self, *args, **kwargs: LOCKS.append(self.lock_file) or acquire(self, *args, **kwargs)
-from jitops import _build
+from jitops import _loader
 started = time.perf_counter()
-loaded = _build.load_op("tiny", root=sys.argv[1])
+loaded = _loader.load_op("tiny", root=sys.argv[1])
 seconds = time.perf_counter() - started
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "shards": library.jitops_tiny_shard_count(), "how": loaded.how,
-                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS}))
+                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops._build" in sys.modules}))
 """
 
 
@@ -133,6 +134,7 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert warm["how"] == "cache" and warm["value"] == 42
     assert warm["spawned"] == [], f"a warm load spawned {warm['spawned']}"
     assert warm["locks"] == [], f"a warm load took the locks {warm['locks']}"
+    assert not warm["build_code"], "a warm load imports no build code (jitops._build)"
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
@@ -149,12 +151,12 @@ def test_source_edit_builds_a_new_entry(tmp_path, tiny_copy):
 
 def test_cuda_arch_list_is_part_of_the_key():
     # On CI's CPU-only torch no CUDA build happens, so compare the keys two arch lists give.
-    cuda_home = _build.find_cuda_home()
+    cuda_home = _loader.find_cuda_home()
     if cuda_home is None:
         pytest.skip("no CUDA toolkit")
-    sources = _build.OpSources("tiny", TINY_SOURCES)
+    sources = _loader.OpSources("tiny", TINY_SOURCES)
     keys = {
-        _cache.compute_key(_build.key_components(sources, _build.find_cxx(), _build.CudaPlan(True, arch, cuda_home, "")))
+        _cache.compute_key(_loader.key_components(sources, _loader.find_cxx(), _loader.CudaPlan(True, arch, cuda_home, "")))
         for arch in ("8.0", "9.0", "8.0;9.0")
     }
     assert len(keys) == 3
@@ -259,13 +261,69 @@ def test_source_touched_without_change_keeps_its_entry(tmp_path, tiny_copy):
     assert len(entries(cache)) == 1
 
 
+def _compiler_reporting(path: Path, version: str) -> str:
+    """A C++ compiler (the real one, behind a script) whose --version says `version`."""
+    path.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) echo {version}; exit 0;; esac\nexec {shutil.which('c++')} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_remembered_key_is_used_only_while_nothing_it_depends_on_changed(tmp_path, tiny_copy, monkeypatch):
+    """A warm load takes its key from the key memo; every change a key reflects misses the memo
+    and computes the key in full (and a wrong or lost memo costs only that)."""
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "c++", "c++ 1.0"))
+
+    def plan() -> tuple[str, bool]:
+        planned = _loader.PlannedEntry(_loader.OpSources("tiny", tiny_copy))
+        # The components are computed only when the memo had no key.
+        return planned.entry.key, planned._components is None
+
+    first, remembered = plan()
+    assert not remembered
+    assert plan() == (first, True)
+    keys = {first}
+
+    def changed(description: str) -> None:
+        key, remembered = plan()
+        assert not remembered and key not in keys, f"{description}: the key must be computed anew, and differ"
+        assert plan() == (key, True), f"{description}: the new key is remembered"
+        keys.add(key)
+
+    header = tiny_copy / "kernels" / "tiny.h"
+    header.write_text(header.read_text() + "// edited\n")
+    changed("a header edited")
+    edited = plan()
+    (tiny_copy / "kernels" / "extra.h").write_text("// a new header\n")
+    changed("a header added")
+    (tiny_copy / "kernels" / "extra.h").unlink()
+    assert plan() == edited, "back to the files of a remembered key: remembered"
+    _compiler_reporting(tmp_path / "c++", "c++ 2.0")  # the compiler replaced in place
+    changed("the compiler replaced")
+    monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "other-c++", "c++ 2.0"))
+    changed("another compiler")
+    monkeypatch.setattr(_loader, "CFLAGS", _loader.CFLAGS + ["-DEXTRA"])
+    changed("another flag")
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    changed("another torch")
+
+    key, _ = plan()
+    memo = tmp_path / "cache" / _cache.KEY_MEMO_NAME
+    memo.write_text(json.dumps({fingerprint: "0" * 16 for fingerprint in json.loads(memo.read_text())}))
+    _cache._root_records.clear()  # as a new process would read it
+    assert plan() == ("0" * 16, True), "(the memo is trusted like the rest of the private cache root)"
+    memo.write_text("{ not json")
+    _cache._root_records.clear()
+    assert plan() == (key, False), "an unreadable memo costs a full key, nothing else"
+
+
 @pytest.mark.parametrize(
     "change",
     ["cflags", "torch", "cuda", "cxx", "soabi"],
 )
 def test_every_key_component_changes_the_key(change):
-    sources = _build.OpSources("tiny", TINY_SOURCES)
-    base = _build.key_components(sources, _build.find_cxx(), _build.CudaPlan(False, None, None, "test"))
+    sources = _loader.OpSources("tiny", TINY_SOURCES)
+    base = _loader.key_components(sources, _loader.find_cxx(), _loader.CudaPlan(False, None, None, "test"))
     changed = dict(base)
     if change == "cflags":
         changed["cflags"] = base["cflags"] + ["-DEXTRA"]
@@ -333,9 +391,9 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
 LOAD_TWO = """
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from jitops import _build
+from jitops import _loader
 with ThreadPoolExecutor(2) as pool:
-    list(pool.map(lambda op: _build.load_op(op, root=sys.argv[1]), ["tiny", "tiny2"]))
+    list(pool.map(lambda op: _loader.load_op(op, root=sys.argv[1]), ["tiny", "tiny2"]))
 """
 
 

@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from .._build import load_op
+from .._loader import load_op
 
 _ready: set[str] = set()
 _register_lock = threading.Lock()
