@@ -17,6 +17,11 @@ warm jitops load must take neither). Rows:
   tutorial      the extension tutorials' add2 (torch/extension.h, pybind11) with plain load()
 Per call (CPU tensors of 16 elements, one thread): jitops.add2 against torch.add, and
 jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
+
+    python examples/load_time.py --phases add2 [--repeats 9]
+
+times a warm load's steps one by one instead (median over new processes, the cache warmed first):
+where the milliseconds go on this machine.
 """
 
 import argparse
@@ -97,6 +102,31 @@ sources = [sys.argv[2] + "/add2.cpp", sys.argv[2] + ("/add2_kernel.cu" if cuda e
 started = time.perf_counter()
 ext = load("baseline_add2", sources, extra_cflags=["-O3"], build_directory=sys.argv[1])
 report(time.perf_counter() - started)
+"""
+
+# A warm load's steps, each timed: what jitops.ops.require(op) does, spelled out.
+PHASES_CHILD = CHILD_PRELUDE + """
+op = sys.argv[1]
+steps, last = {}, time.perf_counter()
+def step(name):
+    global last
+    now = time.perf_counter()
+    steps[name], last = (now - last) * 1e3, now
+import jitops; step("import jitops")
+import jitops._cache as cache; step("import _cache")
+import jitops._loader as loader; step("import _loader")
+import jitops.ops; step("import jitops.ops")
+import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
+sources = loader.OpSources(op); cxx = loader.find_cxx(); step("find c++ (PATH search)")
+cuda = loader.plan_cuda(); step("CUDA plan")
+inputs = loader._key_inputs(sources, cxx, cuda); step("list the key's files")
+identities = [cache.identity_or_none(path) for path in inputs]; step("their identities (stat)")
+fingerprint = cache.KeyMemo.fingerprint(loader._key_context(sources, cxx, cuda), inputs, identities); step("fingerprint")
+key = cache.key_memo().key(fingerprint); step("read the key memo")
+library = cache.Entry(cache.cache_root(), op, key).verified_library(); step("check the entry")
+torch.ops.load_library(str(library)); step("dlopen")
+module._register(); step("Python registrations")
+report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """
 
 PER_CALL_CHILD = """
@@ -181,6 +211,16 @@ def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> d
     return results
 
 
+def phases(op: str, repeats: int, tmp: Path) -> None:
+    env = child_env(JITOPS_CACHE_DIR=str(tmp / "cache"))
+    run_child(JITOPS_CHILD, [op], env)  # build, or load: the cache is warm from here on
+    runs = [run_child(PHASES_CHILD, [op], env)["steps"] for _ in range(repeats)]
+    print(f"{op}: a warm load's steps, median of {repeats} new processes (ms)")
+    for name in runs[0]:
+        print(f"  {name:<28}{statistics.median(r[name] for r in runs):>8.3f}")
+    print(f"  {'total':<28}{statistics.median(sum(r.values()) for r in runs):>8.3f}")
+
+
 def print_tables(results: dict) -> None:
     print(f"{'op':<24}{'jitops cold s':>14}{'plain cold s':>13}{'jitops warm ms':>16}{'plain warm ms':>15}"
           f"{'dlopen ms':>11}{'warm / plain':>14}{'warm / dlopen':>15}{'spawns':>8}{'locks':>7}")
@@ -208,10 +248,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="new processes per warm jitops or dlopen figure")
     parser.add_argument("--baseline-repeats", type=int, default=3, help="new processes per warm plain load() figure")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--phases", metavar="OP", help="time the steps of OP's warm load instead")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     import jitops
 
+    if args.phases:
+        with tempfile.TemporaryDirectory(prefix="jitops-load-time-") as tmp:
+            phases(args.phases, args.repeats, Path(tmp))
+        return
     ops = args.ops.split(",") if args.ops else jitops.available_ops()
     with tempfile.TemporaryDirectory(prefix="jitops-load-time-") as tmp:
         results = measure(ops, args.repeats, args.baseline_repeats, Path(tmp))

@@ -51,7 +51,9 @@ RESAMPLE = {"up2": dict(up=2, padding=[2, 1, 2, 1], gain=4), "down2": dict(down=
 
 
 def peer_table(dtype: torch.dtype) -> list[dict]:
-    f = torch.tensor(FILTER, device="cuda", dtype=dtype) / 8
+    # The filter as StyleGAN's layers hold it and pass it to its plugin: setup_filter([1, 3, 3, 1])
+    # is the normalised 4x4 outer product (a 4-tap filter is not kept separable), made once.
+    f = _filter_2d(torch.tensor(FILTER, device="cuda") / 8, torch.empty(0, device="cuda", dtype=dtype))
     rows = []
     for (side, name), (peer_fwd, peer_train, peer_floor) in ISSUE_12_H200.items():
         x = torch.randn(8, 512, side, side, device="cuda", dtype=dtype, requires_grad=True)
