@@ -121,9 +121,9 @@ def test_device_mix_is_an_error():
 
 # The tiled CUDA kernel (StyleGAN2's cases) against the general one: the same bits. Each case is
 # (x shape, filter, up, down, padding, flip_filter, gain); the shapes are larger than a tile (64 x 64
-# outputs at most), of odd and even width (the 16-bit types stage rows of even width as pairs), the
-# paddings odd, even and negative (the tile's phase shift), and one case has more planes than a
-# grid's z dimension holds.
+# outputs at most), of odd and even width and of whole 16-byte chunks (the three ways a tile is
+# staged: element by element, by pairs of 16-bit values, by chunks), the paddings odd, even and
+# negative (the tile's phase shift), and one case has more planes than a grid's z dimension holds.
 TILED_CASES = [
     ((2, 3, 70, 131), "separable4", 2, 1, [2, 1, 2, 1], False, 4.0),  # StyleGAN2's upsample2d
     ((2, 3, 37, 53), "separable4", 2, 1, [1, 2, 3, 0], True, 1.0),
@@ -138,6 +138,9 @@ TILED_CASES = [
     ((2, 3, 64, 96), "random4x4", 2, 1, [1, 2, 2, 1], False, 4.0),  # even widths from here on
     ((2, 3, 70, 96), "separable4", 1, 1, [2, 1, 2, 1], True, 1.0),
     ((2, 3, 71, 96), "none", 1, 1, [-1, 2, 3, 0], False, 1.0),
+    ((2, 3, 66, 128), "separable4", 1, 2, [1, 1, 1, 1], False, 1.0),  # whole 16-byte chunks from here on
+    ((1, 2, 40, 64), "random4x4", 1, 2, [-1, 2, 3, 0], True, 1.5),
+    ((1, 2, 33, 32), "random4x4", 2, 1, [-3, 2, 1, -2], False, 4.0),
 ]
 TILED_FILTERS = {
     "separable4": lambda: torch.tensor([1.0, 3.0, 3.0, 1.0]).outer(torch.tensor([1.0, 3.0, 3.0, 1.0])) / 64,
@@ -158,6 +161,18 @@ def test_tiled_kernel_gives_the_general_kernels_bits(case, dtype):
     general = torch.ops.jitops._upfirdn2d_kernel(*args, "general")
     assert torch.equal(tiled, general)
     assert torch.equal(torch.ops.jitops.upfirdn2d(*args), tiled)  # the op picks the tiled kernel
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("up, down", [(2, 1), (1, 2), (1, 1)])
+def test_tiled_kernel_on_unaligned_inputs_gives_the_general_kernels_bits(up, down, dtype):
+    # A view one element into its storage: rows of whole 16-byte chunks, but no chunk aligned, so
+    # the tile is staged element by element (or by pairs) instead.
+    x = torch.randn(2 * 3 * 64 * 128 + 1, device="cuda", dtype=dtype)[1:].view(2, 3, 64, 128)
+    f = TILED_FILTERS["random4x4"]().to("cuda", dtype)
+    args = (x, f, [up, up], [down, down], [2, 1, 1, 2], False, 2.0)
+    assert torch.equal(torch.ops.jitops._upfirdn2d_kernel(*args, "tiled"), torch.ops.jitops._upfirdn2d_kernel(*args, "general"))
 
 
 @needs_cuda

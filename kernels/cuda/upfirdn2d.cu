@@ -94,9 +94,10 @@ struct Tile {
   // With down 2, neighbouring threads read every other column; a float32 tile (TileLayout) keeps
   // its even columns in the first half of a row and its odd ones in the second, so that a warp's
   // reads are consecutive words (no bank conflicts).
+  static constexpr bool kSplit = kDown == 2;
   static constexpr int kHalf = (kInW + 1) / 2;
-  static constexpr int kPitch = kDown == 2 ? 2 * kHalf : kInW;
-  __device__ static int column(int c) { return kDown == 2 ? (c & 1) * kHalf + (c >> 1) : c; }
+  static constexpr int kPitch = kSplit ? 2 * kHalf : kInW;
+  __device__ static int column(int c) { return kSplit ? (c & 1) * kHalf + (c >> 1) : c; }
 };
 
 // cp.async (global to shared memory without registers) exists from sm_80 on.
@@ -115,17 +116,23 @@ constexpr int min_blocks() {
   return kDown != 2 ? 4 : kCpAsync ? 6 : 3;
 }
 
-// The tile in shared memory. float32 keeps its values (and Tile's layout). The 16-bit types keep
-// theirs, 2 bytes each, converted as they are read: staged as 4-byte pairs from the even input
-// column at or before the tile's first (`shift` is 1 when that column is odd), so that cp.async can
-// copy them; their rows need no even/odd split, since with down 2 neighbouring threads then read
-// neighbouring 4-byte words.
+// The tile in shared memory. float32 keeps its values (Tile's layout for down 2; rows as they are
+// otherwise); the 16-bit types keep theirs, 2 bytes each, converted as they are read. A row starts
+// `shift` columns before the tile's first input column: the staging copies whole aligned pieces of
+// the input (16-byte chunks, or 4-byte pairs of 16-bit values) into aligned places, so a row holds
+// up to kVector - 1 columns more than the tile needs. Only float32 with down 2 keeps its even/odd
+// split (no vector copies there): reading every other column of a contiguous float32 row would
+// cost two shared-memory wavefronts a read. With 16-bit values, neighbouring threads then read
+// neighbouring 4-byte words, so their rows need no split.
 template <typename T, typename scalar_t>
 struct TileLayout {
   static constexpr bool kPairs = sizeof(scalar_t) == 2;
   using value_t = std::conditional_t<kPairs, scalar_t, float>;
-  static constexpr int kPitch = kPairs ? (T::kInW + 2) / 2 * 2 : T::kPitch;  // kPairs: kInW + 1, even
-  __device__ static int column(int c, int shift) { return kPairs ? c + shift : T::column(c); }
+  static constexpr bool kSplit = !kPairs && T::kSplit;  // float32, down 2
+  static constexpr bool kVectorCopies = !kSplit;
+  static constexpr int kVector = 16 / sizeof(value_t);  // values in a 16-byte chunk
+  static constexpr int kPitch = kSplit ? T::kPitch : ceil_div(T::kInW + kVector - 1, kVector) * kVector;
+  __device__ static int column(int c, int shift) { return kSplit ? T::column(c) : c + shift; }
 };
 
 struct TiledShape {
@@ -135,7 +142,8 @@ struct TiledShape {
   int shift_x, shift_y;  // the first tile starts this many outputs before output 0
   int pad_x0, pad_y0;
   bool pair_stores;  // up 2: each output pair (2 m, 2 m + 1) of a tile is one aligned vector store
-  bool pair_copies;  // 16-bit types: rows of even length from a 4-byte aligned x, copied in pairs
+  bool pair_copies;    // 16-bit types: rows of even length from a 4-byte aligned x, copied in pairs
+  bool vector_copies;  // rows of whole 16-byte chunks from a 16-byte aligned x, copied by chunk
 };
 
 // The cells e = thread, thread + kThreads, ... of a grid kCols wide, as (row, column) kept by
@@ -162,10 +170,17 @@ __device__ __forceinline__ bool in_plane(int iy, int ix, const TiledShape& s) {
 }
 
 // cp.async of 4 bytes from src to the shared-memory address dst, or, where inside is false, none
-// read and the 4 zero-filled. (Unused where kCpAsync is false.)
+// read and the 4 zero-filled. (These are unused where kCpAsync is false.)
 [[maybe_unused]] __device__ __forceinline__ void copy_async_4(void* dst, const void* src, bool inside) {
   const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 4 : 0));
+}
+
+// The same for 16 bytes, both addresses 16-byte aligned (cached in L2 only: the tile is its own
+// cache, and neighbouring tiles read its halo from L2).
+[[maybe_unused]] __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool inside) {
+  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 16 : 0));
 }
 
 // Fills the tile with input rows iy0.. and columns ix0.. of one plane (TileLayout), zeros outside
@@ -180,6 +195,21 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
                                            const TiledShape& s, int thread) {
   using L = TileLayout<T, scalar_t>;
   constexpr int kThreads = T::kThreadsX * T::kThreadsY;
+  if constexpr (kCpAsync && L::kVectorCopies) {
+    if (s.vector_copies) {
+      // Chunk q of row r: kVector input columns from ix0 - shift + kVector q (a multiple of
+      // kVector, as the plane's width is), all inside the plane or all outside.
+      constexpr int kChunksPerRow = L::kPitch / L::kVector;
+#pragma unroll 1
+      for (CellCursor<kChunksPerRow, kThreads> cell(thread); cell.r < T::kInH; cell.advance()) {
+        const int iy = iy0 + cell.r, ix = ix0 - shift + L::kVector * cell.c;
+        const bool inside = in_plane(iy, ix, s);
+        copy_async_16(tile + cell.r * L::kPitch + L::kVector * cell.c, in + (inside ? iy * s.in_w + ix : 0), inside);
+      }
+      asm volatile("cp.async.wait_all;\n" ::);
+      return;
+    }
+  }
   if constexpr (kCpAsync && L::kPairs) {
     if (s.pair_copies) {
       // Pair q of row r: input columns ix0 - shift + 2 q and the next, both inside or both outside
@@ -246,7 +276,8 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
   const int ox0 = tile_x * T::kOutW - s.shift_x, oy0 = tile_y * T::kOutH - s.shift_y;
   // ox0 * down - pad is a multiple of up: the tile's first input sample, exactly.
   const int ix0 = (ox0 * kDown - s.pad_x0) / kUp, iy0 = (oy0 * kDown - s.pad_y0) / kUp;
-  const int shift = L::kPairs ? (ix0 & 1) : 0;  // the tile's column of input column ix0
+  // The tile's column of input column ix0 (TileLayout): where the staging's first copy starts.
+  const int shift = L::kVectorCopies && s.vector_copies ? ix0 & (L::kVector - 1) : L::kPairs ? ix0 & 1 : 0;
 
   // This thread's taps for each of its kUp column phases, in the order the general kernel reads
   // them (upfirdn2d.h: axis_taps): with up 2, output column 2 m + p starts at tap p.
@@ -335,7 +366,8 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
                      static_cast<int>(p.pady0),
                      // Pairs start on even columns of even-length rows of an aligned output.
                      shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t)),
-                     z.in_w % 2 == 0 && is_aligned(x, 4)};
+                     z.in_w % 2 == 0 && is_aligned(x, 4),
+                     TileLayout<T, scalar_t>::kVectorCopies && z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
   const dim3 block(T::kThreadsX, T::kThreadsY);
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min(z.planes, kMaxGridYZ)));
   upfirdn2d_tiled_kernel<scalar_t, kUp, kDown, kTaps>
