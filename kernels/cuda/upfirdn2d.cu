@@ -23,7 +23,7 @@ namespace jitops {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRowsPerThread = 4;  // enough work per thread to amortise its column taps
+constexpr int kRowsPerThread = 4;  // general kernel: enough work per thread to amortise its column taps
 constexpr int64_t kMaxGridYZ = 65535;
 
 template <typename index_t>
@@ -85,9 +85,15 @@ template <int kUp, int kDown, int kTaps>
 struct Tile {
   static_assert(kTaps % kUp == 0, "every phase must use the same number of taps");
   static constexpr int kThreadsX = 32, kThreadsY = 8;
-  static constexpr int kRows = kDown == 2 ? 4 : 8;  // output rows per thread (kUp outputs each)
+  static constexpr int kRows = kDown == 2 ? 4 : 8;  // consecutive output rows per thread (kUp outputs each)
   static constexpr int kOutW = kThreadsX * kUp, kOutH = kThreadsY * kRows;
   static constexpr int kTapsPerPhase = kTaps / kUp;
+  // A thread's output row i (of kRows, from an even row) reads input rows first_row(i) ..
+  // last_row(i) of its window (with up 2, row 2 n + py starts at tap py: (i + py) / 2).
+  __host__ __device__ static constexpr int first_row(int i) { return kUp == 2 ? (i + (i & 1)) / 2 : i * kDown; }
+  __host__ __device__ static constexpr int last_row(int i) { return first_row(i) + kTapsPerPhase - 1; }
+  static constexpr int kWindowRows = last_row(kRows - 1) + 1;
+  static constexpr int kWindowCols = kTapsPerPhase + kUp - 1;  // the columns of a row's kUp outputs
   // The input samples under the tile: output o's last tap reads sample (o * down + taps - 1) / up.
   static constexpr int kInW = ((kOutW - 1) * kDown + kTaps - 1) / kUp + 1;
   static constexpr int kInH = ((kOutH - 1) * kDown + kTaps - 1) / kUp + 1;
@@ -279,18 +285,21 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
   // The tile's column of input column ix0 (TileLayout): where the staging's first copy starts.
   const int shift = L::kVectorCopies && s.vector_copies ? ix0 & (L::kVector - 1) : L::kPairs ? ix0 & 1 : 0;
 
-  // This thread's taps for each of its kUp column phases, in the order the general kernel reads
-  // them (upfirdn2d.h: axis_taps): with up 2, output column 2 m + p starts at tap p.
-  const int ky0 = kUp == 2 ? (ty & 1) : 0;
-  acc_t w[T::kTapsPerPhase][kUp][T::kTapsPerPhase];
+  // This thread's taps, in the order the general kernel reads them (upfirdn2d.h: axis_taps): for
+  // each row phase py and column phase px (with up 2, output row 2 n + py starts at tap py, and
+  // likewise for columns), kTapsPerPhase rows of kTapsPerPhase taps.
+  acc_t w[kUp][T::kTapsPerPhase][kUp][T::kTapsPerPhase];
 #pragma unroll
-  for (int t = 0; t < T::kTapsPerPhase; ++t) {
+  for (int py = 0; py < kUp; ++py) {
 #pragma unroll
-    for (int phase = 0; phase < kUp; ++phase) {
+    for (int t = 0; t < T::kTapsPerPhase; ++t) {
 #pragma unroll
-      for (int u = 0; u < T::kTapsPerPhase; ++u) {
-        const int ky = ky0 + t * kUp, kx = phase + u * kUp;
-        w[t][phase][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+      for (int px = 0; px < kUp; ++px) {
+#pragma unroll
+        for (int u = 0; u < T::kTapsPerPhase; ++u) {
+          const int ky = py + t * kUp, kx = px + u * kUp;
+          w[py][t][px][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+        }
       }
     }
   }
@@ -299,38 +308,46 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
     stage_tile<T>(tile, x + plane * s.in_h * s.in_w, iy0, ix0, shift, s, thread);
     __syncthreads();
 
+    // This thread's kRows consecutive output rows, and in each the kUp adjacent outputs lx = kUp m
+    // + px (with up 2, 3 loads serve both phases). Consecutive rows share input rows, so each input
+    // row is read from the tile once, into registers, as the rows that use it are computed (all
+    // indices are constants, the loops unrolled: the window is registers, not an array).
+    const int ly0 = ty * T::kRows, m = tx, lx0 = kUp * m, ox = ox0 + lx0;
+    const int row0 = (ly0 * kDown) / kUp;  // the tile row of the first row's first tap (ly0 is even)
+    const int col0 = (lx0 * kDown) / kUp;  // the tile column of px = 0's first tap
+    const typename L::value_t* window_origin = tile + row0 * L::kPitch;
+    acc_t v[T::kWindowRows][T::kWindowCols];
     scalar_t* o = out + plane * s.out_h * s.out_w;
 #pragma unroll
-    for (int i = 0; i < T::kRows; ++i) {
-      const int ly = ty + i * T::kThreadsY, oy = oy0 + ly;
-      const int r0 = (ly * kDown + ky0) / kUp;  // the tile row of this row's first tap
-      // The kUp adjacent outputs lx = kUp * m + phase, phase < kUp (their taps overlap: with up 2,
-      // 3 loads serve both); phase's first tap is tile column (lx * down + phase) / up.
-      const int m = tx, lx0 = kUp * m, ox = ox0 + lx0;
-      acc_t sums[kUp];
+    for (int k = 0; k < T::kWindowRows; ++k) {
 #pragma unroll
-      for (int phase = 0; phase < kUp; ++phase) {
-        const int c0 = ((lx0 + phase) * kDown + phase) / kUp;
-        sums[phase] = 0;
+      for (int c = 0; c < T::kWindowCols; ++c) v[k][c] = to_acc(window_origin[k * L::kPitch + L::column(col0 + c, shift)]);
 #pragma unroll
-        for (int t = 0; t < T::kTapsPerPhase; ++t) {
+      for (int i = 0; i < T::kRows; ++i) {
+        if (T::last_row(i) != k) continue;  // output row i is computed once its last input row is in
+        const int py = kUp == 2 ? (i & 1) : 0, first = T::first_row(i), oy = oy0 + ly0 + i;
+        acc_t sums[kUp];
 #pragma unroll
-          for (int u = 0; u < T::kTapsPerPhase; ++u) {
-            sums[phase] += to_acc(tile[(r0 + t) * L::kPitch + L::column(c0 + u, shift)]) * w[t][phase][u];
+        for (int px = 0; px < kUp; ++px) {
+          sums[px] = 0;
+#pragma unroll
+          for (int t = 0; t < T::kTapsPerPhase; ++t) {
+#pragma unroll
+            for (int u = 0; u < T::kTapsPerPhase; ++u) sums[px] += v[first + t][px + u] * w[py][t][px][u];
           }
         }
-      }
-      if (oy < 0 || oy >= s.out_h) continue;
-      scalar_t* row = o + oy * s.out_w;
-      if (kUp == 2 && s.pair_stores && ox >= 0 && ox + 1 < s.out_w) {
-        Vec<scalar_t, 2> pair;
-        pair.v[0] = from_acc<scalar_t>(acc_t(gain) * sums[0]);
-        pair.v[1] = from_acc<scalar_t>(acc_t(gain) * sums[kUp - 1]);
-        *reinterpret_cast<Vec<scalar_t, 2>*>(row + ox) = pair;  // 4 or 8 bytes, aligned (pair_stores)
-      } else {
+        if (oy < 0 || oy >= s.out_h) continue;
+        scalar_t* row = o + oy * s.out_w;
+        if (kUp == 2 && s.pair_stores && ox >= 0 && ox + 1 < s.out_w) {
+          Vec<scalar_t, 2> pair;
+          pair.v[0] = from_acc<scalar_t>(acc_t(gain) * sums[0]);
+          pair.v[1] = from_acc<scalar_t>(acc_t(gain) * sums[kUp - 1]);
+          *reinterpret_cast<Vec<scalar_t, 2>*>(row + ox) = pair;  // 4 or 8 bytes, aligned (pair_stores)
+        } else {
 #pragma unroll
-        for (int phase = 0; phase < kUp; ++phase) {
-          if (ox + phase >= 0 && ox + phase < s.out_w) row[ox + phase] = from_acc<scalar_t>(acc_t(gain) * sums[phase]);
+          for (int px = 0; px < kUp; ++px) {
+            if (ox + px >= 0 && ox + px < s.out_w) row[ox + px] = from_acc<scalar_t>(acc_t(gain) * sums[px]);
+          }
         }
       }
     }
