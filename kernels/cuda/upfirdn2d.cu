@@ -386,7 +386,13 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
                      z.in_w % 2 == 0 && is_aligned(x, 4),
                      TileLayout<T, scalar_t>::kVectorCopies && z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
   const dim3 block(T::kThreadsX, T::kThreadsY);
-  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min(z.planes, kMaxGridYZ)));
+  // A block computes its tile in up to kPlanesPerBlock planes, which spreads the cost of its filter
+  // taps and index arithmetic; only where the grid keeps kBlocksWanted blocks, so that the last wave
+  // of blocks stays a small share of the work.
+  constexpr int64_t kPlanesPerBlock = 4, kBlocksWanted = 8192;
+  const int64_t planes_per_block = std::clamp<int64_t>(tiles * z.planes / kBlocksWanted, 1, kPlanesPerBlock);
+  const int64_t grid_planes = std::min(ceil_div<int64_t>(z.planes, planes_per_block), kMaxGridYZ);
+  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(grid_planes));
   upfirdn2d_tiled_kernel<scalar_t, kUp, kDown, kTaps>
       <<<grid, block, 0, stream>>>(x, f, out, s, p.flip_filter, static_cast<float>(p.gain));
   JITOPS_CHECK_LAUNCH();
