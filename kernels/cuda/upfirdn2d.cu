@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Two kernels. The tiled one serves StyleGAN2's resamplers (up 2, down 2, or neither, with a
 // square filter of 1 or 4 taps, in float32, float16 or bfloat16): a block stages its tile of input
-// (with the halo the filter reaches) in shared memory, zeros where the padding is (cp.async where
-// it can: stage_tile), and each thread computes rows of outputs 8 apart, so that they share one
-// filter phase and its taps sit in registers (with up 2, a row's two column phases, written as one
-// vector store). Everything else takes the general kernel: one thread per output column of a run
+// (with the halo the filter reaches) in shared memory, zeros where the padding is (16-byte cp.async
+// where it can: stage_tile), and each thread computes consecutive rows of outputs from a window of
+// input rows in registers, every tap in registers too (with up 2, a row's two column phases,
+// written as one vector store). Everything else takes the general kernel: one thread per output column of a run
 // of rows, its taps computed once and reused down the rows, the reads served by L1. Both sum an
 // output's taps in the same order (input rows, then columns, ascending), so the two agree bit for
 // bit (the tiled one adds the padding's zeros, which changes nothing but, at most, the sign of a
@@ -97,13 +97,6 @@ struct Tile {
   // The input samples under the tile: output o's last tap reads sample (o * down + taps - 1) / up.
   static constexpr int kInW = ((kOutW - 1) * kDown + kTaps - 1) / kUp + 1;
   static constexpr int kInH = ((kOutH - 1) * kDown + kTaps - 1) / kUp + 1;
-  // With down 2, neighbouring threads read every other column; a float32 tile (TileLayout) keeps
-  // its even columns in the first half of a row and its odd ones in the second, so that a warp's
-  // reads are consecutive words (no bank conflicts).
-  static constexpr bool kSplit = kDown == 2;
-  static constexpr int kHalf = (kInW + 1) / 2;
-  static constexpr int kPitch = kSplit ? 2 * kHalf : kInW;
-  __device__ static int column(int c) { return kSplit ? (c & 1) * kHalf + (c >> 1) : c; }
 };
 
 // cp.async (global to shared memory without registers) exists from sm_80 on.
@@ -122,23 +115,19 @@ constexpr int min_blocks() {
   return kDown != 2 ? 4 : kCpAsync ? 6 : 3;
 }
 
-// The tile in shared memory. float32 keeps its values (Tile's layout for down 2; rows as they are
-// otherwise); the 16-bit types keep theirs, 2 bytes each, converted as they are read. A row starts
-// `shift` columns before the tile's first input column: the staging copies whole aligned pieces of
-// the input (16-byte chunks, or 4-byte pairs of 16-bit values) into aligned places, so a row holds
-// up to kVector - 1 columns more than the tile needs. Only float32 with down 2 keeps its even/odd
-// split (no vector copies there): reading every other column of a contiguous float32 row would
-// cost two shared-memory wavefronts a read. With 16-bit values, neighbouring threads then read
-// neighbouring 4-byte words, so their rows need no split.
+// The tile in shared memory, row after row: float32 as float32, the 16-bit types as they are (2
+// bytes each, converted as they are read). A row starts `shift` columns before the tile's first
+// input column: the staging copies whole aligned pieces of the input (16-byte chunks, or 4-byte
+// pairs of 16-bit values) into aligned places, so a row holds up to kVector - 1 columns more than
+// the tile needs. (With down 2 a warp's threads read every other float32 column: two shared-memory
+// wavefronts a read instead of one. An even/odd split of the rows avoided that, but ruled out
+// 16-byte copies, and the staging's instructions, not shared memory, bound the kernel: 1.2x faster.)
 template <typename T, typename scalar_t>
 struct TileLayout {
+  using value_t = std::conditional_t<sizeof(scalar_t) == 2, scalar_t, float>;
   static constexpr bool kPairs = sizeof(scalar_t) == 2;
-  using value_t = std::conditional_t<kPairs, scalar_t, float>;
-  static constexpr bool kSplit = !kPairs && T::kSplit;  // float32, down 2
-  static constexpr bool kVectorCopies = !kSplit;
   static constexpr int kVector = 16 / sizeof(value_t);  // values in a 16-byte chunk
-  static constexpr int kPitch = kSplit ? T::kPitch : ceil_div(T::kInW + kVector - 1, kVector) * kVector;
-  __device__ static int column(int c, int shift) { return kSplit ? T::column(c) : c + shift; }
+  static constexpr int kPitch = ceil_div(T::kInW + kVector - 1, kVector) * kVector;
 };
 
 struct TiledShape {
@@ -201,7 +190,7 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
                                            const TiledShape& s, int thread) {
   using L = TileLayout<T, scalar_t>;
   constexpr int kThreads = T::kThreadsX * T::kThreadsY;
-  if constexpr (kCpAsync && L::kVectorCopies) {
+  if constexpr (kCpAsync) {
     if (s.vector_copies) {
       // Chunk q of row r: kVector input columns from ix0 - shift + kVector q (a multiple of
       // kVector, as the plane's width is), all inside the plane or all outside.
@@ -238,7 +227,7 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
     for (CellCursor<T::kInW, kThreads> cell(thread); cell.r < T::kInH; cell.advance()) {
       const int iy = iy0 + cell.r, ix = ix0 + cell.c;
       const bool inside = in_plane(iy, ix, s);
-      copy_async_4(tile + cell.r * L::kPitch + L::column(cell.c, shift), in + (inside ? iy * s.in_w + ix : 0), inside);
+      copy_async_4(tile + cell.r * L::kPitch + cell.c + shift, in + (inside ? iy * s.in_w + ix : 0), inside);
     }
     asm volatile("cp.async.wait_all;\n" ::);
   } else {
@@ -262,7 +251,7 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k, batch.advance()) {
-        if (batch.r < T::kInH) tile[batch.r * L::kPitch + L::column(batch.c, shift)] = staged[k];
+        if (batch.r < T::kInH) tile[batch.r * L::kPitch + batch.c + shift] = staged[k];
       }
     }
   }
@@ -283,7 +272,7 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
   // ox0 * down - pad is a multiple of up: the tile's first input sample, exactly.
   const int ix0 = (ox0 * kDown - s.pad_x0) / kUp, iy0 = (oy0 * kDown - s.pad_y0) / kUp;
   // The tile's column of input column ix0 (TileLayout): where the staging's first copy starts.
-  const int shift = L::kVectorCopies && s.vector_copies ? ix0 & (L::kVector - 1) : L::kPairs ? ix0 & 1 : 0;
+  const int shift = s.vector_copies ? ix0 & (L::kVector - 1) : L::kPairs ? ix0 & 1 : 0;
 
   // This thread's taps, in the order the general kernel reads them (upfirdn2d.h: axis_taps): for
   // each row phase py and column phase px (with up 2, output row 2 n + py starts at tap py, and
@@ -321,7 +310,7 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
 #pragma unroll
     for (int k = 0; k < T::kWindowRows; ++k) {
 #pragma unroll
-      for (int c = 0; c < T::kWindowCols; ++c) v[k][c] = to_acc(window_origin[k * L::kPitch + L::column(col0 + c, shift)]);
+      for (int c = 0; c < T::kWindowCols; ++c) v[k][c] = to_acc(window_origin[k * L::kPitch + col0 + c + shift]);
 #pragma unroll
       for (int i = 0; i < T::kRows; ++i) {
         if (T::last_row(i) != k) continue;  // output row i is computed once its last input row is in
@@ -384,12 +373,12 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
                      // Pairs start on even columns of even-length rows of an aligned output.
                      shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t)),
                      z.in_w % 2 == 0 && is_aligned(x, 4),
-                     TileLayout<T, scalar_t>::kVectorCopies && z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
+                     z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
   const dim3 block(T::kThreadsX, T::kThreadsY);
   // A block computes its tile in up to kPlanesPerBlock planes, which spreads the cost of its filter
   // taps and index arithmetic; only where the grid keeps kBlocksWanted blocks, so that the last wave
   // of blocks stays a small share of the work.
-  constexpr int64_t kPlanesPerBlock = 4, kBlocksWanted = 8192;
+  constexpr int64_t kPlanesPerBlock = 8, kBlocksWanted = 8192;
   const int64_t planes_per_block = std::clamp<int64_t>(tiles * z.planes / kBlocksWanted, 1, kPlanesPerBlock);
   const int64_t grid_planes = std::min(ceil_div<int64_t>(z.planes, planes_per_block), kMaxGridYZ);
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(grid_planes));
