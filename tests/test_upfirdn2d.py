@@ -5,7 +5,7 @@ from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_le
 
 import jitops
 import jitops.ops
-from jitops.ops.upfirdn2d import upfirdn2d_ref
+from jitops.ops.upfirdn2d import gradient_args, upfirdn2d_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -57,6 +57,21 @@ def test_gradcheck_and_gradgradcheck(device):
         fn = lambda x: jitops.upfirdn2d(x, f, up, down, padding, gain=2.0)  # noqa: E731
         assert torch.autograd.gradcheck(fn, (x,))
         assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("up, down, padding", [(2, 1, [2, 1, 2, 1]), (1, 2, [1, 1, 1, 1]), (3, 2, [-1, 2, 0, 3])])
+def test_gradient_is_the_upfirdn2d_gradient_args_give(device, up, down, padding):
+    # The C++ autograd (bindings/upfirdn2d.cpp) and gradient_args (what the benchmarks time as the
+    # backward) state the same identity twice: hold them together, to the bit.
+    x = torch.randn(2, 3, 11, 14, device=device, requires_grad=True)
+    f = torch.randn(4, 3, device=device)
+    args = ([up, up + 1], [down, down], padding, True, 1.5)
+    out = torch.ops.jitops.upfirdn2d(x, f, *args)
+    grad = torch.randn_like(out)
+    (grad_x,) = torch.autograd.grad(out, x, grad)
+    expected = torch.ops.jitops.upfirdn2d(grad, f, *gradient_args(x.shape, out.shape[2:], f.shape, *args))
+    assert torch.equal(grad_x, expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)

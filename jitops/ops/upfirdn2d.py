@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, register_autograd, register_fake, require
+from . import check_backend, check_tensor_args, register_fake, require
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 
@@ -56,7 +56,8 @@ def upfirdn2d(
     up, down, padding = _pair(up, "up"), _pair(down, "down"), _padding(padding)
     require("upfirdn2d")
     check_backend("upfirdn2d", x, *([] if f is None else [f]))
-    return call_op(torch.ops.jitops.upfirdn2d.default, _eager_function, x, _filter_2d(f, x), up, down, padding, bool(flip_filter), float(gain))
+    # The op's autograd is its C++ Autograd kernel (bindings/upfirdn2d.cpp): called directly.
+    return torch.ops.jitops.upfirdn2d.default(x, _filter_2d(f, x), up, down, padding, bool(flip_filter), float(gain))
 
 
 def upfirdn2d_ref(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1):
@@ -91,15 +92,10 @@ def _fake(x, f, up, down, padding, flip_filter, gain):
     return x.new_empty((x.shape[0], x.shape[1], (padded_h - f.shape[0]) // down[1] + 1, (padded_w - f.shape[1]) // down[0] + 1))
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    x, f, up, down, padding, flip_filter, gain = inputs
-    ctx.save_for_backward(f)
-    ctx.x_shape, ctx.out_hw = tuple(x.shape), tuple(output.shape[2:])
-    ctx.args = (up, down, padding, flip_filter, gain)
-
-
 def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain):
-    """The upfirdn2d arguments (after grad and f) whose result is the gradient of x.
+    """The upfirdn2d arguments (after grad and f) whose result is the gradient of x: what the op's
+    C++ autograd (bindings/upfirdn2d.cpp) computes, spelled out for the benchmarks, which time the
+    gradient's kernel alone.
 
     StyleGAN2's identity: the gradient is upfirdn2d of grad with the same filter flipped, up and
     down swapped, and the padding that maps the output grid back onto the input grid.
@@ -115,16 +111,5 @@ def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain
     return [downx, downy], [upx, upy], padding, not flip_filter, gain
 
 
-def _backward(ctx, grad):
-    (f,) = ctx.saved_tensors
-    grad_x = call_op(torch.ops.jitops.upfirdn2d.default, _eager_function, grad, f, *gradient_args(ctx.x_shape, ctx.out_hw, f.shape, *ctx.args))
-    return grad_x, None, None, None, None, None, None
-
-
-_eager_function = None  # register_autograd's Function for upfirdn2d, made once the op exists
-
-
 def _register() -> None:
-    global _eager_function
     register_fake("upfirdn2d", _fake)
-    _eager_function = register_autograd("upfirdn2d", _backward, _setup_context)
