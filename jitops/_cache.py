@@ -257,20 +257,20 @@ class KeyMemo(RecordFile):
 _root_records: dict[tuple[Path, str], RecordFile] = {}
 
 
-def _root_record(kind: type[RecordFile], name: str) -> RecordFile:
+def _root_record(kind: type[RecordFile], name: str, root: Path) -> RecordFile:
     """The cache root's record file `name`, read once per process (every op shares it)."""
-    root = cache_root()
     if (root, name) not in _root_records:
         _root_records[root, name] = kind(root / name)
     return _root_records[root, name]
 
 
 def known_file_hashes() -> KnownFileHashes:
-    return _root_record(KnownFileHashes, FILE_HASHES_NAME)
+    return _root_record(KnownFileHashes, FILE_HASHES_NAME, cache_root())
 
 
-def key_memo() -> KeyMemo:
-    return _root_record(KeyMemo, KEY_MEMO_NAME)
+def key_memo(root: Path) -> KeyMemo:
+    """root: the usable cache root (cache_root()), which the caller needs for the entry anyway."""
+    return _root_record(KeyMemo, KEY_MEMO_NAME, root)
 
 
 def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:

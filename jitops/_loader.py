@@ -286,13 +286,14 @@ class PlannedEntry:
         inputs = _key_inputs(sources, self.cxx, cuda)
         identities = [_cache.identity_or_none(path) for path in inputs]
         fingerprint = _cache.KeyMemo.fingerprint(_key_context(sources, self.cxx, cuda), inputs, identities)
-        memo = _cache.key_memo()
+        root = _cache.cache_root()
+        memo = _cache.key_memo(root)
         key = memo.key(fingerprint) if use_memo else None
         self._components = None
         if key is None:
             key = _cache.compute_key(self.components)
             memo.remember(fingerprint, key)
-        self.entry = _cache.Entry(_cache.cache_root(), sources.op, key)
+        self.entry = _cache.Entry(root, sources.op, key)
 
     @property
     def components(self) -> dict:

@@ -166,18 +166,38 @@ __device__ __forceinline__ bool in_plane(int iy, int ix, const TiledShape& s) {
   return static_cast<unsigned>(iy) < static_cast<unsigned>(s.in_h) && static_cast<unsigned>(ix) < static_cast<unsigned>(s.in_w);
 }
 
-// cp.async of 4 bytes from src to the shared-memory address dst, or, where inside is false, none
-// read and the 4 zero-filled. (These are unused where kCpAsync is false.)
-[[maybe_unused]] __device__ __forceinline__ void copy_async_4(void* dst, const void* src, bool inside) {
+// cp.async of kBytes (4 or 16, both addresses aligned to it) from src to the shared-memory address
+// dst, or, where inside is false, none read and the kBytes zero-filled. 16-byte copies are cached
+// in L2 only: the tile is its own cache, and neighbouring tiles read its halo from L2. (Unused
+// where kCpAsync is false.)
+template <int kBytes>
+[[maybe_unused]] __device__ __forceinline__ void copy_async(void* dst, const void* src, bool inside) {
+  static_assert(kBytes == 4 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes; the staging uses 4 and 16");
   const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 4 : 0));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 16 : 0));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 4 : 0));
+  }
 }
 
-// The same for 16 bytes, both addresses 16-byte aligned (cached in L2 only: the tile is its own
-// cache, and neighbouring tiles read its halo from L2).
-[[maybe_unused]] __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool inside) {
-  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src), "r"(inside ? 16 : 0));
+// Copies the tile's rows in pieces of kValues values each, kPieces a row, with cp.async, and waits
+// for them: piece q of row r holds input columns ix0 - shift + kValues q onwards, all inside the
+// plane or all outside (the callers pick kValues so that the plane's rows split into whole pieces).
+// Not unrolled: a copy in flight holds no register, so nothing is gained by hoisting the address
+// arithmetic of all of them, and that would spill.
+template <typename T, int kValues, int kPieces, typename scalar_t, typename value_t>
+__device__ __forceinline__ void copy_rows_async(value_t* tile, const scalar_t* in, int iy0, int ix0, int shift,
+                                                const TiledShape& s, int thread) {
+  using L = TileLayout<T, scalar_t>;
+#pragma unroll 1
+  for (CellCursor<kPieces, T::kThreadsX * T::kThreadsY> cell(thread); cell.r < T::kInH; cell.advance()) {
+    const int iy = iy0 + cell.r, ix = ix0 - shift + kValues * cell.c;
+    const bool inside = in_plane(iy, ix, s);
+    copy_async<kValues * sizeof(value_t)>(tile + cell.r * L::kPitch + kValues * cell.c, in + (inside ? iy * s.in_w + ix : 0),
+                                          inside);
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
 }
 
 // Fills the tile with input rows iy0.. and columns ix0.. of one plane (TileLayout), zeros outside
@@ -193,45 +213,17 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
   using L = TileLayout<T, scalar_t>;
   constexpr int kThreads = T::kThreadsX * T::kThreadsY;
   if constexpr (kCpAsync) {
-    if (s.vector_copies) {
-      // Chunk q of row r: kVector input columns from ix0 - shift + kVector q (a multiple of
-      // kVector, as the plane's width is), all inside the plane or all outside.
-      constexpr int kChunksPerRow = L::kPitch / L::kVector;
-#pragma unroll 1
-      for (CellCursor<kChunksPerRow, kThreads> cell(thread); cell.r < T::kInH; cell.advance()) {
-        const int iy = iy0 + cell.r, ix = ix0 - shift + L::kVector * cell.c;
-        const bool inside = in_plane(iy, ix, s);
-        copy_async_16(tile + cell.r * L::kPitch + L::kVector * cell.c, in + (inside ? iy * s.in_w + ix : 0), inside);
+    if (s.vector_copies) {  // 16-byte chunks: the plane's rows are whole chunks
+      return copy_rows_async<T, L::kVector, L::kPitch / L::kVector>(tile, in, iy0, ix0, shift, s, thread);
+    }
+    if constexpr (L::kPairs) {
+      if (s.pair_copies) {  // pairs of 16-bit values: the plane's rows have even length
+        return copy_rows_async<T, 2, L::kPitch / 2>(tile, in, iy0, ix0, shift, s, thread);
       }
-      asm volatile("cp.async.wait_all;\n" ::);
-      return;
     }
   }
-  if constexpr (kCpAsync && L::kPairs) {
-    if (s.pair_copies) {
-      // Pair q of row r: input columns ix0 - shift + 2 q and the next, both inside or both outside
-      // the plane (its rows have even length).
-      constexpr int kPairsPerRow = L::kPitch / 2;
-#pragma unroll 1
-      for (CellCursor<kPairsPerRow, kThreads> cell(thread); cell.r < T::kInH; cell.advance()) {
-        const int iy = iy0 + cell.r, ix = ix0 - shift + 2 * cell.c;
-        const bool inside = in_plane(iy, ix, s);
-        copy_async_4(tile + cell.r * L::kPitch + 2 * cell.c, in + (inside ? iy * s.in_w + ix : 0), inside);
-      }
-      asm volatile("cp.async.wait_all;\n" ::);
-      return;
-    }
-  }
-  if constexpr (kCpAsync && !L::kPairs) {
-    // Not unrolled: a copy in flight holds no register, so nothing is gained by hoisting the
-    // address arithmetic of all of them, and that would spill.
-#pragma unroll 1
-    for (CellCursor<T::kInW, kThreads> cell(thread); cell.r < T::kInH; cell.advance()) {
-      const int iy = iy0 + cell.r, ix = ix0 + cell.c;
-      const bool inside = in_plane(iy, ix, s);
-      copy_async_4(tile + cell.r * L::kPitch + cell.c + shift, in + (inside ? iy * s.in_w + ix : 0), inside);
-    }
-    asm volatile("cp.async.wait_all;\n" ::);
+  if constexpr (kCpAsync && !L::kPairs) {  // float32 by the value (shift is 0 here)
+    copy_rows_async<T, 1, T::kInW>(tile, in, iy0, ix0, shift, s, thread);
   } else {
     // In batches of 4 elements: loads before stores, in as few registers as the 16-bit types'
     // cp.async path needs beside it (this path serves rows of odd length and GPUs before sm_80).
