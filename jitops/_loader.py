@@ -156,6 +156,24 @@ def plan_cuda() -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
+# The environment variables find_cxx and plan_cuda read.
+_TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")
+_toolchains: dict[tuple, tuple[Path | None, CudaPlan]] = {}
+
+
+def toolchain(remembered: bool = True) -> tuple[Path | None, CudaPlan]:
+    """(find_cxx(), plan_cuda()). remembered=True takes them as found earlier in this process under
+    the same values of the environment variables they read, so load_all searches PATH and probes
+    the GPUs once, not once per op; a build asks for them anew. (The compilers' identities are read
+    for every key all the same (_key_inputs): a compiler replaced in place is still seen. One put
+    earlier on an unchanged PATH in the middle of a process is seen by the next build or process.)"""
+    environment = tuple(os.environ.get(name) for name in _TOOLCHAIN_ENVIRONMENT)
+    found = _toolchains.get(environment) if remembered else None
+    if found is None:
+        found = _toolchains[environment] = (find_cxx(), plan_cuda())
+    return found
+
+
 _probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
 
 
@@ -278,8 +296,7 @@ class PlannedEntry:
     def __init__(self, sources: OpSources, use_memo: bool = True):
         sources.check_present()
         self.sources = sources
-        self.cxx = find_cxx()
-        cuda = plan_cuda()
+        self.cxx, cuda = toolchain(remembered=use_memo)
         if cuda.enabled and not sources.cuda.is_file():
             cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
         self.cuda = cuda
