@@ -182,6 +182,13 @@ def warm_only(code: str, args: list[str], env: dict, repeats: int) -> dict:
     return {"warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3, "warm_spawned": max(w["spawned"] for w in warm)}
 
 
+def slowest_units(library: Path, count: int = 4) -> dict:
+    """The cold build's slowest compile units and their seconds (from its manifest): what bounds
+    a parallel build."""
+    units = json.loads((library.parent / "manifest.json").read_text()).get("unit_seconds", {})
+    return dict(sorted(units.items(), key=lambda unit: -unit[1])[:count])
+
+
 def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> dict:
     results = {"ops": {}}
     for op in ops:
@@ -190,11 +197,12 @@ def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> d
         build.mkdir()
         plain = cold_and_warm(PLAIN_CHILD, [op, str(build)], child_env(), baseline_repeats)
         dlopen = warm_only(DLOPEN_CHILD, [jit["libraries"][op]], child_env(), repeats)
+        jit["slowest_units_s"] = slowest_units(Path(jit["libraries"][op]))
         results["ops"][op] = {"jitops": jit, "plain load()": plain, "dlopen": dlopen}
         print(
             f"  {op}: jitops cold {jit['cold_s']:.2f} s, warm {jit['warm_ms']:.2f} ms (spawns {jit['warm_spawned']}, "
             f"locks {jit['warm_locks']}); plain load() cold {plain['cold_s']:.2f} s, warm {plain['warm_ms']:.2f} ms; "
-            f"dlopen {dlopen['warm_ms']:.2f} ms",
+            f"dlopen {dlopen['warm_ms']:.2f} ms; slowest units of the cold build {jit['slowest_units_s']}",
             file=sys.stderr,
             flush=True,
         )

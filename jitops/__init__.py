@@ -63,7 +63,11 @@ def __getattr__(name: str):
     # The import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
-    for op in available_ops():
+    # The op's own module first (jitops.<op> and jitops.<op>_ref live in jitops/ops/<op>.py), so
+    # that an op's first call imports that module alone; then the others.
+    ops = available_ops()
+    own = name.removesuffix("_ref")
+    for op in ([own] if own in ops else []) + [op for op in ops if op != own]:
         module = importlib.import_module(f"{__name__}.ops.{op}")
         if name in _public_names(module):
             # Kept as a module attribute, so later lookups skip this search (which lists the
