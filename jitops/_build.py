@@ -38,10 +38,11 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 # real cold build (seconds to minutes), so only a compiler that never returns reaches it.
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
-# A kernel file may ask to be compiled as several translation units, which ninja runs in parallel:
-# a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD set to 0 .. N-1
-# and JITOPS_SHARD_COUNT to N, and each unit instantiates its share of the kernels. (Compiled once,
-# without those macros, as setup.py's ahead-of-time build does, the file instantiates them all.)
+# A kernel or bindings file may ask to be compiled as several translation units, which ninja runs
+# in parallel: a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD
+# set to 0 .. N-1 and JITOPS_SHARD_COUNT to N, and each unit compiles its share (of the kernels, of
+# the bindings). (Compiled once, without those macros, as setup.py's ahead-of-time build does, the
+# file compiles all of it.)
 _SHARDS = rb"(?m)^// jitops: shards (\d+)\s*$"
 
 
@@ -49,9 +50,9 @@ class BuildError(RuntimeError):
     """An op could not be built or loaded. The message says why and what to do."""
 
 
-def shards(kernel_file: Path) -> int:
-    """How many translation units kernel_file asks to be compiled as (see _SHARDS)."""
-    match = re.search(_SHARDS, kernel_file.read_bytes())
+def shards(source: Path) -> int:
+    """How many translation units source asks to be compiled as (see _SHARDS)."""
+    match = re.search(_SHARDS, source.read_bytes())
     return max(1, int(match.group(1))) if match else 1
 
 
@@ -328,21 +329,20 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
 
     torch names object files after the source's file name, and kernels/cpu/<op>.cpp and
     bindings/<op>.cpp share theirs; one-line wrappers in staging/src give each unit its own name
-    (and a sharded kernel file one wrapper per shard, see _SHARDS).
+    (and a sharded file one wrapper per shard, see _SHARDS).
     """
     src = staging / "src"
     src.mkdir()
     units = []  # (file, wrapper name, defines)
-    kernel_files = [(sources.cpu, "cpu", "cpp")] + ([(sources.cuda, "cuda", "cu")] if cuda.enabled else [])
-    for kernel_file, backend, extension in kernel_files:
-        count = shards(kernel_file)
+    files = [(sources.cpu, "cpu", "cpp")] + ([(sources.cuda, "cuda", "cu")] if cuda.enabled else [])
+    for file, part, extension in files + [(sources.binding, "bindings", "cpp")]:
+        count = shards(file)
         for shard in range(count):
             if count == 1:
-                units.append((kernel_file, f"{sources.op}_{backend}.{extension}", ""))
+                units.append((file, f"{sources.op}_{part}.{extension}", ""))
             else:
                 defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {count}\n"
-                units.append((kernel_file, f"{sources.op}_{backend}{shard}.{extension}", defines))
-    units.append((sources.binding, f"{sources.op}_bindings.cpp", ""))
+                units.append((file, f"{sources.op}_{part}{shard}.{extension}", defines))
     wrappers = []
     for original, wrapper_name, defines in units:
         wrapper = src / wrapper_name
