@@ -33,20 +33,23 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     (A job of many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ._loader import open_cached
+    from ._loader import load_op
     from .ops import require
 
     names = _op_names(ops)
-    # Ops already in the cache load here: their libraries open in a worker thread (open_cached)
-    # while this thread imports their modules and registers each op as its library is open. The
-    # rest build in parallel: each build waits on its own ninja process, so threads are enough to
-    # overlap them.
-    to_build = open_cached(names)
-    cached = [name for name in names if name not in to_build]
-    for name in cached:
-        importlib.import_module(f"{__name__}.ops.{name}")  # while the libraries open
-    for name in cached:
-        require(name)  # finishes the load, and the Python-side registrations
+    # Ops already in the cache load here, one after another: a warm load is a few milliseconds of
+    # Python and a dlopen, which ctypes makes holding the GIL. (Opening the libraries in a worker
+    # thread through libc's dlopen, without the GIL, was measured: 6.7 -> 5.7 ms on the 2-core VM,
+    # no gain on an H100 machine, and it runs every library's static initializers, which take the
+    # dispatcher's lock, beside this thread's registrations: not worth a possible lock-order hang.)
+    # The rest build in parallel: each build waits on its own ninja process, so threads are enough
+    # to overlap them.
+    to_build = []
+    for name in names:
+        if load_op(name, cached_only=True) is None:
+            to_build.append(name)
+        else:
+            require(name)  # the Python-side registrations
     with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
         futures = {name: pool.submit(require, name) for name in to_build}
     failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}

@@ -12,8 +12,7 @@ Steps 1 and 2 are every user's start-up path, so this module holds only what the
 (what identifies a build) and the cache lookup. Building is in _build.py, imported only when an
 op has to be built or taken prebuilt. A warm load spawns no process, takes no lock, re-hashes
 nothing whose identity is unchanged, and reuses the key computed last time while every file it
-was computed from keeps its identity (_cache.KeyMemo). load_all takes step 2 for all its ops at
-once (open_cached): their libraries open in a worker thread while this one works out the next key.
+was computed from keeps its identity (_cache.KeyMemo).
 """
 
 from __future__ import annotations
@@ -345,27 +344,29 @@ _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
 
 
-def load_op(op: str, root: Path = SOURCE_ROOT) -> LoadedOp:
-    """The op's extension, loaded into this process: from memory, the cache, or a fresh build."""
+def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> LoadedOp | None:
+    """The op's extension, loaded into this process: from memory, the cache, or a fresh build.
+    cached_only=True stops after step 2: None where the op would have to be built (or taken
+    prebuilt), so that a caller can load warm ops at once and hand only the rest to threads."""
     if op in _loaded:
         return _loaded[op]
     with _load_locks_guard:
         op_lock = _load_locks.setdefault(op, threading.Lock())
     with op_lock:
         if op not in _loaded:
-            _loaded[op] = _load_uncached(OpSources(op, Path(root)))
+            loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
+            if loaded is None:
+                return None
+            _loaded[op] = loaded
         return _loaded[op]
 
 
-def _load_uncached(sources: OpSources) -> LoadedOp:
-    opening = _opening.pop((sources.op, sources.root), None)
-    if opening is not None:  # found by open_cached, and opened (or failed to) in its thread
-        planned, library, opened = opening
-        opened.result()
-    else:
-        planned = PlannedEntry(sources)
-        library = verified_or_discarded(planned.entry)
+def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | None:
+    planned = PlannedEntry(sources)
+    library = verified_or_discarded(planned.entry)
     how, backends = "cache", planned.cuda.backends
+    if library is None and cached_only:
+        return None
     if library is None:
         from . import _build
 
@@ -378,46 +379,6 @@ def _load_uncached(sources: OpSources) -> LoadedOp:
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     return LoadedOp(library, with_cuda, reason, how)
-
-
-# (op, source root) -> what open_cached found and the future of its dlopen, until load_op takes it.
-_opening: dict[tuple[str, Path], tuple[PlannedEntry, Path, object]] = {}
-
-
-def open_cached(ops: list[str], root: Path = SOURCE_ROOT) -> list[str]:
-    """Start loading each op that has a verified cache entry and return the others (to be built or
-    taken prebuilt); load_op(op) finishes each one started.
-
-    For load_all: a warm load is mostly the library's dlopen, whose static initializers make the
-    op's registrations, and ctypes (so torch.ops.load_library) holds the GIL throughout it. Here
-    the verified libraries are dlopened one after another in a worker thread through libc's
-    dlopen, which ctypes calls without the GIL, while this thread computes the next op's key and
-    the caller imports and registers the ops already open. load_op then calls
-    torch.ops.load_library as always: for a library already open that is a reference count and
-    torch's record of it, and for one the worker could not open it is the usual error.
-    """
-    import ctypes
-    from concurrent.futures import ThreadPoolExecutor
-
-    dlopen = ctypes.CDLL(None).dlopen  # libc's (libdl's before glibc 2.34), as the process sees it
-    dlopen.argtypes, dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
-    mode = os.RTLD_NOW | os.RTLD_LOCAL  # what ctypes.CDLL passes
-    to_build = []
-    opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jitops-dlopen")
-    try:
-        for op in ops:
-            if op in _loaded:
-                continue
-            sources = OpSources(op, Path(root))
-            planned = PlannedEntry(sources)
-            library = verified_or_discarded(planned.entry)
-            if library is None:
-                to_build.append(op)
-            else:
-                _opening[op, sources.root] = (planned, library, opener.submit(dlopen, str(library).encode(), mode))
-    finally:
-        opener.shutdown(wait=False)  # the worker finishes its queue; load_op waits for each future
-    return to_build
 
 
 def verified_or_discarded(entry: _cache.Entry) -> Path | None:

@@ -417,57 +417,6 @@ def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
     assert [form for form, _ in seen[:2]] == [0, 0], "both builds were in flight at once"
 
 
-# load_all's warm path for tiny and tiny2: open_cached, then load_op finishes each. Reports whether
-# this thread ran each library's static initializers (dlopened it), and what was spawned or locked.
-OPEN_CACHED = """
-import json, sys, threading
-SPAWNED, LOCKS = [], []
-def audit(event, args):
-    if event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.system")):
-        SPAWNED.append(event)
-sys.addaudithook(audit)
-import filelock
-acquire = filelock.BaseFileLock.acquire
-filelock.BaseFileLock.acquire = lambda self, *args, **kwargs: LOCKS.append(self.lock_file) or acquire(self, *args, **kwargs)
-import ctypes
-from jitops import _loader
-to_build = _loader.open_cached(["tiny", "tiny2"], root=sys.argv[1])
-loaded = [_loader.load_op(op, root=sys.argv[1]) for op in ("tiny", "tiny2")]
-libraries = [ctypes.CDLL(str(op.library)) for op in loaded]
-libraries[0].jitops_tiny_loaded_by_thread.restype = libraries[1].jitops_tiny_loaded_by_thread.restype = ctypes.c_long
-print(json.dumps({"to_build": to_build, "how": {op.library.parent.name.split("-")[0]: op.how for op in loaded},
-                  "values": [library.jitops_tiny_value() for library in libraries], "left": len(_loader._opening),
-                  "opened_here": [library.jitops_tiny_loaded_by_thread() == threading.get_native_id() for library in libraries],
-                  "spawned": SPAWNED, "locks": LOCKS}))
-"""
-
-
-def test_warm_ops_open_in_a_worker_thread_and_a_corrupt_one_is_rebuilt(tmp_path, tiny_copy):
-    """open_cached (load_all's warm path) dlopens verified libraries in a worker thread, spawning
-    nothing and locking nothing; what it cannot verify it leaves to load_op to build."""
-    sources, cache = two_ops(tiny_copy), tmp_path / "cache"
-
-    def run() -> dict:
-        proc = subprocess.run([sys.executable, "-c", OPEN_CACHED, str(sources)], env=tiny_env(cache), capture_output=True,
-                              text=True, timeout=TIMEOUT_S)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-
-    cold = run()
-    assert cold["to_build"] == ["tiny", "tiny2"] and cold["how"] == {"tiny": "built", "tiny2": "built"}
-    warm = run()
-    assert warm["to_build"] == [] and warm["how"] == {"tiny": "cache", "tiny2": "cache"} and warm["left"] == 0
-    assert warm["values"] == [42, 42]
-    assert cold["opened_here"] == [True, True], "a library just built is opened by load_op itself"
-    assert warm["opened_here"] == [False, False], "cached libraries are opened by open_cached's worker thread"
-    assert warm["spawned"] == [] and warm["locks"] == [], warm
-    (library,) = [p for p in cache.glob("tiny2-*/*.so")]
-    library.write_bytes(library.read_bytes()[:1000])  # truncated: never opened, rebuilt
-    mended = run()
-    assert mended["to_build"] == ["tiny2"] and mended["how"] == {"tiny": "cache", "tiny2": "built"}
-    assert mended["values"] == [42, 42] and mended["opened_here"] == [False, True]
-
-
 # A new process's warm load_all of two real ops, then each op on every device against its *_ref.
 LOAD_ALL_AND_RUN = """
 import json, sys, torch, jitops
@@ -486,8 +435,8 @@ print(json.dumps({"checked": checked, "how": [_loader.load_op(op).how for op in 
 
 
 def test_warm_load_all_gives_working_ops():
-    """load_all twice in new processes (the second opens the libraries in open_cached's worker
-    thread): the ops then compute what their references do, on every device this machine has."""
+    """load_all twice in new processes (the second from the cache): the ops then compute what
+    their references do, on every device this machine has."""
     for run in ("first", "warm"):
         proc = subprocess.run([sys.executable, "-c", LOAD_ALL_AND_RUN], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
