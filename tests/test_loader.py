@@ -317,6 +317,25 @@ def test_remembered_key_is_used_only_while_nothing_it_depends_on_changed(tmp_pat
     assert plan() == (key, False), "an unreadable memo costs a full key, nothing else"
 
 
+def test_toolchain_is_looked_up_once_per_environment_and_again_for_a_build(tmp_path, monkeypatch):
+    """A warm load reuses this process's lookup of the compilers while the environment variables
+    it reads are unchanged; another PATH looks again, and so does every build (remembered=False),
+    which sees a compiler put on an unchanged PATH."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", f"{second_dir}{os.pathsep}{os.environ['PATH']}")
+    found, _ = _loader.toolchain()
+    assert found == Path(shutil.which("c++"))
+    _compiler_reporting(second_dir / "c++", "c++ 9.0")  # a compiler put earlier on the same PATH
+    assert _loader.toolchain()[0] == found, "the same environment: the lookup is reused"
+    assert _loader.toolchain(remembered=False)[0] == second_dir / "c++", "a build looks again"
+    _compiler_reporting(first_dir / "c++", "c++ 8.0")
+    monkeypatch.setenv("PATH", f"{first_dir}{os.pathsep}{os.environ['PATH']}")
+    assert _loader.toolchain()[0] == first_dir / "c++", "another PATH: looked up again"
+
+
 @pytest.mark.parametrize(
     "change",
     ["cflags", "torch", "cuda", "cxx", "soabi"],
