@@ -334,8 +334,8 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     src = staging / "src"
     src.mkdir()
     units = []  # (file, wrapper name, defines)
-    files = [(sources.cpu, "cpu", "cpp")] + ([(sources.cuda, "cuda", "cu")] if cuda.enabled else [])
-    for file, part, extension in files + [(sources.binding, "bindings", "cpp")]:
+    cuda_files = [(sources.cuda, "cuda", "cu")] if cuda.enabled else []
+    for file, part, extension in [(sources.cpu, "cpu", "cpp"), *cuda_files, (sources.binding, "bindings", "cpp")]:
         count = shards(file)
         for shard in range(count):
             if count == 1:
