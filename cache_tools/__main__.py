@@ -321,7 +321,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     import jitops
-    from jitops import _loader
+    from jitops import _warm
 
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
@@ -336,7 +336,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         failure = str(err)
     results = []
     for op in ops:
-        loaded = _loader._loaded.get(op)
+        loaded = _warm.loaded.get(op)  # what load_all loaded, and how
         if loaded is None:
             continue
         result = {"op": op, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}

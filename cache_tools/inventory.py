@@ -98,8 +98,15 @@ def _entry_row(entry: _cache.Entry) -> Row:
         arch=components.get("cuda_arch_list"),
         built_at=(manifest or {}).get("built_at"),
         build_seconds=(manifest or {}).get("build_seconds"),
-        last_used=(manifest or {}).get("last_used"),
+        last_used=_last_used(entry),
     )
+
+
+def _last_used(entry: _cache.Entry) -> float | None:
+    try:
+        return entry.last_used()
+    except OSError:
+        return None  # removed meanwhile
 
 
 def _holder(lock_path: Path) -> str:

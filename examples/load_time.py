@@ -104,7 +104,7 @@ ext = load("baseline_add2", sources, extra_cflags=["-O3"], build_directory=sys.a
 report(time.perf_counter() - started)
 """
 
-# A warm load's steps, each timed: what jitops.ops.require(op) does, spelled out.
+# A warm load's steps, each timed: what jitops.ops.require(op) does on a warm start, spelled out.
 PHASES_CHILD = CHILD_PRELUDE + """
 op = sys.argv[1]
 steps, last = {}, time.perf_counter()
@@ -113,18 +113,12 @@ def step(name):
     now = time.perf_counter()
     steps[name], last = (now - last) * 1e3, now
 import jitops; step("import jitops")
-import jitops._cache as cache; step("import _cache")
-import jitops._loader as loader; step("import _loader")
-import jitops.ops; step("import jitops.ops")
+import jitops.ops; step("import jitops.ops (+ _warm)")
 import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
-sources = loader.OpSources(op); cxx = loader.find_cxx(); step("find c++ (PATH search)")
-cuda = loader.plan_cuda(); step("CUDA plan")
-inputs = loader._key_inputs(sources, cxx, cuda); step("list the key's files")
-identities = [cache.identity_or_none(path) for path in inputs]; step("their identities (stat)")
-fingerprint = cache.KeyMemo.fingerprint(loader._key_context(sources, cxx, cuda), inputs, identities); step("fingerprint")
-root = cache.cache_root(); key = cache.key_memo(root).key(fingerprint); step("read the key memo")
-library = cache.Entry(root, op, key).verified_library(); step("check the entry")
-torch.ops.load_library(str(library)); step("dlopen")
+from jitops import _warm
+settings = _warm.settings(op, _warm.SOURCE_ROOT); step("settings")
+library, record, _ = _warm.recorded_library(op, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+torch.ops.load_library(library); step("dlopen")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """

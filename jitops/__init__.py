@@ -21,10 +21,11 @@ def available_ops() -> list[str]:
 
 def _op_names(ops: list[str] | None) -> list[str]:
     """The op names a load_all call means: all of them for None; unknown names are an error."""
-    names = available_ops() if ops is None else list(ops)
-    unknown = sorted(set(names) - set(available_ops()))
+    available = available_ops()  # lists a folder: once
+    names = available if ops is None else list(ops)
+    unknown = sorted(set(names) - set(available))
     if unknown:
-        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available_ops()}")
+        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available}")
     return names
 
 
@@ -33,7 +34,7 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     (A job of many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ._loader import load_op
+    from . import _warm
     from .ops import require
 
     names = _op_names(ops)
@@ -46,10 +47,13 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     # to overlap them.
     to_build = []
     for name in names:
-        if load_op(name, cached_only=True) is None:
-            to_build.append(name)
-        else:
-            require(name)  # the Python-side registrations
+        if _warm.recall(name) is None:  # not a warm start: look in the cache the long way
+            from ._loader import load_op
+
+            if load_op(name, cached_only=True) is None:
+                to_build.append(name)
+                continue
+        require(name)  # the Python-side registrations
     with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
         futures = {name: pool.submit(require, name) for name in to_build}
     failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}

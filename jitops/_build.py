@@ -270,7 +270,7 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
                 file.write(library_bytes)
                 file.flush()
                 os.fsync(file.fileno())
-            _cache.publish(entry, staging, {**manifest, "library_identity": _cache.file_identity(library), "last_used": time.time()})
+            _cache.publish(entry, staging, {**manifest, "library_identity": _cache.file_identity(library)})
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -314,7 +314,6 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
             "built_at": started,
             "build_seconds": round(seconds, 3),
             "unit_seconds": unit_seconds,
-            "last_used": time.time(),
         }
         _cache.publish(entry, staging, manifest)
         published = True

@@ -14,7 +14,8 @@ Layout of a cache root::
     <root>/.tmp-<op>-<key>-*    a build in progress (or an orphan of a killed one)
     <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
     <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
-    <root>/key-memo.json        keys as last computed, with the identities of the files behind them
+    <root>/warm-<op>-<hash>.json  a warm record: the library a new process in the same settings may
+                                load while the files behind its key keep their identities (_warm.py)
 
 A file's identity is its (size, mtime_ns, inode, device). A hash recorded together with an
 identity is trusted while the file still has that identity; any change forces a full hash. So a
@@ -29,23 +30,21 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from . import _warm
+from ._warm import file_identity, identity_or_none, private_dir_problem
+
 MANIFEST_NAME = "manifest.json"
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 FILE_HASHES_NAME = "file-hashes.json"
-KEY_MEMO_NAME = "key-memo.json"
 TMP_PREFIX = ".tmp-"
 KEY_LENGTH = 16  # hex digits of sha256 kept in directory names; 64 bits is plenty per op
-# Rewriting a manifest on every warm load would make 64 ranks that start together write the same
-# file 64 times; once a minute is precise enough for least-recently-used pruning.
-LAST_USED_RESOLUTION_S = 60.0
 
 
 class CacheError(RuntimeError):
@@ -71,41 +70,26 @@ def warn(message: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def torch_extensions_root() -> Path:
-    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions.
+# Where the cache root is, what makes a directory private and what a file's identity is are in
+# _warm, which a warm start reads without importing this module; here they are the same rules.
 
-    Mirrors torch.utils.cpp_extension.get_default_build_root without importing cpp_extension
-    (which imports setuptools: too slow for a warm load).
-    """
-    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if configured:
-        return Path(configured)
-    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(os.path.realpath(os.path.join(user_cache, "torch_extensions")))
+
+def torch_extensions_root() -> Path:
+    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions."""
+    return Path(_warm.torch_extensions_root())
 
 
 def configured_root() -> tuple[Path, str]:
     """The cache root asked for, and why (for `jitops-cache dir`)."""
-    configured = os.environ.get("JITOPS_CACHE_DIR")
-    if configured:
-        return Path(configured), "JITOPS_CACHE_DIR"
-    return torch_extensions_root() / "jitops", "default: jitops/ under torch's extension root"
+    root, reason = _warm.configured_root()
+    return Path(root), reason
 
 
 def _check_private_dir(path: Path) -> None:
     """Refuse a directory another user could write into: loading a .so from it runs their code."""
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        raise CacheError(f"cache directory {path} is a symbolic link; refusing to follow it")
-    if not stat.S_ISDIR(info.st_mode):
-        raise CacheError(f"cache directory {path} is not a directory")
-    if info.st_uid != os.getuid():
-        raise CacheError(f"cache directory {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise CacheError(
-            f"cache directory {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
-            f"run `chmod go-w {path}`"
-        )
+    problem = private_dir_problem(str(path))
+    if problem:
+        raise CacheError(problem)
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -168,20 +152,6 @@ def _usable_root(root: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def file_identity(path: Path | str) -> list[int]:
-    """(size, mtime_ns, inode, device): changes whenever the file is written, truncated or replaced."""
-    info = os.stat(path)
-    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
-
-
-def identity_or_none(path: str) -> list[int] | None:
-    """The identity of the file a path leads to (links followed), None where there is none."""
-    try:
-        return file_identity(path)
-    except OSError:
-        return None
-
-
 class RecordFile:
     """A JSON object in the cache root that only saves work: a lost, stale or unreadable record
     costs recomputing what it held, never a wrong result (its users check what each entry was
@@ -225,35 +195,6 @@ class KnownFileHashes(RecordFile):
         return digest
 
 
-class KeyMemo(RecordFile):
-    """Keys as computed before, each under a fingerprint of what it was computed from: the key
-    components read from the process (op, torch, flags, archs...) and the files behind the rest
-    (sources, compilers) with their identities (<root>/key-memo.json). A warm load whose
-    fingerprint is here takes the key from here: it reads no hash record, resolves no link and
-    probes no compiler. Any new, removed, edited or replaced file, or any other context, gives
-    another fingerprint, and the key is computed in full."""
-
-    MAX_RECORDS = 256  # ops x torch versions x arch lists...; beyond that, start afresh
-
-    @staticmethod
-    def fingerprint(context: dict, inputs: list[str], identities: list) -> str:
-        """identities: the inputs' identities, read before a key is computed from them (so a file
-        written meanwhile misses next time, rather than matching a key of its old content)."""
-        # repr, not JSON: three times faster, and as exact for these strings, numbers and lists.
-        return sha256_bytes(repr((sorted(context.items()), inputs, identities)).encode())
-
-    def key(self, fingerprint: str) -> str | None:
-        key = self.records.get(fingerprint)
-        return key if isinstance(key, str) else None
-
-    def remember(self, fingerprint: str, key: str) -> None:
-        if len(self.records) >= self.MAX_RECORDS:
-            self.records = {}
-        self.records[fingerprint] = key
-        self.changed = True
-        self.save()
-
-
 _root_records: dict[tuple[Path, str], RecordFile] = {}
 
 
@@ -266,11 +207,6 @@ def _root_record(kind: type[RecordFile], name: str, root: Path) -> RecordFile:
 
 def known_file_hashes() -> KnownFileHashes:
     return _root_record(KnownFileHashes, FILE_HASHES_NAME, cache_root())
-
-
-def key_memo(root: Path) -> KeyMemo:
-    """root: the usable cache root (cache_root()), which the caller needs for the entry anyway."""
-    return _root_record(KeyMemo, KEY_MEMO_NAME, root)
 
 
 def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
@@ -329,6 +265,7 @@ class Entry:
         self.root = root
         self.op = op
         self.key = key
+        self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
 
     def __repr__(self) -> str:
         return f"Entry({str(self.root)!r}, {self.op!r}, {self.key!r})"
@@ -373,8 +310,11 @@ class Entry:
         `jitops-cache verify` asks). Raises CacheError when the entry exists but is corrupt (the
         caller rebuilds and warns), or, with private=True (cache entries; not prebuilt ones, which
         may sit in a shared, read-only install), when the directory is not ours alone: an entry
-        planted by someone else. touch=False leaves the manifest alone (for inspecting, as the CLI
-        does).
+        planted by someone else. touch=False leaves the entry alone (for inspecting, as the CLI
+        does); else a new identity is written into the manifest, and the entry marked as used.
+
+        Sets verified_identities: the library's and the manifest's identities as verified (what a
+        warm record may trust, _warm.py).
         """
         if not self.path.is_dir():
             return None
@@ -382,6 +322,7 @@ class Entry:
             raise CacheError(f"{self.path} is a symbolic link; refusing to load from it")
         if private:
             _check_private_dir(self.path)
+        manifest_identity = identity_or_none(str(self.manifest_path))  # read before its content
         manifest = self.read_manifest()
         if manifest is None:
             raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
@@ -400,19 +341,21 @@ class Entry:
             if sha256_file(library) != manifest.get("library_sha256"):
                 raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
             updates["library_identity"] = identity
+        if touch and updates:
+            try:
+                manifest_identity = None  # unknown if another process writes it meanwhile
+                write_json_atomic(self.manifest_path, {**manifest, **updates})
+                manifest_identity = identity_or_none(str(self.manifest_path))
+            except OSError:
+                pass  # a read-only cache still loads; it hashes the library again next time
         if touch:
-            self._update_manifest(manifest, updates)
+            _warm.mark_used(str(self.path), self.last_used())
+        self.verified_identities = (identity, manifest_identity)
         return library
 
-    def _update_manifest(self, manifest: dict, updates: dict) -> None:
-        """Record a new identity, and the last-used time at most once a minute."""
-        now = time.time()
-        if not updates and now - float(manifest.get("last_used", 0)) < LAST_USED_RESOLUTION_S:
-            return
-        try:
-            write_json_atomic(self.manifest_path, {**manifest, **updates, "last_used": now})
-        except OSError:
-            pass  # a read-only cache still loads; pruning order is all that is lost
+    def last_used(self) -> float:
+        """When the entry was last loaded (its folder's mtime: _warm.mark_used), or else built."""
+        return os.stat(self.path).st_mtime
 
     def discard(self) -> None:
         """Remove a corrupt entry (renamed away first, so no loader ever sees it half deleted)."""

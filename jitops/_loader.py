@@ -2,29 +2,30 @@
 """Find or build one op's library and load it, following DESIGN.md's resolution order.
 
 1. loaded in this process already      -> return it
-2. verified cache entry                 -> load it (no lock, no ninja, no subprocess)
+2. warm record (_warm.py)               -> load the library it names: stat calls, no key computed
+   verified cache entry                 -> load it (no lock, no ninja, no subprocess)
 3. build under the entry's file lock    -> _build.py
 4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
 5. otherwise one BuildError naming the op, what is missing or the first compiler error, and
    the path of the full log.
 
-Steps 1 and 2 are every user's start-up path, so this module holds only what they need: the key
-(what identifies a build) and the cache lookup. Building is in _build.py, imported only when an
-op has to be built or taken prebuilt. A warm load spawns no process, takes no lock, re-hashes
-nothing whose identity is unchanged, and reuses the key computed last time while every file it
-was computed from keeps its identity (_cache.KeyMemo).
+jitops.ops.require tries step 2's warm record itself (_warm.recall), so that a warm start never
+imports this module. Here is what identifies a build (the key, and what it depends on) and the
+cache lookup; building is in _build.py, imported only when an op has to be built or taken
+prebuilt. No step before 3 spawns a process or takes a lock, and none re-hashes a file whose
+identity is unchanged.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import shutil
 import threading
 from pathlib import Path
 
 from . import __version__
-from . import _cache
+from . import _cache, _warm
+from ._warm import PYTHON_SOABI, LoadedOp
 
 # Compiler flags are part of every cache key. -O3 because torch's load() adds no optimisation flag.
 # -fno-trapping-math (clang's default) lets GCC vectorize loops with branch-free selects, such as the
@@ -33,25 +34,7 @@ CFLAGS = ["-O3", "-fno-trapping-math"]
 CUDA_CFLAGS = ["-O3"]
 LDFLAGS: list[str] = []
 
-# The Python ABI tag (e.g. cpython-311-x86_64-linux-gnu), read from the import system's extension
-# suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
-# lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
-PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-
-# Classes here are plain ones, not dataclasses, and patterns are compiled where they are used: a
-# dataclass or a compiled pattern at import costs every warm load time for nothing.
-
-
-def _find_source_root() -> Path:
-    """kernels/ and bindings/ sit inside the installed package, or beside it in a checkout."""
-    package_dir = Path(__file__).resolve().parent
-    for candidate in (package_dir, package_dir.parent):
-        if (candidate / "kernels").is_dir() and (candidate / "bindings").is_dir():
-            return candidate
-    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
-
-
-SOURCE_ROOT = _find_source_root()
+SOURCE_ROOT = Path(_warm.SOURCE_ROOT)
 
 
 class OpSources:
@@ -67,8 +50,7 @@ class OpSources:
 
     def hashed_files(self) -> list[str]:
         # Every header, since any of them may be included; the op's sources whether or not this
-        # build compiles them, so one key names one set of sources. (Strings and os.scandir, not
-        # pathlib: this runs on every warm load.)
+        # build compiles them, so one key names one set of sources.
         headers = []
         for directory in ("kernels", "bindings"):
             with os.scandir(os.path.join(self.root, directory)) as found:
@@ -122,21 +104,25 @@ def find_cuda_home() -> Path | None:
     script (/usr/local/bin/nvcc), whose grandparent is none. Where torch's guess is a toolkit, this
     is the same one; a build points torch at the result (_build._use_cuda_home), and the key names it.
     """
-    configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if configured and _is_toolkit(Path(configured)):
-        return Path(configured)  # the usual case, without searching PATH
-    on_path = shutil.which("nvcc")
-    candidates = [Path(on_path).parent.parent, Path(on_path).resolve().parent.parent] if on_path else []
-    for home in candidates + [Path("/usr/local/cuda")]:
-        if _is_toolkit(home):
+    for home in _cuda_home_candidates():
+        if all(os.path.isfile(os.path.join(home, *part)) for part in _TOOLKIT_FILES):
             return home
     return None
 
 
-def _is_toolkit(home: Path) -> bool:
-    return os.path.isfile(os.path.join(home, "bin", "nvcc")) and os.path.isfile(
-        os.path.join(home, "include", "cuda_runtime.h")
-    )
+_TOOLKIT_FILES = (("bin", "nvcc"), ("include", "cuda_runtime.h"))  # what makes a folder a toolkit
+
+
+def _cuda_home_candidates():
+    """find_cuda_home's guesses, in its order (a generator: PATH is searched only when needed)."""
+    configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if configured:
+        yield Path(configured)  # the usual case, without searching PATH
+    on_path = shutil.which("nvcc")
+    if on_path:
+        yield Path(on_path).parent.parent
+        yield Path(on_path).resolve().parent.parent
+    yield Path("/usr/local/cuda")
 
 
 def plan_cuda() -> CudaPlan:
@@ -147,31 +133,10 @@ def plan_cuda() -> CudaPlan:
     cuda_home = find_cuda_home()
     if cuda_home is None:
         return CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if not arch_list and torch.cuda.is_available():
-        capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-        arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
+    arch_list = _warm.cuda_arch_list()
     if not arch_list:
         return CudaPlan(False, None, cuda_home, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
     return CudaPlan(True, arch_list, cuda_home, "")
-
-
-# The environment variables find_cxx and plan_cuda read.
-_TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")
-_toolchains: dict[tuple, tuple[Path | None, CudaPlan]] = {}
-
-
-def toolchain(remembered: bool = True) -> tuple[Path | None, CudaPlan]:
-    """(find_cxx(), plan_cuda()). remembered=True takes them as found earlier in this process under
-    the same values of the environment variables they read, so load_all searches PATH and probes
-    the GPUs once, not once per op; a build asks for them anew. (The compilers' identities are read
-    for every key all the same (_key_inputs): a compiler replaced in place is still seen. One put
-    earlier on an unchanged PATH in the middle of a process is seen by the next build or process.)"""
-    environment = tuple(os.environ.get(name) for name in _TOOLCHAIN_ENVIRONMENT)
-    found = _toolchains.get(environment) if remembered else None
-    if found is None:
-        found = _toolchains[environment] = (find_cxx(), plan_cuda())
-    return found
 
 
 _probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
@@ -252,11 +217,8 @@ def abi_components(sources: OpSources, record_hashes: bool = True) -> dict:
     }
 
 
-def _key_context(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
-    """The key components that are read from this process, not from files: with the identities of
-    the files behind the rest (_key_inputs), they determine the key (_cache.KeyMemo).
-
-    Everything here is in key_components too; the memo's fingerprint relies on that."""
+def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
+    """Everything that can change the built .so. Any difference gives a different cache entry."""
     return {
         "op": sources.op,
         **_process_abi(),
@@ -265,59 +227,50 @@ def _key_context(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
         "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
         "ldflags": LDFLAGS + openmp_flags(),
-    }
-
-
-def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
-    """Everything that can change the built .so. Any difference gives a different cache entry."""
-    return {
-        **_key_context(sources, cxx, cuda),
         "sources_sha256": abi_components(sources)["sources_sha256"],
         "cxx": _tool_description(cxx) if cxx else None,
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
     }
 
 
-def _key_inputs(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> list[str]:
-    """The files key_components reads (the sources it hashes, the compilers it probes), each named
-    as found before any link is resolved: a key computed from them holds while each keeps its
-    identity (size, mtime, inode, device), the compilers' as the files their links end at."""
+def _key_folders(sources: OpSources) -> list[str]:
+    """The folders whose contents decide which files the key reads: kernels/ and bindings/ (the
+    headers), the op's source folders, every folder on PATH (the compilers, nvcc)."""
+    op_folders = [sources.root / "kernels", sources.root / "bindings", sources.cpu.parent, sources.cuda.parent]
+    return [str(folder) for folder in op_folders] + [folder for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
+
+
+def _key_files(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> list[str]:
+    """The files key_components reads (the sources it hashes; the compilers it probes, named as
+    found, each file's identity that of the file its links end at), the files that make each CUDA
+    toolkit find_cuda_home looks at one, and this module, which holds the flags."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
-    return sources.hashed_files() + compilers
+    toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]
+    return sources.hashed_files() + compilers + toolkits + [__file__]
 
 
 class PlannedEntry:
-    """Where one op's build for this process lives: its cache entry, and what keyed it.
+    """Where one op's build for this process lives: its cache entry, what keyed it, and what the
+    key depends on (for the warm record: the settings, and the files and folders with their
+    identities)."""
 
-    The key is the one remembered for the same context and file identities (_cache.KeyMemo) when
-    there is one, else computed from the key components; use_memo=False always computes it (the
-    build path does, so that what it builds and publishes is keyed by what it read)."""
-
-    def __init__(self, sources: OpSources, use_memo: bool = True):
+    def __init__(self, sources: OpSources):
         sources.check_present()
         self.sources = sources
-        self.cxx, cuda = toolchain(remembered=use_memo)
+        # Everything the key depends on is read before the key is computed from it, the folders
+        # before the files found in them: a change meanwhile misses the warm record next time,
+        # rather than matching a key computed from what was there before.
+        self.settings = _warm.settings(sources.op, str(sources.root))
+        folders = _key_folders(sources)
+        self.dependencies = [(folder, _warm.identity_or_none(folder)) for folder in folders]
+        self.cxx, cuda = find_cxx(), plan_cuda()
         if cuda.enabled and not sources.cuda.is_file():
             cuda = CudaPlan(False, None, None, f"op {sources.op!r} has no CUDA source")
         self.cuda = cuda
-        inputs = _key_inputs(sources, self.cxx, cuda)
-        identities = [_cache.identity_or_none(path) for path in inputs]
-        fingerprint = _cache.KeyMemo.fingerprint(_key_context(sources, self.cxx, cuda), inputs, identities)
-        root = _cache.cache_root()
-        memo = _cache.key_memo(root)
-        key = memo.key(fingerprint) if use_memo else None
-        self._components = None
-        if key is None:
-            key = _cache.compute_key(self.components)
-            memo.remember(fingerprint, key)
-        self.entry = _cache.Entry(root, sources.op, key)
-
-    @property
-    def components(self) -> dict:
-        """The key components (computed when first asked for: a warm load needs only the key)."""
-        if self._components is None:
-            self._components = key_components(self.sources, self.cxx, self.cuda)
-        return self._components
+        self.dependencies += [(path, _warm.identity_or_none(path)) for path in _key_files(sources, self.cxx, cuda)]
+        self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
+        self.components = key_components(sources, self.cxx, cuda)
+        self.entry = _cache.Entry(_cache.cache_root(), sources.op, _cache.compute_key(self.components))
 
 
 def planned_entry(op: str, root: Path = SOURCE_ROOT) -> PlannedEntry:
@@ -329,17 +282,6 @@ def planned_entry(op: str, root: Path = SOURCE_ROOT) -> PlannedEntry:
 # ---------------------------------------------------------------------------------------------
 
 
-class LoadedOp:
-    """An op's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
-
-    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
-        self.library = library
-        self.with_cuda = with_cuda
-        self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
-        self.how = how  # "cache", "built" or "prebuilt"
-
-
-_loaded: dict[str, LoadedOp] = {}
 _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
 
@@ -348,20 +290,23 @@ def load_op(op: str, root: Path = SOURCE_ROOT, cached_only: bool = False) -> Loa
     """The op's extension, loaded into this process: from memory, the cache, or a fresh build.
     cached_only=True stops after step 2: None where the op would have to be built (or taken
     prebuilt), so that a caller can load warm ops at once and hand only the rest to threads."""
-    if op in _loaded:
-        return _loaded[op]
+    if op in _warm.loaded:
+        return _warm.loaded[op]
     with _load_locks_guard:
         op_lock = _load_locks.setdefault(op, threading.Lock())
     with op_lock:
-        if op not in _loaded:
+        if op not in _warm.loaded:
             loaded = _load_uncached(OpSources(op, Path(root)), cached_only)
             if loaded is None:
                 return None
-            _loaded[op] = loaded
-        return _loaded[op]
+            _warm.loaded[op] = loaded
+        return _warm.loaded[op]
 
 
 def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | None:
+    recalled = _warm.recall(sources.op, str(sources.root))
+    if recalled is not None:
+        return recalled
     planned = PlannedEntry(sources)
     library = verified_or_discarded(planned.entry)
     how, backends = "cache", planned.cuda.backends
@@ -370,15 +315,29 @@ def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | 
     if library is None:
         from . import _build
 
-        # The key of what is built and published is computed from the files as they are now.
-        library, backends, how = _build.build_or_prebuilt(PlannedEntry(sources, use_memo=False))
+        library, backends, how = _build.build_or_prebuilt(planned)
     import torch
 
     # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
     torch.ops.load_library(str(library))
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
+    if how != "prebuilt":
+        _remember(planned, library, with_cuda, reason)
     return LoadedOp(library, with_cuda, reason, how)
+
+
+def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> None:
+    """The warm record of a library that was just verified (or built: then its identity is the
+    one its manifest was published with)."""
+    entry = planned.entry
+    if entry.verified_identities is None:
+        try:
+            entry.verified_library(touch=False)
+        except _cache.CacheError:
+            return
+    _warm.remember(planned.sources.op, planned.settings, planned.dependencies, str(entry.path), str(library),
+                   entry.verified_identities, with_cuda, reason)
 
 
 def verified_or_discarded(entry: _cache.Entry) -> Path | None:

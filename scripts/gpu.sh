@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-a|tests-b|tests-c|loader|phases|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-a|tests-b|tests-c|loader|phases|dlopen|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its three parts at once, each with its own cache
 # (on 16 cores about 7.5 minutes; one after another they take 11). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -33,6 +33,7 @@ case "$1" in
   loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
              --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
   phases) for op in ${OPS:-add2}; do python3 examples/load_time.py --phases $op --repeats 9 2>&1 | tee -a "$OUT/phases.log"; done ;;
+  dlopen) python3 scripts/dlopen_floor.py --ops "${OPS:-add2,bias_act,lltm,trilinear_interpolation,upfirdn2d}" 2>&1 | tee "$OUT/dlopen_floor.log" ;;
   bench)
     cd examples
     for dtype in float32 float16; do
@@ -65,5 +66,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-a|tests-b|tests-c|loader|phases|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-a|tests-b|tests-c|loader|phases|dlopen|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

@@ -14,7 +14,7 @@ import pytest
 
 import jitops.ops
 from cache_tools import inventory
-from jitops import _build, _cache, _loader
+from jitops import _build, _cache, _warm
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ time.sleep(600)
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
     jitops.ops.require("add2")
-    return _loader._loaded["add2"].library.parent
+    return _warm.loaded["add2"].library.parent
 
 
 @pytest.fixture
@@ -164,8 +164,8 @@ def test_bad_usage_exits_2(cache, args):
 def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     # A second usable entry, used longer ago than the first.
     older = copy_entry(add2_entry, cache, "4" * 16)
-    manifest = json.loads((older / _cache.MANIFEST_NAME).read_text())
-    _cache.write_json_atomic(older / _cache.MANIFEST_NAME, {**manifest, "last_used": time.time() - 86400})
+    a_day_ago = time.time() - 86400
+    os.utime(older, (a_day_ago, a_day_ago))  # an entry's folder's mtime is its last-used time
     one_entry = inventory.tree_size(older)
     dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
     assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The loader with real processes and the real toolchain, on a tiny test extension (tiny_ext/)."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitops import _build, _cache, _loader
+from jitops import _build, _cache, _loader, _warm
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -123,7 +125,7 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     (entry,) = entries(cold_build["cache"])
     assert oct(entry.stat().st_mode & 0o777) == "0o700"
     manifest = json.loads((entry / "manifest.json").read_text())
-    assert {"components", "library_sha256", "built_at", "build_seconds", "last_used"} <= manifest.keys()
+    assert {"components", "library_sha256", "built_at", "build_seconds"} <= manifest.keys()
     assert set(manifest["unit_seconds"]) == {"tiny_cpu0.o", "tiny_cpu1.o", "tiny_bindings.o", "jitops_tiny.so"}
     # The build runs ninja from this process: no second Python (importing torch again) is started.
     python = os.path.basename(sys.executable)
@@ -268,72 +270,94 @@ def _compiler_reporting(path: Path, version: str) -> str:
     return str(path)
 
 
-def test_remembered_key_is_used_only_while_nothing_it_depends_on_changed(tmp_path, tiny_copy, monkeypatch):
-    """A warm load takes its key from the key memo; every change a key reflects misses the memo
-    and computes the key in full (and a wrong or lost memo costs only that)."""
-    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
+def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tmp_path, tiny_copy, monkeypatch):
+    """A new process loads an op it loaded before through its warm record (stat calls, no key
+    computed). Every change a key reflects misses the record, and the load that follows computes
+    the key in full, gets another entry and records that; a record that is wrong or lost costs
+    only the long way."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))
     monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "c++", "c++ 1.0"))
+    monkeypatch.setattr(_warm, "loaded", {})  # this process's ops: each load() starts afresh
 
-    def plan() -> tuple[str, bool]:
-        planned = _loader.PlannedEntry(_loader.OpSources("tiny", tiny_copy))
-        # The components are computed only when the memo had no key.
-        return planned.entry.key, planned._components is None
+    def recorded() -> Path | None:
+        found = _warm.recorded_library("tiny", _warm.settings("tiny", str(tiny_copy)))
+        return Path(found[0]) if found else None
 
-    first, remembered = plan()
-    assert not remembered
-    assert plan() == (first, True)
-    keys = {first}
+    def load() -> Path:
+        _warm.loaded.clear()
+        with contextlib.redirect_stderr(io.StringIO()):  # build progress
+            return _loader.load_op("tiny", root=tiny_copy).library
+
+    first = load()
+    assert recorded() == first, "a load records its library"
+    loaded = [first]
 
     def changed(description: str) -> None:
-        key, remembered = plan()
-        assert not remembered and key not in keys, f"{description}: the key must be computed anew, and differ"
-        assert plan() == (key, True), f"{description}: the new key is remembered"
-        keys.add(key)
+        assert recorded() is None, f"{description}: the warm record must miss"
+        library = load()
+        assert library not in loaded, f"{description}: the key must be computed anew, and differ"
+        assert recorded() == library, f"{description}: the new library is recorded"
+        loaded.append(library)
 
     header = tiny_copy / "kernels" / "tiny.h"
     header.write_text(header.read_text() + "// edited\n")
     changed("a header edited")
-    edited = plan()
     (tiny_copy / "kernels" / "extra.h").write_text("// a new header\n")
     changed("a header added")
-    (tiny_copy / "kernels" / "extra.h").unlink()
-    assert plan() == edited, "back to the files of a remembered key: remembered"
     _compiler_reporting(tmp_path / "c++", "c++ 2.0")  # the compiler replaced in place
     changed("the compiler replaced")
-    monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "other-c++", "c++ 2.0"))
+    monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "other-c++", "c++ 3.0"))
     changed("another compiler")
-    monkeypatch.setattr(_loader, "CFLAGS", _loader.CFLAGS + ["-DEXTRA"])
-    changed("another flag")
+    # A compiler put on an unchanged PATH ahead of the one found: c++ by name, as when CXX is unset.
+    monkeypatch.setenv("CXX", "c++")
+    early = tmp_path / "early-bin"
+    early.mkdir()
+    monkeypatch.setenv("PATH", f"{early}{os.pathsep}{os.environ['PATH']}")
+    changed("CXX unset")
+    _compiler_reporting(early / "c++", "c++ 4.0")
+    changed("a compiler put earlier on the same PATH")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
     changed("another torch")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    assert recorded() is None, "another arch list misses (the key names it where CUDA is built)"
+    load()
+    # The flags live in _loader.py, whose identity every record checks.
+    record_file = Path(_warm.record_path(str(cache), "tiny", _warm.settings("tiny", str(tiny_copy))))
+    assert _loader.__file__ in dict(json.loads(record_file.read_text())["checked"])
 
-    key, _ = plan()
-    memo = tmp_path / "cache" / _cache.KEY_MEMO_NAME
-    memo.write_text(json.dumps({fingerprint: "0" * 16 for fingerprint in json.loads(memo.read_text())}))
-    _cache._root_records.clear()  # as a new process would read it
-    assert plan() == ("0" * 16, True), "(the memo is trusted like the rest of the private cache root)"
-    memo.write_text("{ not json")
-    _cache._root_records.clear()
-    assert plan() == (key, False), "an unreadable memo costs a full key, nothing else"
+    library = recorded()
+    record = json.loads(record_file.read_text())
+    os.utime(library.parent, (0, 0))
+    _warm.loaded.clear()
+    assert _warm.recall("tiny", str(tiny_copy)).library == library
+    assert time.time() - library.parent.stat().st_mtime < 60, "a warm start marks its entry as used (for pruning)"
+    library.touch()  # the library's identity changed: the long way, which hashes it again
+    assert recorded() is None and load() == library and recorded() == library
+    for wrong in ({**record, "entry": "../elsewhere"}, {**record, "settings": "other"}, {**record, "checked": 7}):
+        record_file.write_text(json.dumps(wrong))
+        assert recorded() is None, wrong
+    record_file.write_text("{ not json")
+    assert recorded() is None and load() == library, "an unreadable record costs the long way, nothing else"
+    assert recorded() == library
+    cache.chmod(0o777)
+    try:
+        assert recorded() is None, "a cache root that others may write into is not trusted"
+    finally:
+        cache.chmod(0o700)
 
 
-def test_toolchain_is_looked_up_once_per_environment_and_again_for_a_build(tmp_path, monkeypatch):
-    """A warm load reuses this process's lookup of the compilers while the environment variables
-    it reads are unchanged; another PATH looks again, and so does every build (remembered=False),
-    which sees a compiler put on an unchanged PATH."""
-    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
-    first_dir.mkdir()
-    second_dir.mkdir()
-    monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setenv("PATH", f"{second_dir}{os.pathsep}{os.environ['PATH']}")
-    found, _ = _loader.toolchain()
-    assert found == Path(shutil.which("c++"))
-    _compiler_reporting(second_dir / "c++", "c++ 9.0")  # a compiler put earlier on the same PATH
-    assert _loader.toolchain()[0] == found, "the same environment: the lookup is reused"
-    assert _loader.toolchain(remembered=False)[0] == second_dir / "c++", "a build looks again"
-    _compiler_reporting(first_dir / "c++", "c++ 8.0")
-    monkeypatch.setenv("PATH", f"{first_dir}{os.pathsep}{os.environ['PATH']}")
-    assert _loader.toolchain()[0] == first_dir / "c++", "another PATH: looked up again"
+def test_warm_start_imports_only_the_warm_path():
+    """jitops.ops.require on a warm start reads the warm record (_warm) and nothing else of the
+    loader: the rest of it costs more to import than a warm start takes."""
+    code = (
+        "import sys, jitops.ops; jitops.ops.require('add2'); jitops.ops.require('add2');"
+        "print(sorted(m for m in ('jitops._loader', 'jitops._cache', 'jitops._build') if m in sys.modules))"
+    )
+    for _ in ("first, maybe building", "warm"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize(

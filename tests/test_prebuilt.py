@@ -20,10 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 # Runs add2 in a fresh process and checks it against torch; prints how the op was loaded.
 RUN_ADD2 = """
 import torch, jitops
-from jitops import _loader
+from jitops import _warm
 a, b = torch.randn(1000), torch.randn(1000)
 torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
-print(_loader._loaded["add2"].how)
+print(_warm.loaded["add2"].how)
 """
 
 

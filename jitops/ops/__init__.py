@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from .._loader import load_op
+from .. import _warm
 
 _ready: set[str] = set()
 _register_lock = threading.Lock()
@@ -38,7 +38,13 @@ _without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
 def require(op: str) -> bool:
     """Load op's extension and its Python-side registrations, once per process."""
     if op not in _ready:
-        loaded = load_op(op)
+        # A warm start (the usual case) goes no further than _warm; the rest of the loader is
+        # imported only when it has to find, build or fetch the library.
+        loaded = _warm.recall(op)
+        if loaded is None:
+            from .._loader import load_op
+
+            loaded = load_op(op)
         if not loaded.with_cuda:
             _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.

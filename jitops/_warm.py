@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: MIT
+"""The warm start: a new process loads an op it has used before with stat calls and one dlopen.
+
+Every process that uses an op comes through here first, so this module is kept small and imports
+only the standard library (and torch, already imported by then): importing the rest of the loader
+(_loader, _cache: their bytecode alone) costs more than everything here takes to run.
+
+Once _loader has verified an op's library (loaded it from the cache, or built it), it writes a
+warm record (<cache root>/warm-<op>-<hash of the settings>.json): the settings of the process
+(jitops, torch, Python, the environment variables the toolchain lookup reads, the GPUs' archs when
+no arch list is set), the library with the identity it was verified with, and the identity of
+every file and folder its key was computed from or found through (sources, headers, compilers, the
+folders on PATH...: _loader.key_dependencies), each read before the key was computed. A later
+process with the same settings that finds every one of those identities unchanged loads that
+library without computing the key: nothing the key depends on has changed since, so the key is
+the same, and the library is the very file that was verified. Anything else (an edited or added
+header, another compiler on PATH, a replaced library, another torch, a record that is missing or
+unreadable) is a miss: _loader then computes the key in full, verifies the entry, and writes a
+new record. So a record only saves work; it is never a reason to load something else.
+
+A file's identity is its (size, mtime_ns, inode, device); a folder's changes when an entry is
+added to or removed from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+from . import __version__
+
+RECORD_FORMAT = 1  # bump when a record's meaning changes: older records then simply miss
+# An entry's last-used time (its folder's mtime) is set at most once a minute: precise enough for
+# least-recently-used pruning, and 64 ranks that start together do not all write it.
+LAST_USED_RESOLUTION_S = 60.0
+# The Python ABI tag (e.g. cpython-311-x86_64-linux-gnu), read from the import system's extension
+# suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
+# lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
+PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
+# The environment variables the toolchain lookup (_loader.find_cxx, plan_cuda) reads.
+TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")
+
+
+def _find_source_root() -> str:
+    """kernels/ and bindings/ sit inside the installed package, or beside it in a checkout."""
+    package_dir = os.path.dirname(os.path.realpath(__file__))
+    for candidate in (package_dir, os.path.dirname(package_dir)):
+        if os.path.isdir(os.path.join(candidate, "kernels")) and os.path.isdir(os.path.join(candidate, "bindings")):
+            return candidate
+    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
+
+
+SOURCE_ROOT = _find_source_root()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the warm start shares with the cache (_cache re-exports these)
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_extensions_root() -> str:
+    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions.
+
+    Mirrors torch.utils.cpp_extension.get_default_build_root without importing cpp_extension
+    (which imports setuptools: too slow for a warm load).
+    """
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return configured
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.realpath(os.path.join(user_cache, "torch_extensions"))
+
+
+def configured_root() -> tuple[str, str]:
+    """The cache root asked for, and why (for `jitops-cache dir`)."""
+    configured = os.environ.get("JITOPS_CACHE_DIR")
+    if configured:
+        return configured, "JITOPS_CACHE_DIR"
+    return os.path.join(torch_extensions_root(), "jitops"), "default: jitops/ under torch's extension root"
+
+
+def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | None:
+    """Why `path` may not hold libraries we load (another user could write into it), or None.
+    info: its os.lstat(), where the caller has it."""
+    info = info or os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"cache directory {path} is a symbolic link; refusing to follow it"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"cache directory {path} is not a directory"
+    if info.st_uid != os.getuid():
+        return f"cache directory {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"cache directory {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"run `chmod go-w {path}`"
+        )
+    return None
+
+
+def file_identity(path: str) -> list[int]:
+    """(size, mtime_ns, inode, device): changes whenever the file is written, truncated or replaced."""
+    info = os.stat(path)
+    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
+
+
+def identity_or_none(path: str) -> list[int] | None:
+    """The identity of what a path leads to (links followed), None where there is nothing."""
+    try:
+        return file_identity(path)
+    except OSError:
+        return None
+
+
+def mark_used(entry: str, last_used: float) -> None:
+    """Note that a cache entry is in use, for least-recently-used pruning: its folder's mtime is its
+    last-used time (_cache.Entry.last_used), bumped when older than LAST_USED_RESOLUTION_S. (One
+    system call, where rewriting the manifest would change the identity warm records check.)"""
+    if time.time() - last_used >= LAST_USED_RESOLUTION_S:
+        try:
+            os.utime(entry)
+        except OSError:
+            pass  # a read-only cache still loads; pruning order is all that is lost
+
+
+def cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST, else the visible GPUs' compute capabilities ("8.0;9.0"), else ""."""
+    import torch
+
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not arch_list and torch.cuda.is_available():
+        capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
+    return arch_list
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm records
+# ---------------------------------------------------------------------------------------------
+
+
+class LoadedOp:
+    """An op's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
+
+    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+        self.library = library
+        self.with_cuda = with_cuda
+        self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
+        self.how = how  # "cache", "built" or "prebuilt"
+
+
+loaded: dict[str, LoadedOp] = {}  # this process's ops, by name
+
+
+def settings(op: str, source_root: str) -> str:
+    """What, besides the files and folders _loader.key_dependencies lists, decides op's key in
+    this process (the inputs of _loader.key_components that are not read from files), as text."""
+    import torch
+
+    return repr(
+        (
+            RECORD_FORMAT,
+            __version__,
+            op,
+            source_root,
+            torch.__version__,
+            torch.version.git_version,
+            torch.version.cuda,
+            bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+            PYTHON_SOABI,
+            [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT],
+            cuda_arch_list() if torch.version.cuda else None,
+        )
+    )
+
+
+def record_path(root: str, op: str, op_settings: str) -> str:
+    return os.path.join(root, f"warm-{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
+
+
+def recorded_library(op: str, op_settings: str) -> tuple[str, dict, float] | None:
+    """The library op's warm record for these settings names, the record, and the entry's
+    last-used time, while nothing the record lists has changed and the cache root and entry are
+    still ours alone; else None."""
+    root, _ = configured_root()
+    try:
+        if private_dir_problem(root) or not os.access(root, os.W_OK | os.X_OK):
+            return None  # _loader's cache_root() says why, and falls back
+        record = json.loads(_read(record_path(root, op, op_settings)))
+        if not isinstance(record, dict) or record.get("settings") != op_settings:
+            return None
+        for path, identity in record["checked"]:
+            if identity_or_none(path) != identity:
+                return None
+        if os.path.basename(record["entry"]) != record["entry"] or os.path.basename(record["library"]) != record["library"]:
+            return None
+        entry = os.path.join(root, record["entry"])
+        entry_info = os.lstat(entry)
+        if private_dir_problem(entry, entry_info):
+            return None
+        # The manifest as verified too: an entry whose manifest was lost or rewritten is _loader's
+        # to check (and discard, if corrupt), even while its library is intact.
+        library = os.path.join(entry, record["library"])
+        manifest = os.path.join(entry, "manifest.json")
+        if file_identity(library) != record["library_identity"] or file_identity(manifest) != record["manifest_identity"]:
+            return None
+        return library, record, entry_info.st_mtime
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record, or an unreadable one: the long way
+
+
+def _read(path: str) -> bytes:
+    """A small file's bytes (os.read: open() builds a buffered file object, a tenth of a warm
+    start's record check). A record is a few kB; one larger than this read is cut, fails to
+    parse, and misses."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def recall(op: str, source_root: str = SOURCE_ROOT) -> LoadedOp | None:
+    """op's library loaded as its warm record says (or as loaded before in this process); None
+    where there is no valid record, and _loader must go the long way."""
+    if op in loaded:
+        return loaded[op]
+    found = recorded_library(op, settings(op, source_root))
+    if found is None:
+        return None
+    library, record, last_used = found
+    mark_used(os.path.dirname(library), last_used)
+    import torch
+
+    # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
+    torch.ops.load_library(library)
+    return loaded.setdefault(op, LoadedOp(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
+
+
+def remember(op: str, op_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,
+             verified_identities: tuple, with_cuda: bool, cuda_reason: str) -> None:
+    """Write op's warm record (see the module's docstring). op_settings: settings() as read when
+    the key was computed; checked: each file and folder the key depends on, with the identity it
+    had before the key was computed; verified_identities: the library's and its manifest's
+    identities as verified (_cache.Entry.verified_library). A record that cannot be written costs
+    only time."""
+    root, _ = configured_root()
+    if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
+        return  # a fallback cache (the configured one was refused): no warm start from there
+    record = {
+        "settings": op_settings,
+        "checked": checked,
+        "entry": os.path.basename(entry),
+        "library": os.path.basename(library),
+        "library_identity": verified_identities[0],
+        "manifest_identity": verified_identities[1],
+        "with_cuda": with_cuda,
+        "cuda_reason": cuda_reason,
+    }
+    from . import _cache
+
+    try:
+        _cache.write_json_atomic(Path(record_path(root, op, op_settings)), record)
+    except OSError:
+        pass
