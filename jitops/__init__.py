@@ -45,9 +45,9 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     # dispatcher's lock, beside this thread's registrations: not worth a possible lock-order hang.)
     # The rest build in parallel: each build waits on its own ninja process, so threads are enough
     # to overlap them.
-    to_build = []
+    to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
     for name in names:
-        if _warm.recall(name) is None:  # not a warm start: look in the cache the long way
+        if _warm.recall(name, seen=seen) is None:  # not a warm start: look in the cache the long way
             from ._loader import load_op
 
             if load_op(name, cached_only=True) is None:

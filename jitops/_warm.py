@@ -182,10 +182,12 @@ def record_path(root: str, op: str, op_settings: str) -> str:
     return os.path.join(root, f"warm-{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
 
 
-def recorded_library(op: str, op_settings: str) -> tuple[str, dict, float] | None:
+def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:
     """The library op's warm record for these settings names, the record, and the entry's
     last-used time, while nothing the record lists has changed and the cache root and entry are
-    still ours alone; else None."""
+    still ours alone; else None. seen: identities already read by this caller, by path (load_all
+    checks the headers and the folders on PATH once for all its ops)."""
+    seen = {} if seen is None else seen
     root, _ = configured_root()
     try:
         if private_dir_problem(root) or not os.access(root, os.W_OK | os.X_OK):
@@ -194,7 +196,9 @@ def recorded_library(op: str, op_settings: str) -> tuple[str, dict, float] | Non
         if not isinstance(record, dict) or record.get("settings") != op_settings:
             return None
         for path, identity in record["checked"]:
-            if identity_or_none(path) != identity:
+            if path not in seen:
+                seen[path] = identity_or_none(path)
+            if seen[path] != identity:
                 return None
         if os.path.basename(record["entry"]) != record["entry"] or os.path.basename(record["library"]) != record["library"]:
             return None
@@ -224,12 +228,12 @@ def _read(path: str) -> bytes:
         os.close(fd)
 
 
-def recall(op: str, source_root: str = SOURCE_ROOT) -> LoadedOp | None:
+def recall(op: str, source_root: str = SOURCE_ROOT, seen: dict | None = None) -> LoadedOp | None:
     """op's library loaded as its warm record says (or as loaded before in this process); None
-    where there is no valid record, and _loader must go the long way."""
+    where there is no valid record, and _loader must go the long way. seen: see recorded_library."""
     if op in loaded:
         return loaded[op]
-    found = recorded_library(op, settings(op, source_root))
+    found = recorded_library(op, settings(op, source_root), seen)
     if found is None:
         return None
     library, record, last_used = found

@@ -86,47 +86,72 @@ _assume_constant_result(require)
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
-def register_autograd(op: str, backward, setup_context=None) -> type[torch.autograd.Function]:
+def register_autograd(op: str, backward, setup_context=None) -> OpAutograd:
     """jitops::op's autograd formula: backward (and setup_context, called as
     setup_context(ctx, inputs, output)), registered as the op's Autograd kernel; returns the
-    autograd.Function that kernel uses, for call_op.
+    OpAutograd that kernel uses, for call_op.
 
     What torch.library.register_autograd does for an op defined in C++, minus its per-op
-    dataclass (about 0.6 ms to create: a warm load's whole budget goes on a few of them). The
-    Function is written in the classic style (forward takes ctx and calls setup_context itself): a
-    Function that defines setup_context binds its arguments with inspect.signature on every call,
-    which doubled a small op's cost."""
-    overload = getattr(torch.ops.jitops, op).default
+    dataclass (about 0.6 ms to create: a warm load's whole budget goes on a few of them)."""
+    autograd = OpAutograd(op, backward, setup_context)
+    _library.impl(op, autograd.kernel, "Autograd", with_keyset=True)
+    return autograd
 
-    class OpFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            with _below_autograd():
-                output = overload(*args)
-            if setup_context is not None:
-                setup_context(ctx, args, output)
-            return output
 
-    OpFunction.backward = staticmethod(backward)
-    OpFunction.__name__ = OpFunction.__qualname__ = f"{op}_autograd"
+class OpAutograd:
+    """One op's autograd formula: its Autograd kernel, and the autograd.Function that applies it.
 
-    def autograd_kernel(keyset, *args):
+    The Function is made on first use: creating it and resolving the op's overload take about
+    0.15 ms per op, on every warm start, for ops that may never see a gradient. It is written in
+    the classic style (forward takes ctx and calls setup_context itself): a Function that defines
+    setup_context binds its arguments with inspect.signature on every call, which doubled a small
+    op's cost."""
+
+    def __init__(self, op: str, backward, setup_context=None):
+        self.op = op
+        self.backward = backward
+        self.setup_context = setup_context
+        self._function = None
+
+    def function(self) -> type[torch.autograd.Function]:
+        if self._function is None:  # two threads may both make one here: either serves
+            self._function = self._make_function()
+        return self._function
+
+    def _make_function(self) -> type[torch.autograd.Function]:
+        overload = getattr(torch.ops.jitops, self.op).default
+        setup_context = self.setup_context
+
+        class OpFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                with _below_autograd():
+                    output = overload(*args)
+                if setup_context is not None:
+                    setup_context(ctx, args, output)
+                return output
+
+        OpFunction.backward = staticmethod(self.backward)
+        OpFunction.overload = overload
+        OpFunction.__name__ = OpFunction.__qualname__ = f"{self.op}_autograd"
+        return OpFunction
+
+    def kernel(self, keyset, *args):
+        """The op's Autograd kernel: the Function where a gradient is needed, else the op below."""
+        function = self.function()
         if _needs_grad(args):
-            return OpFunction.apply(*args)
+            return function.apply(*args)
         with _below_autograd():
-            return overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
-
-    _library.impl(op, autograd_kernel, "Autograd", with_keyset=True)
-    return OpFunction
+            return function.overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
 
-def call_op(op, function: type[torch.autograd.Function], *args):
+def call_op(op, autograd: OpAutograd, *args):
     """op(*args) in eager mode without the dispatcher's round trip through the Python Autograd
-    kernel (see above). function: what register_autograd returned for op."""
+    kernel (see above). autograd: what register_autograd returned for op."""
     if _is_compiling():
         return op(*args)
     if _grad_enabled() and _any_requires_grad(*args):  # _needs_grad(args), without its call
-        return function.apply(*args)
+        return autograd.function().apply(*args)
     with _below_autograd():
         return op._op(*args)  # the overload's C++ callable, without OpOverload.__call__'s frame
 

@@ -24,7 +24,7 @@ def add2(
     require("add2")
     check_backend("add2", a, b)
     if out is None:
-        return call_op(torch.ops.jitops.add2.default, _eager_function, a, b)
+        return call_op(torch.ops.jitops.add2.default, _eager_autograd, a, b)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         raise RuntimeError("add2(): out= does not support automatic differentiation, but a or b requires grad")
     torch.ops.jitops.add2_out(a, b, out=out)
@@ -58,11 +58,11 @@ def _backward(ctx, grad: torch.Tensor):
     return grad, grad
 
 
-_eager_function = None  # register_autograd's Function for add2, made once the op exists
+_eager_autograd = None  # register_autograd's OpAutograd for add2, made once the op exists
 
 
 def _register() -> None:
-    global _eager_function
+    global _eager_autograd
     register_fake("add2", _fake_add2)
     register_fake("add2_out", _fake_add2_out)
-    _eager_function = register_autograd("add2", _backward)
+    _eager_autograd = register_autograd("add2", _backward)

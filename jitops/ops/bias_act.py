@@ -65,7 +65,7 @@ def bias_act(
     clamp = None if clamp is None else float(clamp)
     require("bias_act")
     check_backend("bias_act", x, b)
-    return call_op(torch.ops.jitops.bias_act.default, _eager_function, x, b, dim, act, alpha, gain, clamp)
+    return call_op(torch.ops.jitops.bias_act.default, _eager_autograd, x, b, dim, act, alpha, gain, clamp)
 
 
 def bias_act_ref(x, b=None, dim=1, act="linear", alpha=None, gain=None, clamp=None):
@@ -158,13 +158,13 @@ def _backward_derivative(ctx, grad_out):
     return grad_grad, grad_x, grad_b, None, None, None, None, None, None
 
 
-_eager_function = None  # register_autograd's Function for bias_act, made once the op exists
+_eager_autograd = None  # register_autograd's OpAutograd for bias_act, made once the op exists
 
 
 def _register() -> None:
-    global _eager_function
+    global _eager_autograd
     register_fake("bias_act", _fake_forward)
     register_fake("_bias_act_derivative", _fake_derivative)
     register_fake("_bias_act_backward", _fake_backward)
-    _eager_function = register_autograd("bias_act", _backward_forward, _setup_forward)
+    _eager_autograd = register_autograd("bias_act", _backward_forward, _setup_forward)
     register_autograd("_bias_act_derivative", _backward_derivative, _setup_derivative)
