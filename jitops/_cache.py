@@ -37,9 +37,8 @@ import warnings
 from pathlib import Path
 
 from . import _warm
-from ._warm import file_identity, identity_or_none, private_dir_problem
+from ._warm import MANIFEST_NAME, file_identity, identity_or_none, private_dir_problem
 
-MANIFEST_NAME = "manifest.json"
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 FILE_HASHES_NAME = "file-hashes.json"

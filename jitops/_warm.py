@@ -10,7 +10,7 @@ warm record (<cache root>/warm-<op>-<hash of the settings>.json): the settings o
 (jitops, torch, Python, the environment variables the toolchain lookup reads, the GPUs' archs when
 no arch list is set), the library with the identity it was verified with, and the identity of
 every file and folder its key was computed from or found through (sources, headers, compilers, the
-folders on PATH...: _loader.key_dependencies), each read before the key was computed. A later
+folders on PATH...: _loader.PlannedEntry.dependencies), each read before the key was computed. A later
 process with the same settings that finds every one of those identities unchanged loads that
 library without computing the key: nothing the key depends on has changed since, so the key is
 the same, and the library is the very file that was verified. Anything else (an edited or added
@@ -35,6 +35,7 @@ from pathlib import Path
 from . import __version__
 
 RECORD_FORMAT = 1  # bump when a record's meaning changes: older records then simply miss
+MANIFEST_NAME = "manifest.json"  # in each cache entry (_cache.py)
 # An entry's last-used time (its folder's mtime) is set at most once a minute: precise enough for
 # least-recently-used pruning, and 64 ranks that start together do not all write it.
 LAST_USED_RESOLUTION_S = 60.0
@@ -157,7 +158,7 @@ loaded: dict[str, LoadedOp] = {}  # this process's ops, by name
 
 
 def settings(op: str, source_root: str) -> str:
-    """What, besides the files and folders _loader.key_dependencies lists, decides op's key in
+    """What, besides the files and folders in _loader.PlannedEntry.dependencies, decides op's key in
     this process (the inputs of _loader.key_components that are not read from files), as text."""
     import torch
 
@@ -209,7 +210,7 @@ def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tup
         # The manifest as verified too: an entry whose manifest was lost or rewritten is _loader's
         # to check (and discard, if corrupt), even while its library is intact.
         library = os.path.join(entry, record["library"])
-        manifest = os.path.join(entry, "manifest.json")
+        manifest = os.path.join(entry, MANIFEST_NAME)
         if file_identity(library) != record["library_identity"] or file_identity(manifest) != record["manifest_identity"]:
             return None
         return library, record, entry_info.st_mtime
