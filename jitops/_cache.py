@@ -210,7 +210,7 @@ def known_file_hashes() -> KnownFileHashes:
 
 def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
     """sha256 over each file's name relative to relative_to and its sha256, so a rename changes
-    the hash too. (Plain strings, not pathlib: this runs on every warm load.)"""
+    the hash too."""
     known = known or KnownFileHashes(None)
     prefix = os.path.join(str(relative_to), "")
     digest = hashlib.sha256()
@@ -342,11 +342,10 @@ class Entry:
             updates["library_identity"] = identity
         if touch and updates:
             try:
-                manifest_identity = None  # unknown if another process writes it meanwhile
                 write_json_atomic(self.manifest_path, {**manifest, **updates})
-                manifest_identity = identity_or_none(str(self.manifest_path))
+                manifest_identity = identity_or_none(str(self.manifest_path))  # the one just written
             except OSError:
-                pass  # a read-only cache still loads; it hashes the library again next time
+                pass  # a read-only cache still loads (the manifest as read); it hashes the library again next time
         if touch:
             _warm.mark_used(str(self.path), self.last_used())
         self.verified_identities = (identity, manifest_identity)

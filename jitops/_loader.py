@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import __version__
 from . import _cache, _warm
-from ._warm import PYTHON_SOABI, LoadedOp
+from ._warm import PYTHON_SOABI, LoadedOp, process_abi
 
 # Compiler flags are part of every cache key. -O3 because torch's load() adds no optimisation flag.
 # -fno-trapping-math (clang's default) lets GCC vectorize loops with branch-free selects, such as the
@@ -191,26 +191,12 @@ def openmp_flags() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _process_abi() -> dict:
-    """What a built .so must share with this process, apart from its sources."""
-    import torch
-
-    return {
-        "jitops": __version__,
-        "torch": torch.__version__,
-        "torch_git": torch.version.git_version,
-        "torch_cuda": torch.version.cuda,
-        "python_soabi": PYTHON_SOABI,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-    }
-
-
 def abi_components(sources: OpSources, record_hashes: bool = True) -> dict:
     """The key components a built .so must share with this process to be usable here (see
     _build.PREBUILT_MATCH_FIELDS): no compiler is run to get them. record_hashes=False hashes the
     sources without reading or writing the cache root's record (for commands that only inspect)."""
     return {
-        **_process_abi(),
+        **process_abi(),
         "sources_sha256": _cache.hash_files(
             sources.hashed_files(), sources.root, _cache.known_file_hashes() if record_hashes else None
         ),
@@ -221,7 +207,7 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
     """Everything that can change the built .so. Any difference gives a different cache entry."""
     return {
         "op": sources.op,
-        **_process_abi(),
+        **process_abi(),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
         "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),

@@ -8,7 +8,7 @@ only the standard library (and torch, already imported by then): importing the r
 Once _loader has verified an op's library (loaded it from the cache, or built it), it writes a
 warm record (<cache root>/warm-<op>-<hash of the settings>.json): the settings of the process
 (jitops, torch, Python, the environment variables the toolchain lookup reads, the GPUs' archs when
-no arch list is set), the library with the identity it was verified with, and the identity of
+no arch list is set), the library and its manifest with the identities they were verified with, and the identity of
 every file and folder its key was computed from or found through (sources, headers, compilers, the
 folders on PATH...: _loader.PlannedEntry.dependencies), each read before the key was computed. A later
 process with the same settings that finds every one of those identities unchanged loads that
@@ -157,6 +157,20 @@ class LoadedOp:
 loaded: dict[str, LoadedOp] = {}  # this process's ops, by name
 
 
+def process_abi() -> dict:
+    """What a built .so must share with this process, apart from its sources (key components)."""
+    import torch
+
+    return {
+        "jitops": __version__,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "torch_cuda": torch.version.cuda,
+        "python_soabi": PYTHON_SOABI,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
+
+
 def settings(op: str, source_root: str) -> str:
     """What, besides the files and folders in _loader.PlannedEntry.dependencies, decides op's key in
     this process (the inputs of _loader.key_components that are not read from files), as text."""
@@ -165,14 +179,9 @@ def settings(op: str, source_root: str) -> str:
     return repr(
         (
             RECORD_FORMAT,
-            __version__,
             op,
             source_root,
-            torch.__version__,
-            torch.version.git_version,
-            torch.version.cuda,
-            bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-            PYTHON_SOABI,
+            sorted(process_abi().items()),
             [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT],
             cuda_arch_list() if torch.version.cuda else None,
         )
