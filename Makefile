@@ -44,7 +44,7 @@ three-ways: $(PYTHON)
 # build of torch (about 5 GB) in its own venv, TORCH_CUDA_ARCH_LIST=9.0, nothing run on a GPU.
 $(CUDA_VENV)/bin/python:
 	python3 -m venv $(CUDA_VENV)
-	$(CUDA_VENV)/bin/python -m pip install -q torch
+	$(CUDA_VENV)/bin/python -m pip install -q --no-cache-dir torch
 	$(CUDA_VENV)/bin/python -m pip install -q -e .
 
 cuda-build: $(CUDA_VENV)/bin/python

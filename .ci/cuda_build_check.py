@@ -5,11 +5,15 @@ Run with a CUDA build of torch and TORCH_CUDA_ARCH_LIST set: no GPU is needed to
 compile or link error in any .cu file fails this script.
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
+# Removed on exit: each CI run would otherwise leave its libraries (tens of MB) in /tmp.
 os.environ["JITOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitops-cuda-check-")
+atexit.register(shutil.rmtree, os.environ["JITOPS_CACHE_DIR"], ignore_errors=True)
 
 import jitops  # noqa: E402
 from jitops import _loader  # noqa: E402
