@@ -15,20 +15,16 @@ void check_add2_inputs(const Tensor& a, const Tensor& b) {
 void add2_contiguous(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = a.numel();
   if (n == 0) return;
-#ifdef WITH_CUDA
-  if (a.is_cuda()) {
-    const CudaLaunchScope scope(a);
-    dispatch_floating(a, [&](auto t) {
-      using T = decltype(t);
-      add2_cuda<T>(const_ptr<T>(a), const_ptr<T>(b), mutable_ptr<T>(out), n, scope.stream());
-    });
-    return;
-  }
-#endif
-  dispatch_float_double(a, [&](auto t) {
-    using T = decltype(t);
-    add2_cpu<T>(const_ptr<T>(a), const_ptr<T>(b), mutable_ptr<T>(out), n);
-  });
+  launch_kernel(
+      a,
+      [&](auto t) {
+        using T = decltype(t);
+        add2_cpu<T>(const_ptr<T>(a), const_ptr<T>(b), mutable_ptr<T>(out), n);
+      },
+      [&](auto t, CudaStream stream) {
+        using T = decltype(t);
+        add2_cuda<T>(const_ptr<T>(a), const_ptr<T>(b), mutable_ptr<T>(out), n, stream);
+      });
 }
 
 // The kernels take contiguous tensors; views are compacted here, once, for every backend.

@@ -89,22 +89,20 @@ void run_kernel(const Tensor& x, const std::optional<Tensor>& b, const std::opti
   if (shape.n == 0) return;
   dispatch_activation(call.act, [&](auto act) {
     constexpr Activation kAct = decltype(act)::value;
-#ifdef WITH_CUDA
-    if (x.is_cuda()) {
-      const CudaLaunchScope scope(x);
-      dispatch_floating(x, [&](auto t) {
-        using T = decltype(t);
-        bias_act_cuda<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
-                               mutable_ptr<T>(out), shape, call.params, derivative, scope.stream());
-      });
-      return;
-    }
-#endif
-    dispatch_float_double(x, [&](auto t) {
-      using T = decltype(t);
-      bias_act_cpu<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
-                            mutable_ptr<T>(out), shape, call.params, derivative);
-    });
+    launch_kernel(
+        x,
+        [&](auto t) {
+          using T = decltype(t);
+          bias_act_cpu<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr,
+                                grad ? const_ptr<T>(*grad) : nullptr, mutable_ptr<T>(out), shape, call.params,
+                                derivative);
+        },
+        [&](auto t, CudaStream stream) {
+          using T = decltype(t);
+          bias_act_cuda<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr,
+                                 grad ? const_ptr<T>(*grad) : nullptr, mutable_ptr<T>(out), shape, call.params,
+                                 derivative, stream);
+        });
   });
 }
 

@@ -15,6 +15,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -47,15 +48,22 @@ template <typename... Parts>
     if (!(cond)) ::jitops::fail(__VA_ARGS__); \
   } while (false)
 
+inline std::vector<int64_t> sizes_of(const Tensor& x) {
+  std::vector<int64_t> sizes(x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) sizes[d] = x.size(d);
+  return sizes;
+}
+
 // "[3, 4]".
-inline std::string shape_str(const Tensor& x) {
+inline std::string shape_str(const std::vector<int64_t>& sizes) {
   std::string text = "[";
-  for (int64_t d = 0; d < x.dim(); ++d) {
+  for (size_t d = 0; d < sizes.size(); ++d) {
     if (d > 0) text += ", ";
-    text += std::to_string(x.size(d));
+    text += std::to_string(sizes[d]);
   }
   return text + "]";
 }
+inline std::string shape_str(const Tensor& x) { return shape_str(sizes_of(x)); }
 
 // torch's Python name of a dtype, as users write it.
 inline std::string dtype_name(ScalarType t) {
@@ -127,23 +135,58 @@ inline bool is_dense(const Tensor& x) {
   return true;
 }
 
-// A new tensor with x's shape, strides, dtype and device, for a dense x (is_dense): what
-// torch::stable::empty_like gives it, through the shim's empty_strided, a direct call where
-// empty_like goes through the boxed dispatcher (about a microsecond of a small op's call).
-inline Tensor empty_like_dense(const Tensor& x) {
-  const int64_t dims = x.dim();
-  std::vector<int64_t> sizes(dims), strides(dims);
-  for (int64_t d = 0; d < dims; ++d) {
-    sizes[d] = x.size(d);
-    strides[d] = x.stride(d);
-  }
+// A new tensor of these sizes and strides with like's dtype and device, through the shim's
+// empty_strided: a direct call, where torch::stable::empty_like and new_empty go through the boxed
+// dispatcher (about a microsecond of a small op's call).
+inline Tensor empty_strided_like(const Tensor& like, const std::vector<int64_t>& sizes,
+                                 const std::vector<int64_t>& strides) {
   int32_t dtype = 0, device_type = 0;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(x.get(), &dtype));
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(x.get(), &device_type));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
   AtenTensorHandle handle = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(dims, sizes.data(), strides.data(), dtype, device_type,
-                                                  x.get_device_index(), &handle));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(),
+                                                  dtype, device_type, like.get_device_index(), &handle));
   return Tensor(handle);
+}
+
+// A new contiguous tensor of these sizes with like's dtype and device.
+inline Tensor empty_contiguous_like(const Tensor& like, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return empty_strided_like(like, sizes, strides);
+}
+
+// A new tensor with x's shape, strides, dtype and device, for a dense x (is_dense): what
+// torch::stable::empty_like gives it.
+inline Tensor empty_like_dense(const Tensor& x) {
+  std::vector<int64_t> strides(x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) strides[d] = x.stride(d);
+  return empty_strided_like(x, sizes_of(x), strides);
+}
+
+// A view of x's memory with these sizes and strides, starting offset elements after x's start:
+// as_strided through the shim's _reinterpret_tensor, a direct call where torch::stable::narrow
+// and transpose go through the boxed dispatcher. For an op's own operands, below autograd.
+inline Tensor strided_view(const Tensor& x, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                           int64_t offset = 0) {
+  AtenTensorHandle handle = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(x.get(), static_cast<int64_t>(sizes.size()), sizes.data(),
+                                                        strides.data(), offset, &handle));
+  return Tensor(handle);
+}
+
+// aten::<name>.<overload> through the dispatcher, for the ATen ops torch::stable does not wrap:
+// every argument of the schema, in order (an optional one as std::optional); returns the first
+// output.
+template <typename... Args>
+Tensor call_aten(const char* name, const char* overload, const Args&... args) {
+  std::array<StableIValue, sizeof...(Args)> stack{torch::stable::detail::from(args)...};
+  TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<Tensor>(stack[0]);
 }
 
 // x itself when it is contiguous: torch::stable::contiguous always goes through the dispatcher,
@@ -197,5 +240,21 @@ class __attribute__((visibility("hidden"))) CudaLaunchScope {
   CudaStream stream_ = nullptr;
 };
 #endif
+
+// The one place an op picks its backend and dtype: on_cuda(T{}, stream) for a CUDA x, on x's
+// device and PyTorch's current stream (T float, double, Half or BFloat16), else on_cpu(T{}) (T
+// float or double). on_cuda is a generic lambda, never instantiated in a CPU-only build, so it may
+// name the CUDA entry points there too.
+template <typename OnCpu, typename OnCuda>
+void launch_kernel(const Tensor& x, OnCpu&& on_cpu, [[maybe_unused]] OnCuda&& on_cuda) {
+#ifdef WITH_CUDA
+  if (x.is_cuda()) {
+    const CudaLaunchScope scope(x);
+    dispatch_floating(x, [&](auto t) { on_cuda(t, scope.stream()); });
+    return;
+  }
+#endif
+  dispatch_float_double(x, on_cpu);
+}
 
 }  // namespace jitops

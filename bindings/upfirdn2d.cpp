@@ -9,97 +9,92 @@
 // "general", "tiled"), for the tests that hold the two CUDA kernels to the same bits and for the
 // benchmarks.
 //
-// Compiled as two units in parallel: unit 0 the checks and the registrations, unit 1 the autograd
-// formula, whose torch/csrc/autograd headers and templates take most of the time (as one unit
-// 11.4 s on a 2-core VM, the slowest unit of a cold build: 19.7 s of an H100 machine's 20.3 s
-// upfirdn2d build; split, 10.7 s and 5.3 s on the VM, 16.7 s and 8.6 s on the H100 machine).
+// Compiled as two units in parallel: unit 0 the schema, the checks and the kernels' registration,
+// on torch's stable API (bindings/stable.h, as the other ops); unit 1 the autograd formula, which
+// needs ATen's autograd (torch/csrc/autograd), whose headers and templates make it the slowest
+// unit of a cold build (9.4 s on a 2-core VM; unit 0 on ATen took 4.7 s more there).
 // jitops: shards 2
-#include <ATen/ops/empty.h>
-#include <torch/library.h>
+#include "../kernels/common.h"  // JITOPS_SHARD: all of this file when compiled as one unit
 
+#if JITOPS_SHARD == 0  // the schema, the checks and the kernels' registration
 #include <string>
+#include <vector>
 
-#include "../kernels/aten_checks.h"
 #include "../kernels/upfirdn2d.h"
-#include "aten_cuda.h"
+#include "stable.h"
 
 namespace jitops {
-
-#if JITOPS_SHARD == 0  // the checks and the kernels' registration
 namespace {
 
-using Kernel = void (*)(const at::Tensor&, const at::Tensor&, const Upfirdn2dParams&, at::Tensor&);
-
-std::string pair_str(const char* name, at::IntArrayRef values) { return std::string(name) + "=" + shape_str(values); }
+std::string pair_str(const char* name, const std::vector<int64_t>& values) {
+  return std::string(name) + "=" + shape_str(values);
+}
 
 // jitops/ops/upfirdn2d.py repeats these checks for tracing; keep the two in step. Returns the
-// (empty) output.
-at::Tensor checked_output(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
-                          at::IntArrayRef padding) {
-  TORCH_CHECK(x.dim() == 4, "x must have shape (N, C, H, W), got ", shape_str(x.sizes()));
-  TORCH_CHECK(f.dim() == 2 && f.size(0) >= 1 && f.size(1) >= 1, "f must be a non-empty 2-D filter here, got ",
-              shape_str(f.sizes()));
-  TORCH_CHECK(up.size() == 2 && up[0] >= 1 && up[1] >= 1, "up must be >= 1 per axis, got ", pair_str("up", up));
-  TORCH_CHECK(down.size() == 2 && down[0] >= 1 && down[1] >= 1, "down must be >= 1 per axis, got ",
-              pair_str("down", down));
-  TORCH_CHECK(padding.size() == 4, "padding must be [x0, x1, y0, y1], got ", shape_str(padding));
+// (empty, contiguous) output.
+Tensor checked_output(const Tensor& x, const Tensor& f, const std::vector<int64_t>& up,
+                      const std::vector<int64_t>& down, const std::vector<int64_t>& padding) {
+  JITOPS_CHECK(x.dim() == 4, "x must have shape (N, C, H, W), got ", shape_str(x));
+  JITOPS_CHECK(f.dim() == 2 && f.size(0) >= 1 && f.size(1) >= 1, "f must be a non-empty 2-D filter here, got ",
+               shape_str(f));
+  JITOPS_CHECK(up.size() == 2 && up[0] >= 1 && up[1] >= 1, "up must be >= 1 per axis, got ", pair_str("up", up));
+  JITOPS_CHECK(down.size() == 2 && down[0] >= 1 && down[1] >= 1, "down must be >= 1 per axis, got ",
+               pair_str("down", down));
+  JITOPS_CHECK(padding.size() == 4, "padding must be [x0, x1, y0, y1], got ", shape_str(padding));
   check_floating(x, "x");
   check_same_device_dtype(x, "x", f, "f");
   const int64_t fh = f.size(0), fw = f.size(1);
-  const int64_t out_w = (x.size(3) * up[0] + padding[0] + padding[1] - fw) / down[0] + 1;
-  const int64_t out_h = (x.size(2) * up[1] + padding[2] + padding[3] - fh) / down[1] + 1;
-  TORCH_CHECK(x.size(3) * up[0] + padding[0] + padding[1] >= fw && x.size(2) * up[1] + padding[2] + padding[3] >= fh,
-              "the upsampled, padded input (", std::to_string(x.size(2) * up[1] + padding[2] + padding[3]), " x ",
-              std::to_string(x.size(3) * up[0] + padding[0] + padding[1]), ") is smaller than the filter ",
-              shape_str(f.sizes()), ": no output pixel; x ", shape_str(x.sizes()), ", ", pair_str("up", up),
-              ", padding=", shape_str(padding));
-  return at::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
+  const int64_t padded_w = x.size(3) * up[0] + padding[0] + padding[1];
+  const int64_t padded_h = x.size(2) * up[1] + padding[2] + padding[3];
+  JITOPS_CHECK(padded_w >= fw && padded_h >= fh, "the upsampled, padded input (", std::to_string(padded_h), " x ",
+               std::to_string(padded_w), ") is smaller than the filter ", shape_str(f), ": no output pixel; x ",
+               shape_str(x), ", ", pair_str("up", up), ", padding=", shape_str(padding));
+  return empty_contiguous_like(x, {x.size(0), x.size(1), (padded_h - fh) / down[1] + 1, (padded_w - fw) / down[0] + 1});
 }
 
-Upfirdn2dParams params_of(at::IntArrayRef up, at::IntArrayRef down, at::IntArrayRef padding, bool flip_filter,
-                          double gain) {
-  return {up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
+// x and f contiguous, out from checked_output; either backend.
+void run(const Tensor& x, const Tensor& f, const std::vector<int64_t>& up, const std::vector<int64_t>& down,
+         const std::vector<int64_t>& padding, bool flip_filter, double gain, const Tensor& out,
+         Upfirdn2dKernel kernel) {
+  const Upfirdn2dParams params{up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
+  const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2), x.size(3), f.size(0), f.size(1), out.size(2),
+                             out.size(3)};
+  launch_kernel(
+      x,
+      [&](auto t) {
+        using T = decltype(t);
+        upfirdn2d_cpu<T>(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params);
+      },
+      [&](auto t, CudaStream stream) {
+        using T = decltype(t);
+        upfirdn2d_cuda<T>(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params, stream, kernel);
+      });
 }
 
-template <Kernel kernel>
-at::Tensor upfirdn2d(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
-                     at::IntArrayRef padding, bool flip_filter, double gain) {
-  at::Tensor out = checked_output(x, f, up, down, padding);
-  kernel(x.contiguous(), f.contiguous(), params_of(up, down, padding, flip_filter, gain), out);
+Tensor upfirdn2d(Tensor x, Tensor f, std::vector<int64_t> up, std::vector<int64_t> down, std::vector<int64_t> padding,
+                 bool flip_filter, double gain) {
+  Tensor out = checked_output(x, f, up, down, padding);
+  run(as_contiguous(x), as_contiguous(f), up, down, padding, flip_filter, gain, out, Upfirdn2dKernel::kAuto);
   return out;
 }
 
 #ifdef WITH_CUDA
-void run_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out,
-              Upfirdn2dKernel which) {
-  const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2), x.size(3), f.size(0), f.size(1), out.size(2), out.size(3)};
-  launch_cuda(x, [&](auto t, CudaStream stream) {
-    using T = decltype(t);
-    upfirdn2d_cuda(const_ptr<T>(x), const_ptr<T>(f), mutable_ptr<T>(out), sizes, params, stream, which);
-  });
-}
-
-void upfirdn2d_on_cuda(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out) {
-  run_cuda(x, f, params, out, Upfirdn2dKernel::kAuto);
-}
-
-at::Tensor upfirdn2d_kernel_on_cuda(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up,
-                                    at::IntArrayRef down, at::IntArrayRef padding, bool flip_filter, double gain,
-                                    c10::string_view kernel) {
-  TORCH_CHECK(kernel == "auto" || kernel == "general" || kernel == "tiled",
-              "kernel must be 'auto', 'general' or 'tiled', got '", std::string(kernel), "'");
+Tensor upfirdn2d_kernel_on_cuda(Tensor x, Tensor f, std::vector<int64_t> up, std::vector<int64_t> down,
+                                std::vector<int64_t> padding, bool flip_filter, double gain, std::string kernel) {
+  JITOPS_CHECK(kernel == "auto" || kernel == "general" || kernel == "tiled",
+               "kernel must be 'auto', 'general' or 'tiled', got '", kernel, "'");
   const Upfirdn2dKernel which = kernel == "general" ? Upfirdn2dKernel::kGeneral
                                 : kernel == "tiled" ? Upfirdn2dKernel::kTiled
                                                     : Upfirdn2dKernel::kAuto;
-  at::Tensor out = checked_output(x, f, up, down, padding);
-  run_cuda(x.contiguous(), f.contiguous(), params_of(up, down, padding, flip_filter, gain), out, which);
+  Tensor out = checked_output(x, f, up, down, padding);
+  run(as_contiguous(x), as_contiguous(f), up, down, padding, flip_filter, gain, out, which);
   return out;
 }
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(jitops, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(jitops, m) {
   m.def(
       "upfirdn2d(Tensor x, Tensor f, int[2] up, int[2] down, int[4] padding, bool flip_filter, float gain) "
       "-> Tensor");
@@ -108,27 +103,22 @@ TORCH_LIBRARY_FRAGMENT(jitops, m) {
       "str kernel) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(jitops, CPU, m) { m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_cpu>); }
-
-// Defined in unit 1, with the formula.
-at::Tensor upfirdn2d_autograd(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
-                              at::IntArrayRef padding, bool flip_filter, double gain);
-
-TORCH_LIBRARY_IMPL(jitops, Autograd, m) { m.impl("upfirdn2d", &upfirdn2d_autograd); }
+STABLE_TORCH_LIBRARY_IMPL(jitops, CPU, m) { m.impl("upfirdn2d", TORCH_BOX(&upfirdn2d)); }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
-  m.impl("upfirdn2d", &upfirdn2d<upfirdn2d_on_cuda>);
-  m.impl("_upfirdn2d_kernel", &upfirdn2d_kernel_on_cuda);
+STABLE_TORCH_LIBRARY_IMPL(jitops, CUDA, m) {
+  m.impl("upfirdn2d", TORCH_BOX(&upfirdn2d));
+  m.impl("_upfirdn2d_kernel", TORCH_BOX(&upfirdn2d_kernel_on_cuda));
 }
 #endif
+
+}  // namespace jitops
 #endif  // JITOPS_SHARD == 0
 
-#if JITOPS_SHARD == 1 % JITOPS_SHARD_COUNT  // the autograd formula
-}  // namespace jitops
-
+#if JITOPS_SHARD == 1 % JITOPS_SHARD_COUNT  // the autograd formula and its registration
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
 
 namespace jitops {
 namespace {
@@ -184,15 +174,15 @@ class Upfirdn2dFunction : public torch::autograd::Function<Upfirdn2dFunction> {
   }
 };
 
-}  // namespace
-
-// The Autograd kernel (unit 0 registers it).
 at::Tensor upfirdn2d_autograd(const at::Tensor& x, const at::Tensor& f, at::IntArrayRef up, at::IntArrayRef down,
                               at::IntArrayRef padding, bool flip_filter, double gain) {
   return Upfirdn2dFunction::apply(x, f, up, down, padding, flip_filter, gain);
 }
 
-#endif  // JITOPS_SHARD == 1 % JITOPS_SHARD_COUNT
+}  // namespace
+
+TORCH_LIBRARY_IMPL(jitops, Autograd, m) { m.impl("upfirdn2d", &upfirdn2d_autograd); }
 
 }  // namespace jitops
+#endif  // JITOPS_SHARD == 1 % JITOPS_SHARD_COUNT
 

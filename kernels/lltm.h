@@ -1,23 +1,20 @@
 // SPDX-License-Identifier: MIT
 // lltm: the cell of PyTorch's C++-extension tutorial. The matrix products run on ATen's BLAS
-// (bindings/lltm.cpp); these kernels fuse the elementwise parts, forward and backward. The CPU
-// entry points take contiguous tensors of one dtype and device; the CUDA ones the same as plain
-// pointers (T: float, double, Half, BFloat16), so that the CUDA file includes no torch header. The
-// per-element math lives here, once, for the CPU and the CUDA kernels.
+// (bindings/lltm.cpp); these kernels fuse the elementwise parts, forward and backward. The entry
+// points take contiguous memory of one dtype and device as plain pointers (T: float and double, and
+// Half and BFloat16 on CUDA), so that the kernel files include no torch header. The per-element
+// math lives here, once, for the CPU and the CUDA kernels.
 #pragma once
 
 #include "common.h"
 #include "fast_math.h"
 
-namespace at {
-class Tensor;
-}  // namespace at
-
 namespace jitops {
 
 // gates: [B, 3S], the pre-activations of the input gate, the output gate and the candidate cell
 // side by side; old_cell: [B, S] -> new_h: [B, S], new_cell: [B, S]
-void lltm_cell_cpu(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h, at::Tensor& new_cell);
+template <typename T>
+void lltm_cell_cpu(const T* gates, const T* old_cell, T* new_h, T* new_cell, int64_t batch, int64_t state);
 template <typename T>
 void lltm_cell_cuda(const T* gates, const T* old_cell, T* new_h, T* new_cell, int64_t batch, int64_t state,
                     CudaStream stream);
@@ -25,8 +22,9 @@ void lltm_cell_cuda(const T* gates, const T* old_cell, T* new_h, T* new_cell, in
 // grad_h, grad_cell, new_cell: [B, S], gates: [B, 3S] -> grad_gates: [B, 3S], grad_old_cell: [B, S].
 // The gates' activations are recomputed from the pre-activations rather than saved: arithmetic is
 // cheaper than the bytes.
-void lltm_cell_backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-                            const at::Tensor& gates, at::Tensor& grad_gates, at::Tensor& grad_old_cell);
+template <typename T>
+void lltm_cell_backward_cpu(const T* grad_h, const T* grad_cell, const T* new_cell, const T* gates, T* grad_gates,
+                            T* grad_old_cell, int64_t batch, int64_t state);
 template <typename T>
 void lltm_cell_backward_cuda(const T* grad_h, const T* grad_cell, const T* new_cell, const T* gates, T* grad_gates,
                              T* grad_old_cell, int64_t batch, int64_t state, CudaStream stream);

@@ -1,28 +1,25 @@
 // SPDX-License-Identifier: MIT
 // trilinear_interpolation: blend each point's 8 corner feature vectors by its position in the cell.
-// The CPU entry points take contiguous tensors of one dtype and device (bindings/ makes them so);
-// the CUDA ones the same as plain pointers (T: float, double, Half, BFloat16), so that the CUDA
-// file includes no torch header. The per-point math lives here, once, for both.
+// The entry points take contiguous memory of one dtype and device as plain pointers (bindings/
+// makes it so; T: float and double, and Half and BFloat16 on CUDA), so that the kernel files
+// include no torch header. The per-point math lives here, once, for both backends.
 #pragma once
 
 #include "common.h"
 
-namespace at {
-class Tensor;
-}  // namespace at
-
 namespace jitops {
 
 // feats: [N, 8, F], points: [N, 3] in [-1, 1], out: [N, F]
-void trilinear_interpolation_cpu(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out);
+template <typename T>
+void trilinear_interpolation_cpu(const T* feats, const T* points, T* out, int64_t n, int64_t f);
 template <typename T>
 void trilinear_interpolation_cuda(const T* feats, const T* points, T* out, int64_t n, int64_t f, CudaStream stream);
 
-// grad_out: [N, F] -> grad_feats: [N, 8, F] and, when grad_points is defined (not null), grad_points:
-// [N, 3]. feats is read only for grad_points: without it (undefined or null grad_points and feats)
-// the backward moves half the bytes.
-void trilinear_interpolation_backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats,
-                                          const at::Tensor& points, at::Tensor& grad_feats, at::Tensor& grad_points);
+// grad_out: [N, F] -> grad_feats: [N, 8, F] and, when grad_points is not null, grad_points: [N, 3].
+// feats is read only for grad_points: without it (both null) the backward moves half the bytes.
+template <typename T>
+void trilinear_interpolation_backward_cpu(const T* grad_out, const T* feats, const T* points, T* grad_feats,
+                                          T* grad_points, int64_t n, int64_t f);
 template <typename T>
 void trilinear_interpolation_backward_cuda(const T* grad_out, const T* feats, const T* points, T* grad_feats,
                                            T* grad_points, int64_t n, int64_t f, CudaStream stream);

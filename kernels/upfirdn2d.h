@@ -1,17 +1,13 @@
 // SPDX-License-Identifier: MIT
 // upfirdn2d: StyleGAN2's upsample (zero insertion), pad or crop, 2-D FIR filter, downsample. One
 // output pixel is one dot product of the filter with the input samples under it; that gather is
-// written once here for the CPU and the CUDA kernels. The CUDA entry point takes plain pointers,
-// so that the CUDA file includes no torch header.
+// written once here for the CPU and the CUDA kernels. The entry points take plain pointers, so that
+// the kernel files include no torch header.
 #pragma once
 
 #include <cstdint>
 
 #include "common.h"
-
-namespace at {
-class Tensor;
-}  // namespace at
 
 namespace jitops {
 
@@ -22,12 +18,13 @@ struct Upfirdn2dParams {
   double gain;
 };
 
-// x: [N, C, H, W], f: [fh, fw] (same dtype), out: [N, C, out_h, out_w]; all contiguous.
-void upfirdn2d_cpu(const at::Tensor& x, const at::Tensor& f, const Upfirdn2dParams& params, at::Tensor& out);
-// The same on the current device; sizes as above. T: float, double, Half, BFloat16.
+// x: [N, C, H, W], f: [fh, fw] (same dtype), out: [N, C, out_h, out_w]; all contiguous, on one
+// device, as plain pointers (T: float and double, and Half and BFloat16 on CUDA).
 struct Upfirdn2dSizes {
   int64_t planes, in_h, in_w, fh, fw, out_h, out_w;  // planes = N * C
 };
+template <typename T>
+void upfirdn2d_cpu(const T* x, const T* f, T* out, const Upfirdn2dSizes& sizes, const Upfirdn2dParams& params);
 // Which CUDA kernel computes it (kernels/cuda/upfirdn2d.cu): kAuto, the tiled one where it has one
 // for the call, else the general one. Tests and benchmarks name one (torch.ops.jitops._upfirdn2d_kernel);
 // kTiled where there is none is an error.

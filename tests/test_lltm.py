@@ -150,7 +150,7 @@ def test_bad_inputs_name_the_argument():
         ((input, weights[:, :10], bias, old_h, old_cell), r"weights must have shape \(3 \* S, S \+ I\) = \[18, 11\], got \[18, 10\]"),
         ((input, weights, bias[:5], old_h, old_cell), r"bias must have shape \(3 \* S,\) = \[18\], got \[5\]"),
         ((input, weights.double(), bias, old_h, old_cell), "input and weights must have the same dtype"),
-        ([t.int() for t in (input, weights, bias, old_h, old_cell)], "input must be float32 or float64.*got Int"),
+        ([t.int() for t in (input, weights, bias, old_h, old_cell)], "input must be float32 or float64.*got int32"),
     ]
     for args, message in cases:
         with pytest.raises(RuntimeError, match=message):

@@ -116,9 +116,9 @@ def test_bad_inputs_name_the_argument():
         ((feats, points[:3]), r"points must have shape \(N, 3\) with N = 4 \(feats.size\(0\)\), got \[3, 3\]"),
         ((feats, points[:, :2]), r"points must have shape \(N, 3\).*got \[4, 2\]"),
         ((feats, points[0]), r"points must have shape \(N, 3\).*got \[3\]"),
-        ((feats, points.double()), "feats and points must have the same dtype, got Float and Double"),
-        ((feats.int(), points.int()), "feats must be float32 or float64.*got Int"),
-        ((feats.half(), points.half()), "feats must be float32 or float64.*got Half on cpu"),
+        ((feats, points.double()), "feats and points must have the same dtype, got float32 and float64"),
+        ((feats.int(), points.int()), "feats must be float32 or float64.*got int32"),
+        ((feats.half(), points.half()), "feats must be float32 or float64.*got float16 on cpu"),
     ]
     for args, message in cases:
         with pytest.raises(RuntimeError, match=message):

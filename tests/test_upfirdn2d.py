@@ -123,7 +123,7 @@ def test_bad_inputs():
         jitops.upfirdn2d(x, f, padding=-1)
     with pytest.raises(RuntimeError, match="x and f must have the same dtype"):
         torch.ops.jitops.upfirdn2d(x, torch.ones(3, 3, dtype=torch.float64), [1, 1], [1, 1], [0, 0, 0, 0], False, 1.0)
-    with pytest.raises(RuntimeError, match="x must be float32 or float64.*got Int"):
+    with pytest.raises(RuntimeError, match="x must be float32 or float64.*got int32"):
         jitops.upfirdn2d(x.int(), None)
 
 

@@ -4,13 +4,9 @@
 // -fopt-info-vec).
 #include "../trilinear_interpolation.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
+#include <torch/csrc/stable/ops.h>  // parallel_for: torch's own thread pool
 
 #include <algorithm>
-
-#include "../aten_checks.h"
 
 namespace jitops {
 namespace {
@@ -67,64 +63,48 @@ void uvw_grad_row(const TrilinearCell<acc_t>& cell, const scalar_t* corners, con
   cell.accumulate_uvw_grad(dots, acc_t(1), grad_uvw);
 }
 
-// Points per at::parallel_for chunk: about kGrainSize feature values each.
+// Points per parallel_for chunk: about kGrainSize feature values each.
 int64_t points_per_chunk(int64_t num_features) {
   return std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(num_features, 1)));
 }
 
 }  // namespace
 
-void trilinear_interpolation_cpu(const at::Tensor& feats, const at::Tensor& points, at::Tensor& out) {
-  CHECK_INPUT_CPU(feats);
-  CHECK_INPUT_CPU(points);
-  CHECK_INPUT_CPU(out);
-  const int64_t n = feats.size(0), f = feats.size(2);
+// acc_t is T: the CPU kernels take float and double only.
+template <typename T>
+void trilinear_interpolation_cpu(const T* feats, const T* points, T* out, int64_t n, int64_t f) {
   if (n == 0 || f == 0) return;
-  AT_DISPATCH_FLOATING_TYPES(feats.scalar_type(), "trilinear_interpolation_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const scalar_t* feats_p = feats.const_data_ptr<scalar_t>();
-    const scalar_t* points_p = points.const_data_ptr<scalar_t>();
-    scalar_t* out_p = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, n, points_per_chunk(f), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const TrilinearCell<acc_t> cell(points_p[3 * i], points_p[3 * i + 1], points_p[3 * i + 2]);
-        interpolate_row(cell, feats_p + i * 8 * f, out_p + i * f, f);
-      }
-    });
+  torch::stable::parallel_for(0, n, points_per_chunk(f), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const TrilinearCell<T> cell(points[3 * i], points[3 * i + 1], points[3 * i + 2]);
+      interpolate_row(cell, feats + i * 8 * f, out + i * f, f);
+    }
   });
 }
 
-void trilinear_interpolation_backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats,
-                                          const at::Tensor& points, at::Tensor& grad_feats, at::Tensor& grad_points) {
-  CHECK_INPUT_CPU(grad_out);
-  CHECK_INPUT_CPU(points);
-  CHECK_INPUT_CPU(grad_feats);
-  const bool with_points_grad = grad_points.defined();
-  if (with_points_grad) {
-    CHECK_INPUT_CPU(feats);
-    CHECK_INPUT_CPU(grad_points);
-  }
-  const int64_t n = grad_out.size(0), f = grad_out.size(1);
+template <typename T>
+void trilinear_interpolation_backward_cpu(const T* grad_out, const T* feats, const T* points, T* grad_feats,
+                                          T* grad_points, int64_t n, int64_t f) {
   if (n == 0) return;
-  AT_DISPATCH_FLOATING_TYPES(grad_out.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const scalar_t* grad_out_p = grad_out.const_data_ptr<scalar_t>();
-    const scalar_t* feats_p = with_points_grad ? feats.const_data_ptr<scalar_t>() : nullptr;
-    const scalar_t* points_p = points.const_data_ptr<scalar_t>();
-    scalar_t* grad_feats_p = grad_feats.mutable_data_ptr<scalar_t>();
-    scalar_t* grad_points_p = with_points_grad ? grad_points.mutable_data_ptr<scalar_t>() : nullptr;
-    at::parallel_for(0, n, points_per_chunk(f), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const TrilinearCell<acc_t> cell(points_p[3 * i], points_p[3 * i + 1], points_p[3 * i + 2]);
-        scatter_grad_row(cell, grad_out_p + i * f, grad_feats_p + i * 8 * f, f);
-        if (!with_points_grad) continue;
-        acc_t grad_uvw[3];
-        uvw_grad_row(cell, feats_p + i * 8 * f, grad_out_p + i * f, f, grad_uvw);
-        // u = (x + 1) / 2, so d/dx = d/du / 2.
-        for (int axis = 0; axis < 3; ++axis) grad_points_p[3 * i + axis] = static_cast<scalar_t>(grad_uvw[axis] / 2);
-      }
-    });
+  torch::stable::parallel_for(0, n, points_per_chunk(f), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const TrilinearCell<T> cell(points[3 * i], points[3 * i + 1], points[3 * i + 2]);
+      scatter_grad_row(cell, grad_out + i * f, grad_feats + i * 8 * f, f);
+      if (grad_points == nullptr) continue;
+      T grad_uvw[3];
+      uvw_grad_row(cell, feats + i * 8 * f, grad_out + i * f, f, grad_uvw);
+      // u = (x + 1) / 2, so d/dx = d/du / 2.
+      for (int axis = 0; axis < 3; ++axis) grad_points[3 * i + axis] = grad_uvw[axis] / 2;
+    }
   });
 }
+
+#define JITOPS_INSTANTIATE(T)                                                                        \
+  template void trilinear_interpolation_cpu<T>(const T*, const T*, T*, int64_t, int64_t);           \
+  template void trilinear_interpolation_backward_cpu<T>(const T*, const T*, const T*, T*, T*, int64_t, \
+                                                        int64_t);
+JITOPS_INSTANTIATE(float)
+JITOPS_INSTANTIATE(double)
+#undef JITOPS_INSTANTIATE
 
 }  // namespace jitops
