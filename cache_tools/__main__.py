@@ -216,6 +216,13 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                 continue  # removed meanwhile
         removed.append({"op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size})
     freed = sum(r["bytes"] for r in removed)
+    # The warm records of what is gone (each names its entry folder): small, but one per op and
+    # setting would otherwise pile up. A dry run removes nothing, so it lists only those already
+    # dangling.
+    records = inventory.dangling_warm_records(root)
+    if not args.dry_run:
+        for record in records:
+            record.unlink(missing_ok=True)
 
     def human():
         verb = "would remove" if args.dry_run else "removed"
@@ -224,8 +231,12 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
         print(f"{verb} {len(removed)} entries, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
+        if records:
+            print(f"{verb} {len(records)} warm record(s) of entries that are gone")
 
-    emit(args, {"dry_run": args.dry_run, "removed": removed, "skipped": skipped, "bytes_freed": freed}, human)
+    data = {"dry_run": args.dry_run, "removed": removed, "skipped": skipped, "bytes_freed": freed,
+            "warm_records_removed": [str(r) for r in records]}
+    emit(args, data, human)
     return EXIT_OK
 
 

@@ -4,13 +4,14 @@ are doing. Reads only: removing is the commands' business (__main__.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _build, _cache
+from jitops import _build, _cache, _warm
 
 # An entry's status, as `jitops-cache list` shows it.
 OK, STALE, CORRUPT, BUILDING, ORPHAN = "ok", "stale", "corrupt", "building", "orphan"
@@ -233,6 +234,21 @@ def orphan_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.name.startswith(_cache.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
+
+
+def dangling_warm_records(root: Path) -> list[Path]:
+    """The warm records (jitops/_warm.py) under root whose entry is gone, or that cannot be read:
+    they only ever miss, so removing them loses nothing."""
+    dangling = []
+    for record in sorted(root.glob(f"{_warm.RECORD_PREFIX}*.json")) if root.is_dir() else []:
+        try:
+            entry = json.loads(record.read_bytes())["entry"]
+            if isinstance(entry, str) and entry and os.path.basename(entry) == entry and (root / entry).is_dir():
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        dangling.append(record)
+    return dangling
 
 
 def lock_of_temporary(root: Path, temporary: Path) -> Path | None:

@@ -188,8 +188,11 @@ def settings(op: str, source_root: str) -> str:
     )
 
 
+RECORD_PREFIX = "warm-"  # warm-<op>-<hash of the settings>.json, in the cache root
+
+
 def record_path(root: str, op: str, op_settings: str) -> str:
-    return os.path.join(root, f"warm-{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
+    return os.path.join(root, f"{RECORD_PREFIX}{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
 
 
 def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:

@@ -151,6 +151,29 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
     assert len(cleared["removed"]) == 1 and cli_json(cache, "list") == []
 
 
+def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
+    def record(name: str, content: bytes) -> Path:
+        path = cache / f"{_warm.RECORD_PREFIX}add2-{name}.json"
+        path.write_bytes(content)
+        return path
+
+    # What the CLI reads of a record is the entry folder it names (_warm.remember writes the rest).
+    of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
+    of_stale = record("stale", json.dumps({"entry": f"add2-{'0' * 16}"}).encode())
+    unreadable = record("unreadable", b"{not json")
+    elsewhere = record("elsewhere", json.dumps({"entry": f"../add2-{'0' * 16}"}).encode())
+
+    dry = cli_json(cache, "clear", "--stale", "--dry-run")
+    # A dry run removes no entry, so only the records that already name nothing are listed.
+    assert sorted(dry["warm_records_removed"]) == sorted(map(str, [unreadable, elsewhere])) and unreadable.exists()
+    stale = cli_json(cache, "clear", "--stale")
+    assert sorted(stale["warm_records_removed"]) == sorted(map(str, [of_stale, unreadable, elsewhere]))
+    assert of_ok.exists() and not of_stale.exists() and not unreadable.exists() and not elsewhere.exists()
+    cleared = cli(cache, "clear", "add2")
+    assert cleared.returncode == 0 and "removed 1 warm record(s) of entries that are gone" in cleared.stdout
+    assert not of_ok.exists()
+
+
 def test_clear_without_a_selection_is_bad_usage(cache):
     result = cli(cache, "clear")
     assert result.returncode == 2 and "say what to clear" in result.stderr
