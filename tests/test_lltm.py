@@ -84,6 +84,24 @@ def test_non_contiguous_inputs(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_weights_that_start_inside_their_storage(device):
+    # The bindings take weights' two column blocks as views at an offset from weights' own start
+    # (bindings/lltm.cpp: strided_view); weights here starts one row and one column into its storage.
+    batch, features, state = 3, 5, 4
+    input, _, bias, old_h, old_cell = make_inputs(batch, features, state, device, torch.float64)
+    weights = torch.randn(3 * state + 1, state + features + 1, device=device, dtype=torch.float64)[1:, 1:]
+    assert weights.storage_offset() > 0
+    weights.requires_grad_()
+    got = jitops.lltm(input, weights, bias, old_h, old_cell)
+    expected = lltm_ref(input, weights, bias, old_h, old_cell)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    (grad,) = torch.autograd.grad(sum(t.sum() for t in got), weights)
+    (expected_grad,) = torch.autograd.grad(sum(t.sum() for t in expected), weights)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
     inputs = make_inputs(3, 4, 5, device, torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(jitops.lltm, inputs)
