@@ -8,6 +8,7 @@
 
 #ifdef WITH_CUDA
 #define USE_CUDA  // the stable shim declares its CUDA stream getter only under this name
+#include <dlfcn.h>
 #endif
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -224,19 +225,36 @@ T* mutable_ptr(const Tensor& x) {
 }
 
 #ifdef WITH_CUDA
+// PyTorch's current CUDA stream on a device: the shim's aoti_torch_get_current_cuda_stream, looked
+// up once in torch's libtorch_cuda.so, already loaded, rather than linked. It is the one symbol an
+// op needs from that library, and a library that lists libtorch_cuda.so among its dependencies
+// makes every dlopen of it walk that library's two dozen dependencies (cuBLAS, cuDNN, NCCL...):
+// about half of a warm load's dlopen (callgrind, add2 on CUDA torch).
+inline CudaStream current_cuda_stream(int32_t device_index) {
+  using Getter = decltype(&aoti_torch_get_current_cuda_stream);
+  static const Getter getter = [] {
+    void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+    return torch_cuda == nullptr ? nullptr
+                                 : reinterpret_cast<Getter>(dlsym(torch_cuda, "aoti_torch_get_current_cuda_stream"));
+  }();
+  JITOPS_CHECK(getter != nullptr,
+               "jitops: cannot find aoti_torch_get_current_cuda_stream in torch's libtorch_cuda.so, which a CUDA "
+               "build of torch loads on import");
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(getter(device_index, &stream));
+  return static_cast<CudaStream>(stream);
+}
+
 // A CUDA kernel launches on x's device (made current for the call) and PyTorch's current stream.
 // Hidden, like the stable API types it holds (this header is compiled into each op alone).
 class __attribute__((visibility("hidden"))) CudaLaunchScope {
  public:
-  explicit CudaLaunchScope(const Tensor& x) : guard_(x.get_device_index()) {
-    void* stream = nullptr;
-    TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream));
-    stream_ = static_cast<CudaStream>(stream);
-  }
+  explicit CudaLaunchScope(const Tensor& x)
+      : guard_(x.get_device_index()), stream_(current_cuda_stream(x.get_device_index())) {}
   CudaStream stream() const { return stream_; }
 
  private:
-  torch::stable::accelerator::DeviceGuard guard_;
+  torch::stable::accelerator::DeviceGuard guard_;  // before stream_: the device is current first
   CudaStream stream_ = nullptr;
 };
 #endif

@@ -32,7 +32,11 @@ from ._warm import PYTHON_SOABI, LoadedOp, process_abi
 # clamps in kernels/fast_math.h; no jitops kernel relies on floating-point exceptions.
 CFLAGS = ["-O3", "-fno-trapping-math"]
 CUDA_CFLAGS = ["-O3"]
-LDFLAGS: list[str] = []
+# --as-needed: the library names only the libraries it takes symbols from (c10, torch_cpu, cudart)
+# among its dependencies, not all that torch's link line lists (torch, torch_python, c10_cuda,
+# torch_cuda). Every dlopen walks the dependencies of each, however long loaded, comparing names
+# with every library in the process; some toolchains (Ubuntu's) pass it by default, others do not.
+LDFLAGS = ["-Wl,--as-needed"]
 
 SOURCE_ROOT = Path(_warm.SOURCE_ROOT)
 
@@ -173,19 +177,6 @@ def _tool_description(binary: Path) -> str:
     return ": ".join(_tool_probe(binary))
 
 
-def openmp_flags() -> list[str]:
-    """Compile and link flags that make at::parallel_for parallel in the CPU kernels that use it.
-
-    With an OpenMP build of torch, at::parallel_for is an inline `#pragma omp parallel` loop
-    (ATen/ParallelOpenMP.h): compiled without -fopenmp it silently runs on one thread. The .so then
-    needs libgomp.so.1, which torch has already loaded, so there is one OpenMP runtime. (Kernels on
-    the stable API call torch::stable::parallel_for, which runs inside libtorch and needs neither.)
-    """
-    import torch
-
-    return ["-fopenmp"] if torch.backends.openmp.is_available() else []
-
-
 # ---------------------------------------------------------------------------------------------
 # The key
 # ---------------------------------------------------------------------------------------------
@@ -210,9 +201,9 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
         **process_abi(),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
-        "cflags": CFLAGS + openmp_flags() + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cflags": CFLAGS + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS if cuda.enabled else [],
-        "ldflags": LDFLAGS + openmp_flags(),
+        "ldflags": LDFLAGS,
         "sources_sha256": abi_components(sources)["sources_sha256"],
         "cxx": _tool_description(cxx) if cxx else None,
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import jitops.ops
 from jitops import _build, _cache, _loader, _warm
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -358,6 +359,23 @@ def test_warm_start_imports_only_the_warm_path():
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def needed_libraries(library: Path) -> list[str]:
+    """The libraries an ELF shared object names among its dependencies (DT_NEEDED), by readelf."""
+    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf (binutils) is not installed")
+def test_op_libraries_name_only_the_torch_libraries_they_use():
+    # Every dlopen walks the dependencies of each library the new one names, loaded or not
+    # (jitops/_loader.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
+    # torch_cuda in particular (with its two dozen CUDA libraries) would double a warm dlopen.
+    jitops.ops.require("add2")
+    needed = needed_libraries(_warm.loaded["add2"].library)
+    assert "libtorch_cpu.so" in needed
+    assert not {"libtorch.so", "libtorch_python.so", "libc10_cuda.so", "libtorch_cuda.so"} & set(needed), needed
 
 
 @pytest.mark.parametrize(
