@@ -13,7 +13,8 @@ warm jitops load must take neither). Rows:
   jitops        `import jitops`, then the op's first use (jitops.ops.require), or load_all()
   plain load()  load() of the op's own kernel and binding files (one unit each), as a user
                 without jitops would call it; warm = load() again in a new process
-  dlopen        torch.ops.load_library of the library jitops built: the floor for any loader
+  dlopen        torch.ops.load_library of the library jitops built: a bare dlopen, every symbol
+                bound at once (a warm jitops start binds each on first call, see _warm.py)
   tutorial      the extension tutorials' add2 (torch/extension.h, pybind11) with plain load()
 Per call (CPU tensors of 16 elements, one thread): jitops.add2 against torch.add, and
 jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
@@ -118,7 +119,7 @@ import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("im
 from jitops import _warm
 settings = _warm.settings(op, _warm.SOURCE_ROOT); step("settings")
 library, record, _ = _warm.recorded_library(op, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
-torch.ops.load_library(library); step("dlopen")
+_warm.open_verified_library(library); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """

@@ -251,11 +251,46 @@ def recall(op: str, source_root: str = SOURCE_ROOT, seen: dict | None = None) ->
         return None
     library, record, last_used = found
     mark_used(os.path.dirname(library), last_used)
+    open_verified_library(library)
+    return loaded.setdefault(op, LoadedOp(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
+
+
+def open_verified_library(library: str) -> None:
+    """torch.ops.load_library(library) with lazy binding: the same dlopen, which runs the library's
+    STABLE_TORCH_LIBRARY registrations (it defines no Python module), but each function the library
+    calls is bound on its first call rather than all of them now (ctypes always binds now). That
+    leaves about a tenth of the symbol lookups, a quarter of an op library's own dlopen time.
+
+    Only for a library a warm record names: that very file (by identity) was loaded with every
+    symbol bound (by _build's load check, or by _loader) under the same settings, torch's version
+    among them. A library that might lack a symbol (a prebuilt one, say) must fail to load, not
+    fail on a call: _loader loads those with torch.ops.load_library."""
     import torch
 
-    # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
-    torch.ops.load_library(library)
-    return loaded.setdefault(op, LoadedOp(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
+    path = os.path.realpath(library)  # as torch.ops.load_library records it
+    dlopen, dlerror = _libc_dlopen()
+    if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
+        raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
+    torch.ops.loaded_libraries.add(path)
+
+
+_dlopen_functions: tuple | None = None
+
+
+def _libc_dlopen() -> tuple:
+    """libc's dlopen and dlerror, through ctypes.PyDLL (the GIL stays held, as in ctypes' own
+    dlopen). Both looked up once, before any call: looking one up is a dlsym, which would clear
+    the error dlerror reports."""
+    global _dlopen_functions
+    if _dlopen_functions is None:
+        import ctypes
+
+        libc = ctypes.PyDLL(None)
+        dlopen, dlerror = libc.dlopen, libc.dlerror
+        dlopen.restype, dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
+        dlerror.restype, dlerror.argtypes = ctypes.c_char_p, []
+        _dlopen_functions = dlopen, dlerror
+    return _dlopen_functions
 
 
 def remember(op: str, op_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,

@@ -361,6 +361,20 @@ def test_warm_start_imports_only_the_warm_path():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_warm_open_records_the_library_as_torch_does_and_says_why_one_fails(tmp_path):
+    jitops.ops.require("add2")
+    library = _warm.loaded["add2"].library
+    link = tmp_path / "link.so"
+    link.symlink_to(library)
+    _warm.open_verified_library(str(link))  # loaded already: dlopen finds it by its inode
+    assert str(library.resolve()) in torch.ops.loaded_libraries
+    not_elf = tmp_path / "not_elf.so"
+    not_elf.write_bytes(b"not a shared library")
+    with pytest.raises(OSError, match=r"Could not load this library: .*not_elf\.so: .*(ELF|too short)"):
+        _warm.open_verified_library(str(not_elf))
+    assert str(not_elf) not in torch.ops.loaded_libraries
+
+
 def needed_libraries(library: Path) -> list[str]:
     """The libraries an ELF shared object names among its dependencies (DT_NEEDED), by readelf."""
     dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
