@@ -259,7 +259,7 @@ def open_verified_library(library: str) -> None:
     """torch.ops.load_library(library) with lazy binding: the same dlopen, which runs the library's
     STABLE_TORCH_LIBRARY registrations (it defines no Python module), but each function the library
     calls is bound on its first call rather than all of them now (ctypes always binds now). That
-    leaves about a tenth of the symbol lookups, a quarter of an op library's own dlopen time.
+    leaves about a tenth of the symbol lookups: a third of an op library's own dlopen time on the VM.
 
     Only for a library a warm record names: that very file (by identity) was loaded with every
     symbol bound (by _build's load check, or by _loader) under the same settings, torch's version
