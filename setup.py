@@ -10,12 +10,24 @@ wheel is source-only, and the ops are compiled on first use.
 """
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+
+
+class FreshBuildPy(build_py):
+    """pip builds in the source tree, and build_py copies only files newer than their last copy
+    under build/: a file deleted from the sources would ride along in every later wheel (a removed
+    header, say, which then also fails an AOT wheel's prebuilt libraries' sources check)."""
+
+    def run(self):
+        shutil.rmtree(Path(self.build_lib) / "jitops", ignore_errors=True)
+        super().run()
 
 
 def ahead_of_time_build() -> dict:
@@ -50,8 +62,6 @@ def ahead_of_time_build() -> dict:
         def run(self):
             # pip builds in the source tree: libraries stamped by an earlier build (older sources,
             # another torch) would otherwise ride along in this wheel.
-            import shutil
-
             shutil.rmtree(Path(self.build_lib) / "jitops" / "prebuilt", ignore_errors=True)
             super().run()
 
@@ -73,12 +83,11 @@ def ahead_of_time_build() -> dict:
                 "library_sha256": _cache.sha256_file(library),
                 "built_at": started,
                 "build_seconds": round(time.time() - started, 3),
-                "last_used": time.time(),
                 "ahead_of_time": True,
             }
             _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
 
-    return {"ext_modules": extensions, "cmdclass": {"build_ext": BuildAndStamp}}
+    return {"ext_modules": extensions, "cmdclass": {"build_py": FreshBuildPy, "build_ext": BuildAndStamp}}
 
 
-setup(**(ahead_of_time_build() if os.environ.get("JITOPS_AOT") == "1" else {}))
+setup(**(ahead_of_time_build() if os.environ.get("JITOPS_AOT") == "1" else {"cmdclass": {"build_py": FreshBuildPy}}))
