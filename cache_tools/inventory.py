@@ -242,10 +242,10 @@ def dangling_warm_records(root: Path) -> list[Path]:
     dangling = []
     for record in sorted(root.glob(f"{_warm.RECORD_PREFIX}*.json")) if root.is_dir() else []:
         try:
-            entry = json.loads(record.read_bytes())["entry"]
-            if isinstance(entry, str) and entry and os.path.basename(entry) == entry and (root / entry).is_dir():
+            entry = _warm.record_entry(str(root), json.loads(record.read_bytes()))
+            if entry is not None and os.path.isdir(entry):
                 continue
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object
             pass
         dangling.append(record)
     return dangling

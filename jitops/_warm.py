@@ -195,6 +195,13 @@ def record_path(root: str, op: str, op_settings: str) -> str:
     return os.path.join(root, f"{RECORD_PREFIX}{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
 
 
+def record_entry(root: str, record: dict) -> str | None:
+    """The entry folder a record names, a plain name inside root (a record never points elsewhere),
+    or None where it names none."""
+    name = record.get("entry")
+    return os.path.join(root, name) if isinstance(name, str) and name and os.path.basename(name) == name else None
+
+
 def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:
     """The library op's warm record for these settings names, the record, and the entry's
     last-used time, while nothing the record lists has changed and the cache root and entry are
@@ -213,9 +220,9 @@ def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tup
                 seen[path] = identity_or_none(path)
             if seen[path] != identity:
                 return None
-        if os.path.basename(record["entry"]) != record["entry"] or os.path.basename(record["library"]) != record["library"]:
+        entry = record_entry(root, record)
+        if entry is None or os.path.basename(record["library"]) != record["library"]:
             return None
-        entry = os.path.join(root, record["entry"])
         entry_info = os.lstat(entry)
         if private_dir_problem(entry, entry_info):
             return None
