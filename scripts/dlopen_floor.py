@@ -3,7 +3,11 @@
 from any loader: an empty library, one linked against torch's libraries but without static
 initialisers, and each op's cached library; median over new processes.
 
-    python scripts/dlopen_floor.py [--ops add2,bias_act] [--repeats 9]
+    python scripts/dlopen_floor.py [--ops add2,bias_act] [--repeats 9] [--link-variants "-Wl,-X;-Wl,-Y"]
+
+--link-variants rebuilds each op once per variant, with that variant's flags added to the loader's
+link flags (a cache of its own each), checks the op still computes and still reports a bad argument,
+and times that library's dlopen beside the others.
 
 Tells how much of an op library's dlopen is the dynamic linker's fixed cost in this process (many
 libraries loaded) and how much is the library's own relocations and registrations.
@@ -29,6 +33,41 @@ print((time.perf_counter() - started) * 1e3, len(mapped))
 """
 
 
+# Builds OP with extra link flags in a cache of its own, checks it, prints the library's path.
+VARIANT_CHILD = """
+import sys, torch
+from jitops import _loader
+_loader.LDFLAGS = _loader.LDFLAGS + sys.argv[2].split()
+import jitops, jitops.ops
+op = sys.argv[1]
+jitops.ops.require(op)
+if op == "add2":
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        a, b = torch.randn(3, 1000, device=device), torch.randn(3, 1000, device=device)
+        assert torch.equal(jitops.add2(a, b), a + b), device
+        try:
+            jitops.add2(a, b[:, :10])
+            raise AssertionError("a bad argument went through")
+        except RuntimeError as error:
+            assert "b" in str(error), error
+print(_loader.load_op(op).library)
+"""
+
+
+def build_variant(op: str, flags: str, cache: str) -> str:
+    env = {**os.environ, "JITOPS_CACHE_DIR": cache}
+    out = subprocess.run([sys.executable, "-c", VARIANT_CHILD, op, flags], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"variant {flags!r} of {op} failed:\n{out.stderr[-3000:]}")
+    return out.stdout.split()[-1]
+
+
+def describe(library: str) -> str:
+    """Size and how many symbols the library exports (a static libstdc++ exports thousands)."""
+    exported = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
+    return f"{os.path.getsize(library) / 1e3:.0f} kB, {len(exported.splitlines())} exported"
+
+
 def median_ms(library: str, repeats: int) -> tuple[float, int]:
     runs = []
     for _ in range(repeats):
@@ -42,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", default="add2,bias_act,lltm,trilinear_interpolation,upfirdn2d")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--link-variants", default="", help="';'-separated sets of extra link flags")
     args = parser.parse_args()
     import torch
 
@@ -71,10 +111,12 @@ def main() -> None:
         for op in args.ops.split(","):
             jitops.ops.require(op)
             rows.append((f"jitops {op}", str(_loader.load_op(op).library)))
+            for number, flags in enumerate(filter(None, args.link_variants.split(";"))):
+                rows.append((f"jitops {op} + {flags}", build_variant(op, flags, f"{tmp}/variant{number}")))
         print(f"{'library':<44}{'dlopen ms':>10}  (median of {args.repeats} new processes)")
         for name, path in rows:
             ms, mapped = median_ms(path, args.repeats)
-            print(f"{name:<44}{ms:>10.3f}")
+            print(f"{name:<44}{ms:>10.3f}  {describe(path)}")
         print(f"shared objects mapped in the child before the dlopen: {mapped}")
 
 

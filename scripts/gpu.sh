@@ -37,7 +37,7 @@ case "$1" in
   loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
              --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
   phases) for op in ${OPS:-add2}; do python3 examples/load_time.py --phases $op --repeats 9 2>&1 | tee -a "$OUT/phases.log"; done ;;
-  dlopen) python3 scripts/dlopen_floor.py --ops "${OPS:-add2,bias_act,lltm,trilinear_interpolation,upfirdn2d}" 2>&1 | tee "$OUT/dlopen_floor.log" ;;
+  dlopen) python3 scripts/dlopen_floor.py --ops "${OPS:-add2,bias_act,lltm,trilinear_interpolation,upfirdn2d}" --link-variants="${LINK_VARIANTS:-}" 2>&1 | tee "$OUT/dlopen_floor.log" ;;
   bench)
     cd examples
     for dtype in float32 float16; do
