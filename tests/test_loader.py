@@ -318,6 +318,12 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     changed("CXX unset")
     _compiler_reporting(early / "c++", "c++ 4.0")
     changed("a compiler put earlier on the same PATH")
+    if _warm.cxx_runtime():  # the libraries link against it (_loader.link_flags)
+        other_runtime = tmp_path / "other-runtime" / "libstdc++.so.6"
+        other_runtime.parent.mkdir()
+        shutil.copy(_warm.cxx_runtime(), other_runtime)
+        monkeypatch.setattr(_warm, "_cxx_runtime", [str(other_runtime)])
+        changed("another C++ runtime in the process")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
     changed("another torch")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
@@ -390,6 +396,51 @@ def test_op_libraries_name_only_the_torch_libraries_they_use():
     needed = needed_libraries(_warm.loaded["add2"].library)
     assert "libtorch_cpu.so" in needed
     assert not {"libtorch.so", "libtorch_python.so", "libc10_cuda.so", "libtorch_cuda.so"} & set(needed), needed
+
+
+def exported_symbols(library: Path) -> list[str]:
+    """The symbols an ELF shared object defines for others (nm -D --defined-only)."""
+    return subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+# Builds add2 (CPU) with $CXX in a fresh process, checks it computes and reports a bad argument.
+BUILD_AND_RUN_ADD2 = """
+import torch, jitops, jitops.ops
+from jitops import _warm
+jitops.ops.require("add2")
+a, b = torch.randn(1000), torch.randn(1000)
+assert torch.equal(jitops.add2(a, b), a + b)
+try:
+    jitops.add2(a, b[:10])
+    raise AssertionError("a bad argument went through")
+except RuntimeError as error:
+    assert "b" in str(error), error
+print(_warm.loaded["add2"].library)
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("readelf") and shutil.which("nm")), reason="readelf/nm (binutils) are not installed")
+def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_links_its_own(tmp_path):
+    # Some toolchains' g++ links libstdc++ statically (the H100 machine's does): a whole second
+    # C++ runtime in each library, exporting thousands of symbols, which doubled its dlopen
+    # (_loader.link_flags). Such a compiler, and the control that it is one:
+    wrapper = tmp_path / "static-runtime-c++"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("c++")} "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    probe = tmp_path / "probe.cpp"
+    probe.write_text('#include <sstream>\nextern "C" int probe(int x) { std::ostringstream s; s << x; return int(s.str().size()); }\n')
+    subprocess.run([str(wrapper), "-shared", "-fPIC", str(probe), "-o", str(tmp_path / "probe.so")], check=True)
+    assert "libstdc++.so.6" not in needed_libraries(tmp_path / "probe.so")
+    assert len(exported_symbols(tmp_path / "probe.so")) > 1000, "the control must carry its own runtime"
+
+    env = {**os.environ, "CXX": str(wrapper), "JITOPS_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", BUILD_AND_RUN_ADD2], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    library = Path(proc.stdout.split()[-1])
+    assert "libstdc++.so.6" in needed_libraries(library)
+    assert len(exported_symbols(library)) < 100, "only the op library's own symbols"
+    manifest = json.loads((library.parent / _cache.MANIFEST_NAME).read_text())
+    assert _warm.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
 
 
 @pytest.mark.parametrize(
