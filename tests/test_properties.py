@@ -118,7 +118,11 @@ def test_upfirdn2d(device, data):
     fh, fw = (f.shape[0], f.shape[0]) if f.dim() == 1 else tuple(f.shape)
     fits = shape[3] * up + padding[0] + padding[1] >= fw and shape[2] * up + padding[2] + padding[3] >= fh
     valid = dtype.is_floating_point and fits
-    check(lambda: jitops.upfirdn2d(x, f, **kwargs), lambda: upfirdn2d_ref(x, f, **kwargs), valid, dtype)
+    # The reference runs in float64: in float16 its two passes (a separable filter) round the
+    # intermediate, which large taps that cancel turn into errors of 1% (found on the H100: jitops,
+    # accumulating in float32, and the float16 reference differed by 0.014 on an output of 1.4208).
+    reference = lambda: upfirdn2d_ref(x.double(), f.double(), **kwargs).to(dtype)  # noqa: E731
+    check(lambda: jitops.upfirdn2d(x, f, **kwargs), reference, valid, dtype)
 
 
 @property_test
