@@ -10,12 +10,13 @@
 // (float64, and sizes or pointers not aligned to a whole vector) takes one kernel per order and
 // dtype that picks the activation at run time, compiled once instead of nine times: on a 16-core
 // H100 machine the previous layout (a vector and a scalar kernel per activation for all four
-// dtypes, about 250 kernels) took 26 s to build. The loader compiles this file as 19 units in
-// parallel: unit k < 9 instantiates activation k's float32 and float16 kernels, unit 9 + k its
-// bfloat16 ones (bias_act_shards.h), unit 18 the run-time-switch kernels: 12.4 s there. (With one
-// unit per activation, softplus's alone took 17.6 s, its exp and log1p unrolled 16 to 32 times per
-// kernel.)
-// jitops: shards 19
+// dtypes, about 250 kernels) took 26 s to build. The loader compiles this file as 8 units in
+// parallel, each with a share of the (activation, dtype) pairs (the table at the end), unit 7
+// also the run-time-switch kernels. As 19 units (one per activation and dtype group) the build
+// took 12-16 s on the H100 machine: with the CPU and bindings units, more units than its 16 cores,
+// and each unit spends 1.1 s (2-core VM) on its host code whatever its kernels. (With one unit per
+// activation, softplus's alone took 17.6 s, its exp and log1p unrolled 16 to 32 times per kernel.)
+// jitops: shards 8
 #include <algorithm>
 
 #include "../bias_act.h"
@@ -263,7 +264,7 @@ void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const 
   }
 }
 
-#if JITOPS_SHARD == 18 % JITOPS_SHARD_COUNT
+#if JITOPS_SHARD == 7 % JITOPS_SHARD_COUNT  // the run-time-switch kernels: in unit 7
 template <typename T>
 void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
                        const BiasActParams& params, int derivative, Activation act, CudaStream stream) {
@@ -321,26 +322,47 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
   }
 }
 
-// This unit's share of the activations (all of them when compiled as one unit).
+// This unit's share of the vector kernels (all of them when the file is compiled as one unit): the
+// (activation, dtype) pairs dealt to 8 units of about equal compile time, ptxas's share the
+// largest. Solo on the 2-core VM, each unit's kernels take 3.0-3.8 s beside 1.1 s that every unit
+// spends on its host code; softplus, its exp and log1p unrolled per element, fills a unit alone.
 #define JITOPS_INSTANTIATE_FOR(act, T)                                                                              \
   template void bias_act_cuda<Activation::act, T>(const T*, const T*, const T*, T*, const BiasActShape&,          \
                                                   const BiasActParams&, int, CudaStream);                        \
   template void bias_act_fused_backward_cuda<Activation::act, T>(const T*, const T*, const T*, T*, BiasSum<T>*, \
                                                                  int64_t, const BiasActShape&,                  \
                                                                  const BiasActParams&, CudaStream);
+// float64 has no vector kernel of its own (bias_act_cuda sends it to the run-time switch), so it
+// rides with float32 and float16.
 #define JITOPS_INSTANTIATE(act) \
   JITOPS_INSTANTIATE_FOR(act, float) JITOPS_INSTANTIATE_FOR(act, double) JITOPS_INSTANTIATE_FOR(act, Half)
-#define JITOPS_ACTIVATION_UNITS (JITOPS_SHARD_COUNT == 1 ? 1 : 9)
-#define JITOPS_ACTIVATION_UNIT JITOPS_SHARD
-#include "../bias_act_shards.h"
+#define JITOPS_IN_UNIT(unit) (JITOPS_SHARD_COUNT == 1 || JITOPS_SHARD == (unit))
+#if JITOPS_IN_UNIT(0)
+JITOPS_INSTANTIATE(kSoftplus)
+#endif
+#if JITOPS_IN_UNIT(1)
+JITOPS_INSTANTIATE_FOR(kSoftplus, BFloat16) JITOPS_INSTANTIATE_FOR(kLinear, BFloat16) JITOPS_INSTANTIATE_FOR(kRelu, BFloat16)
+#endif
+#if JITOPS_IN_UNIT(2)
+JITOPS_INSTANTIATE(kSwish) JITOPS_INSTANTIATE_FOR(kLrelu, BFloat16) JITOPS_INSTANTIATE_FOR(kElu, BFloat16)
+#endif
+#if JITOPS_IN_UNIT(3)
+JITOPS_INSTANTIATE(kSigmoid) JITOPS_INSTANTIATE_FOR(kSwish, BFloat16)
+#endif
+#if JITOPS_IN_UNIT(4)
+JITOPS_INSTANTIATE(kTanh) JITOPS_INSTANTIATE_FOR(kSigmoid, BFloat16)
+#endif
+#if JITOPS_IN_UNIT(5)
+JITOPS_INSTANTIATE(kSelu) JITOPS_INSTANTIATE(kElu)
+#endif
+#if JITOPS_IN_UNIT(6)
+JITOPS_INSTANTIATE(kLinear) JITOPS_INSTANTIATE(kRelu) JITOPS_INSTANTIATE(kLrelu)
+#endif
+#if JITOPS_IN_UNIT(7)  // with the run-time-switch kernels (above)
+JITOPS_INSTANTIATE_FOR(kTanh, BFloat16) JITOPS_INSTANTIATE_FOR(kSelu, BFloat16)
+#endif
+#undef JITOPS_IN_UNIT
 #undef JITOPS_INSTANTIATE
-#undef JITOPS_ACTIVATION_UNIT
-#define JITOPS_INSTANTIATE(act) JITOPS_INSTANTIATE_FOR(act, BFloat16)
-#define JITOPS_ACTIVATION_UNIT (JITOPS_SHARD_COUNT == 1 ? 0 : JITOPS_SHARD - 9)
-#include "../bias_act_shards.h"
-#undef JITOPS_INSTANTIATE
-#undef JITOPS_ACTIVATION_UNIT
-#undef JITOPS_ACTIVATION_UNITS
 #undef JITOPS_INSTANTIATE_FOR
 
 }  // namespace jitops
