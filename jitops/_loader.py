@@ -52,6 +52,7 @@ def link_flags() -> list[str]:
     runtime = _warm.cxx_runtime()
     return LDFLAGS + ([runtime] if runtime else [])
 
+
 SOURCE_ROOT = Path(_warm.SOURCE_ROOT)
 
 

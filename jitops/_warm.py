@@ -7,8 +7,8 @@ only the standard library (and torch, already imported by then): importing the r
 
 Once _loader has verified an op's library (loaded it from the cache, or built it), it writes a
 warm record (<cache root>/warm-<op>-<hash of the settings>.json): the settings of the process
-(jitops, torch, Python, its C++ runtime, the environment variables the toolchain lookup reads, the GPUs' archs when
-no arch list is set), the library and its manifest with the identities they were verified with, and the identity of
+(jitops, torch, Python, its C++ runtime, the environment variables the toolchain lookup reads,
+the GPUs' archs when no arch list is set), the library and its manifest with the identities they were verified with, and the identity of
 every file and folder its key was computed from or found through (sources, headers, compilers, the
 folders on PATH...: _loader.PlannedEntry.dependencies), each read before the key was computed. A later
 process with the same settings that finds every one of those identities unchanged loads that
