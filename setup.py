@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent
 class FreshBuildPy(build_py):
     """pip builds in the source tree, and build_py copies only files newer than their last copy
     under build/: a file deleted from the sources would ride along in every later wheel (a removed
-    header, say, which then also fails an AOT wheel's prebuilt libraries' sources check)."""
+    header, say, which then also fails an AOT wheel's prebuilt libraries' sources check). It runs
+    before build_ext, so libraries stamped by an earlier AOT build (older sources, another torch)
+    go too."""
 
     def run(self):
         shutil.rmtree(Path(self.build_lib) / "jitops", ignore_errors=True)
@@ -58,12 +60,6 @@ def ahead_of_time_build() -> dict:
     class BuildAndStamp(BuildExtension):
         """Each library goes to prebuilt/<op>-<key>/, named as the JIT build names it, with the
         manifest a cache entry has (the loader checks its ABI fields and the library's sha256)."""
-
-        def run(self):
-            # pip builds in the source tree: libraries stamped by an earlier build (older sources,
-            # another torch) would otherwise ride along in this wheel.
-            shutil.rmtree(Path(self.build_lib) / "jitops" / "prebuilt", ignore_errors=True)
-            super().run()
 
         def build_extension(self, ext):
             started = time.time()

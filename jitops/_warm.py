@@ -8,10 +8,10 @@ only the standard library (and torch, already imported by then): importing the r
 Once _loader has verified an op's library (loaded it from the cache, or built it), it writes a
 warm record (<cache root>/warm-<op>-<hash of the settings>.json): the settings of the process
 (jitops, torch, Python, its C++ runtime, the environment variables the toolchain lookup reads,
-the GPUs' archs when no arch list is set), the library and its manifest with the identities they were verified with, and the identity of
-every file and folder its key was computed from or found through (sources, headers, compilers, the
-folders on PATH...: _loader.PlannedEntry.dependencies), each read before the key was computed. A later
-process with the same settings that finds every one of those identities unchanged loads that
+the GPUs' archs when no arch list is set), the library and its manifest with the identities they
+were verified with, and the identity of every file and folder its key was computed from or found
+through (sources, headers, compilers, the folders on PATH...: _loader.PlannedEntry.dependencies),
+each read before the key was computed. A later process with the same settings that finds every one of those identities unchanged loads that
 library without computing the key: nothing the key depends on has changed since, so the key is
 the same, and the library is the very file that was verified. Anything else (an edited or added
 header, another compiler on PATH, a replaced library, another torch, a record that is missing or
@@ -24,6 +24,7 @@ added to or removed from it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import json
@@ -282,48 +283,38 @@ def open_verified_library(library: str) -> None:
     torch.ops.loaded_libraries.add(path)
 
 
-_libc_functions: tuple | None = None
-
-
+@functools.cache
 def _libc_dl() -> tuple:
     """libc's dlopen, dlerror and dlinfo (None where libc has none), through ctypes.PyDLL (the
     GIL stays held, as in ctypes' own dlopen). All looked up once, before any call: looking one up
     is a dlsym, which would clear the error dlerror reports."""
-    global _libc_functions
-    if _libc_functions is None:
-        import ctypes
+    import ctypes
 
-        libc = ctypes.PyDLL(None)
-        dlopen, dlerror, dlinfo = libc.dlopen, libc.dlerror, getattr(libc, "dlinfo", None)
-        dlopen.restype, dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
-        dlerror.restype, dlerror.argtypes = ctypes.c_char_p, []
-        if dlinfo is not None:
-            dlinfo.restype, dlinfo.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-        _libc_functions = dlopen, dlerror, dlinfo
-    return _libc_functions
+    libc = ctypes.PyDLL(None)
+    dlopen, dlerror, dlinfo = libc.dlopen, libc.dlerror, getattr(libc, "dlinfo", None)
+    dlopen.restype, dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
+    dlerror.restype, dlerror.argtypes = ctypes.c_char_p, []
+    if dlinfo is not None:
+        dlinfo.restype, dlinfo.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    return dlopen, dlerror, dlinfo
 
 
-_cxx_runtime: list[str | None] = []  # cxx_runtime()'s answer, once found
-
-
+@functools.cache
 def cxx_runtime() -> str | None:
     """The C++ runtime (libstdc++.so.6) this process has loaded, by the path the dynamic linker
     loaded it from; None where there is none (or no dlinfo). The op libraries link against this
     very file (_loader.link_flags), so it is one of the settings their key depends on. Found once
     per process, in about 50 us: dlopen(RTLD_NOLOAD) finds the loaded library without loading
     anything, and dlinfo(RTLD_DI_LINKMAP) gives its link_map, whose second field is the path."""
-    if not _cxx_runtime:
-        import ctypes
+    import ctypes
 
-        path = None
-        dlopen, _, dlinfo = _libc_dl()
-        handle = dlopen(b"libstdc++.so.6", os.RTLD_LAZY | os.RTLD_NOLOAD)
-        link_map = ctypes.c_void_p()  # -> struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
-        if handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0:
-            name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
-            path = os.fsdecode(name) if name else None
-        _cxx_runtime.append(path)
-    return _cxx_runtime[0]
+    dlopen, _, dlinfo = _libc_dl()
+    handle = dlopen(b"libstdc++.so.6", os.RTLD_LAZY | os.RTLD_NOLOAD)
+    link_map = ctypes.c_void_p()  # -> struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
+    if not (handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0):
+        return None
+    name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
+    return os.fsdecode(name) if name else None
 
 
 _RTLD_DI_LINKMAP = 2  # <dlfcn.h>

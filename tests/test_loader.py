@@ -322,7 +322,7 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
         other_runtime = tmp_path / "other-runtime" / "libstdc++.so.6"
         other_runtime.parent.mkdir()
         shutil.copy(_warm.cxx_runtime(), other_runtime)
-        monkeypatch.setattr(_warm, "_cxx_runtime", [str(other_runtime)])
+        monkeypatch.setattr(_warm, "cxx_runtime", lambda: str(other_runtime))
         changed("another C++ runtime in the process")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
     changed("another torch")
