@@ -44,12 +44,24 @@ Tensor checked_output(const Tensor& x, const Tensor& f, const std::vector<int64_
   check_floating(x, "x");
   check_same_device_dtype(x, "x", f, "f");
   const int64_t fh = f.size(0), fw = f.size(1);
-  const int64_t padded_w = x.size(3) * up[0] + padding[0] + padding[1];
-  const int64_t padded_h = x.size(2) * up[1] + padding[2] + padding[3];
-  JITOPS_CHECK(padded_w >= fw && padded_h >= fh, "the upsampled, padded input (", std::to_string(padded_h), " x ",
-               std::to_string(padded_w), ") is smaller than the filter ", shape_str(f), ": no output pixel; x ",
-               shape_str(x), ", ", pair_str("up", up), ", padding=", shape_str(padding));
-  return empty_contiguous_like(x, {x.size(0), x.size(1), (padded_h - fh) / down[1] + 1, (padded_w - fw) / down[0] + 1});
+  const std::string arguments = "x " + shape_str(x) + ", " + pair_str("up", up) + ", " + pair_str("down", down) +
+                                ", padding=" + shape_str(padding);
+  // In 128 bits: up and padding may be anything an int64 holds, and their products must not wrap.
+  const __int128 padded_w = __int128(x.size(3)) * up[0] + padding[0] + padding[1];
+  const __int128 padded_h = __int128(x.size(2)) * up[1] + padding[2] + padding[3];
+  JITOPS_CHECK(padded_w >= fw && padded_h >= fh, "the upsampled, padded input is smaller than the filter ",
+               shape_str(f), ": no output pixel; ", arguments);
+  const __int128 out_h = (padded_h - fh) / down[1] + 1, out_w = (padded_w - fw) / down[0] + 1;
+  // A double cannot overflow here, and is exact enough to compare with the int64 limit.
+  const double bytes = double(x.size(0)) * double(x.size(1)) * double(out_h) * double(out_w) * double(x.element_size());
+  JITOPS_CHECK(bytes < 9.2e18, "the output would take more than 2^63 bytes, more than a tensor can hold: ", arguments);
+  const std::vector<int64_t> sizes{x.size(0), x.size(1), int64_t(out_h), int64_t(out_w)};
+  try {
+    return empty_contiguous_like(x, sizes);
+  } catch (const std::exception& error) {
+    fail("cannot allocate the output ", shape_str(sizes), " (", std::to_string(int64_t(bytes)), " bytes) for ",
+         arguments, ": ", error.what());
+  }
 }
 
 // x and f contiguous, out from checked_output; either backend.

@@ -94,9 +94,21 @@ def cmd_dir(args: argparse.Namespace) -> int:
 
 
 def selected_rows(ops: list[str]) -> tuple[Path, list[inventory.Row]]:
+    """The cache's rows of the named ops (all rows for none). A name that is neither an op this
+    jitops ships nor one with entries in the cache is a typo: a usage error, not "0 entries"."""
     root, _ = _cache.configured_root()
     rows = inventory.entry_rows(root)
+    check_op_names(ops, {row.op for row in rows})
     return root, [row for row in rows if not ops or row.op in ops]
+
+
+def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
+    import jitops
+
+    available = jitops.available_ops()
+    unknown = sorted(set(ops) - set(available) - also_known)
+    if unknown:
+        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(sorted(set(available) | also_known))}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -337,9 +349,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
     ops = args.ops or jitops.available_ops()
-    unknown = sorted(set(ops) - set(jitops.available_ops()))
-    if unknown:
-        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(jitops.available_ops())}")
+    check_op_names(ops)
     try:
         jitops.load_all(ops)
         failure = None
@@ -368,14 +378,20 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def export_prebuilt(entry_dir: Path, out: Path) -> Path:
     """Copy a published entry (.so and manifest) into out/<op>-<key>/ for JITOPS_PREBUILT_DIR,
-    replacing an older copy in one rename, so a reader never sees half of it."""
-    out.mkdir(parents=True, exist_ok=True)
+    replacing an older copy in one rename, so a reader never sees half of it. Everything it
+    creates is readable by all and writable by its owner alone, whatever the umask: the loader
+    refuses a prebuilt entry that anyone else could write (_build.untrusted_prebuilt)."""
+    if not out.exists():
+        out.mkdir(parents=True)
+        os.chmod(out, 0o755)
     target = out / entry_dir.name
     staging = Path(tempfile.mkdtemp(prefix=f".{entry_dir.name}-", dir=out))
     try:
         manifest = json.loads((entry_dir / _cache.MANIFEST_NAME).read_text())
         shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
         _cache.write_json_atomic(staging / _cache.MANIFEST_NAME, manifest)
+        os.chmod(staging / manifest["library"], 0o755)
+        os.chmod(staging / _cache.MANIFEST_NAME, 0o644)
         os.chmod(staging, 0o755)
         if target.exists():
             _cache.remove_tree(target)

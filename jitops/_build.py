@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import _cache
+from . import _cache, _warm
 from ._loader import CudaPlan, OpSources, PlannedEntry, verified_or_discarded
 
 # How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):
@@ -70,10 +71,15 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     """Steps 3 to 5 for an entry that is not in the cache: the library, the backends it has, and
     how it was got ("built", "cache" where another process published it meanwhile, "prebuilt")."""
     sources, cuda, components, entry = planned.sources, planned.cuda, planned.components, planned.entry
+    lock_timeout(), build_timeout()  # a bad setting is an error of its own, not a reason to fall back
     missing = missing_tools(planned.cxx)
     if missing:
         # Building is impossible, so a matching prebuilt or a clear error.
-        library, backends = _prebuilt(sources.op, components, why="; ".join(missing), required=True)
+        library, backends = _prebuilt(
+            sources.op, components, why="; ".join(missing), required=True,
+            advice="Install the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
+            "`jitops-cache build --out DIR` under this same torch.",
+        )
         return library, backends, "prebuilt"
     if cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
         # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
@@ -102,12 +108,13 @@ def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
 _warned_prebuilt: set[str] = set()
 
 
-def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path, list[str]] | None:
-    """DESIGN.md's step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources,
-    with the backends it was built for.
+def _prebuilt(op: str, components: dict, why: str, required: bool, advice: str = "") -> tuple[Path, list[str]] | None:
+    """Step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources, with the
+    backends it was built for.
 
     `why` says why building is not an option. With required=True the absence of a match is an
-    error naming both that reason and what each refused prebuilt differs in; else None.
+    error naming both that reason and what each refused prebuilt differs in, then `advice` (what
+    to do, where `why` does not say it already); else None.
     """
     library, manifest, refused = find_prebuilt(op, components)
     if library is None:
@@ -118,8 +125,7 @@ def _prebuilt(op: str, components: dict, why: str, required: bool) -> tuple[Path
         )
         raise BuildError(
             f"jitops: cannot build op {op!r}: {why}\nand no prebuilt library matches this torch/CUDA/Python:"
-            f"{refusals}\nInstall the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
-            "`jitops-cache build --out DIR` under this same torch."
+            f"{refusals}" + (f"\n{advice}" if advice else "")
         )
     backends = list(manifest["components"].get("backends", []))
     if op not in _warned_prebuilt:
@@ -168,14 +174,14 @@ def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list
     running torch has CUDA."""
     refused, matches = [], []
     for entry in prebuilt_entries(op):
-        if (entry.path.parent.stat().st_mode & stat.S_IWOTH) and entry.path.parent != PACKAGE_PREBUILT_DIR:
-            refused.append(f"{entry.path}: its directory is writable by anyone; not loaded")
-            continue
         try:
             library = entry.verified_library(touch=False, private=False)
+            problem = untrusted_prebuilt(entry, library) if library else "removed while being read"
             manifest = entry.read_manifest()
         except (_cache.CacheError, OSError) as err:
-            refused.append(f"{entry.path}: {err}")
+            problem = str(err)
+        if problem is not None:
+            refused.append(f"{entry.path}: {problem}; not loaded")
             continue
         differences = prebuilt_mismatch(manifest.get("components", {}), wanted)
         if differences:
@@ -189,15 +195,44 @@ def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list
     return library, manifest, refused
 
 
+def untrusted_prebuilt(entry: _cache.Entry, library: Path) -> str | None:
+    """Why someone other than this user or root could have put code into a prebuilt entry, or
+    None: its directory, the entry's folder, its manifest and its library must each be theirs and
+    writable by no one else. The package's own prebuilt folder is as trusted as the package's
+    code beside it: whoever can write one can write the other."""
+    if entry.root == PACKAGE_PREBUILT_DIR:
+        return None
+    owners = (os.getuid(), 0)
+    for path, what, directory in (
+        (entry.root, "prebuilt directory", True),
+        (entry.path, "prebuilt entry", True),
+        (entry.manifest_path, "prebuilt manifest", False),
+        (library, "prebuilt library", False),
+    ):
+        problem = _warm.unsafe_path_problem(str(path), what, owners, directory)
+        if problem:
+            return problem
+    return None
+
+
 def seconds_from_env(name: str, default: float) -> float:
-    """A number of seconds from the environment variable `name`, else default."""
+    """A number of seconds from the environment variable `name`, else default. Only a finite
+    number above zero is a limit: anything else (0, -1, nan, inf) is refused, naming the variable,
+    rather than read as "stop at once" or "wait forever"."""
     value = os.environ.get(name, "")
     if not value:
         return default
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        raise BuildError(f"{name} must be a number of seconds, got {value!r}") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise BuildError(f"jitops: {name} must be a finite number of seconds above 0, got {value!r}")
+    return seconds
+
+
+def build_timeout() -> float:
+    return seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
 
 
 def lock_timeout() -> float:
@@ -216,9 +251,14 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
 
     timeout = lock_timeout()
     # A kernel (flock) lock: the OS drops it when its holder dies, so a killed build blocks no one.
-    lock = filelock.FileLock(str(entry.lock_path), timeout=timeout)
+    lock = filelock.FileLock(str(entry.lock_path), timeout=timeout, mode=0o600)
     try:
         lock.acquire()
+    except OSError as err:  # not a lock file: a directory, say, or no permission
+        raise BuildError(
+            f"jitops: cannot take the lock {entry.lock_path} to build op {entry.op!r}: {err.strerror or err}; "
+            f"remove whatever is at that path (`rm -r {entry.lock_path}`), or point JITOPS_CACHE_DIR elsewhere"
+        ) from None
     except filelock.Timeout:
         try:
             holder = _owner_path(entry).read_text().strip()
@@ -230,11 +270,12 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
         ) from None
     owner = _owner_path(entry)
     try:
-        owner.write_text(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        _write_private(owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
         # Another process may have published the entry while this one waited for the lock.
         library = verified_or_discarded(entry)
         if library is not None:
             return library, "cache"
+        _cache.remove_orphans(entry)
         return make(), "built"
     except OSError as err:
         if err.errno != errno.ENOSPC:
@@ -248,6 +289,14 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
     finally:
         owner.unlink(missing_ok=True)
         lock.release()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a small file readable by its owner alone, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)
+        file.write(text)
 
 
 def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) -> Path:
@@ -345,7 +394,7 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     wrappers = []
     for original, wrapper_name, defines in units:
         wrapper = src / wrapper_name
-        wrapper.write_text(f'{defines}#include "{original.resolve()}"\n')
+        wrapper.write_text(f'{defines}#include "{_header_name(original.resolve())}"\n', encoding="utf-8")
         wrappers.append(str(wrapper))
     build_dir = staging / "build"
     build_dir.mkdir()
@@ -355,6 +404,7 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
     # to this process's stdout, and would then need a new name for each rebuild in one process.
     from torch.utils import cpp_extension
 
+    build_file = build_dir / "build.ninja"
     cuda_cflags = list(components["cuda_cflags"])
     if cuda.enabled:
         _use_cuda_home(cpp_extension, cuda.cuda_home)
@@ -366,7 +416,7 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
             is_standalone=False,
         )
         cpp_extension._write_ninja_file_to_build_library(
-            path=str(build_dir / "build.ninja"),
+            path=str(build_file),
             name=sources.extension_name,
             sources=wrappers,
             extra_cflags=list(components["cflags"]),
@@ -387,7 +437,31 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
             f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested "
             "with torch 2.10 to 2.14"
         ) from err
+    _escape_build_paths(build_file, wrappers)
     return build_dir
+
+
+def _escape_build_paths(build_file: Path, paths: list[str]) -> None:
+    """Escape the source paths in torch's build.ninja as ninja reads them. torch escapes only a
+    space, so a cache root holding a `$` (read as a variable) or a `:` (ends a build's outputs)
+    could never build. Each path is a source of one build line, written as torch writes it."""
+    text = build_file.read_text(encoding="utf-8")
+    for path in paths:
+        if "\n" in path:
+            raise BuildError(f"jitops: cannot build under {path!r}: ninja cannot name a path holding a newline; set JITOPS_CACHE_DIR to another directory")
+        as_torch_wrote_it = path.replace(" ", "$ ")
+        escaped = path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+        if text.count(f" {as_torch_wrote_it}\n") != 1:
+            raise BuildError(f"jitops: torch's build.ninja does not name the source {path} as expected; cannot escape it")
+        text = text.replace(f" {as_torch_wrote_it}\n", f" {escaped}\n")
+    build_file.write_text(text, encoding="utf-8")
+
+
+def _header_name(source: Path) -> str:
+    """source as an #include "..." names it: taken literally up to the next quote (no escapes)."""
+    if '"' in str(source) or "\n" in str(source):
+        raise BuildError(f"jitops: cannot compile {str(source)!r}: a C++ #include cannot name a path holding a quote or a newline")
+    return str(source)
 
 
 def _use_cuda_home(cpp_extension, cuda_home: Path) -> None:
@@ -429,7 +503,7 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     threads) directly; it is also stopped with everything it started (_stop_ninja) on a timeout,
     on KeyboardInterrupt here and on SIGTERM (an exception while a build runs on the main thread)."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
-    timeout = seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
+    timeout = build_timeout()
     command = ["ninja", "-v"]
     jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
     if jobs.isdigit():

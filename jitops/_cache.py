@@ -11,17 +11,17 @@ Layout of a cache root::
         build.log               compiler output of the build
         manifest.json           written last: key components, sha256 of the .so, timings
     <root>/<op>-<key>.lock      kernel file lock taken while building that entry
-    <root>/.tmp-<op>-<key>-*    a build in progress (or an orphan of a killed one)
+    <root>/.tmp-<op>-<key>-<pid>-*  a build in progress by process <pid> (or an orphan of a killed one)
     <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
     <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
     <root>/warm-<op>-<hash>.json  a warm record: the library a new process in the same settings may
                                 load while the files behind its key keep their identities (_warm.py)
 
-A file's identity is its (size, mtime_ns, inode, device). A hash recorded together with an
-identity is trusted while the file still has that identity; any change forces a full hash. So a
-warm load reads no source and no library in full, yet an edited, truncated or replaced file is
-always hashed again (a writer would have to restore size and mtime in place to slip past, and the
-cache root is private to its owner).
+A file's identity is its (size, mtime_ns, ctime_ns, inode, device) (_warm.file_identity). A hash
+recorded together with an identity is trusted while the file still has that identity; any change
+forces a full hash. So a warm load reads no source and no library in full, yet an edited,
+truncated or replaced file is always hashed again, even where its writer restored the mtime: the
+status-change time cannot be set back.
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ import warnings
 from pathlib import Path
 
 from . import _warm
-from ._warm import MANIFEST_NAME, file_identity, identity_or_none, private_dir_problem
+from ._warm import KEY_LENGTH, MANIFEST_NAME, file_identity, identity_or_none, private_dir_problem
 
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
-KEY_LENGTH = 16  # hex digits of sha256 kept in directory names; 64 bits is plenty per op
 
 
 class CacheError(RuntimeError):
@@ -92,12 +91,20 @@ def _check_private_dir(path: Path) -> None:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (0700, parents as needed) or check an existing one; return it."""
+    """Create `path` (0700, and so each missing parent, whatever the umask) or check an existing
+    one; return it."""
     if not os.path.lexists(path):  # one system call when it exists, as it does on every warm load
-        try:
-            path.mkdir(mode=0o700, parents=True)
-        except FileExistsError:
-            pass  # made by another process meanwhile
+        missing = []
+        parent = Path(os.path.abspath(path))
+        while not os.path.lexists(parent):
+            missing.append(parent)
+            parent = parent.parent
+        for folder in reversed(missing):
+            try:
+                folder.mkdir(mode=0o700)
+                os.chmod(folder, 0o700)  # mkdir's mode is cut by the umask; this one is not
+            except FileExistsError:
+                pass  # made by another process meanwhile
     _check_private_dir(path)
     return path
 
@@ -362,8 +369,33 @@ class Entry:
 
 
 def new_build_dir(entry: Entry) -> Path:
-    """A fresh private directory for one build attempt; only this process ever writes into it."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.op}-{entry.key}-", dir=entry.root))
+    """A fresh private directory for one build attempt; only this process ever writes into it.
+    Its name carries this process's id, so a later build can tell an orphan (remove_orphans)."""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.op}-{entry.key}-{os.getpid()}-", dir=entry.root))
+
+
+def remove_orphans(entry: Entry) -> None:
+    """Remove the staging folders earlier builds of this entry left behind when they were killed.
+    Called under the entry's lock, which every build of it holds while its staging folder exists:
+    so a folder of this entry made by a process that is gone is no one's (the compilers of a killed
+    build may still be writing into it; they then fail, and nobody reads what they wrote)."""
+    prefix = f"{TMP_PREFIX}{entry.op}-{entry.key}-"
+    with os.scandir(entry.root) as found:
+        names = [f.name for f in found if f.name.startswith(prefix)]
+    for name in names:
+        pid = name[len(prefix) :].partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_exists(int(pid)):
+            shutil.rmtree(entry.root / name, ignore_errors=True)
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:
@@ -398,11 +430,10 @@ def list_entries(root: Path) -> list[tuple[Entry, dict | None]]:
 
 
 def binary_identity(path: Path) -> tuple[str, str]:
-    """The binary's resolved path, and that path with its size and mtime: the identity changes
-    whenever the binary is replaced."""
+    """The binary's resolved path, and that path with its file identity: the identity changes
+    whenever the binary is replaced or rewritten."""
     resolved = os.path.realpath(path)
-    info = os.stat(resolved)
-    return resolved, f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
+    return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
 
 
 def read_toolchain_probes(root: Path) -> dict:
@@ -423,7 +454,11 @@ def remember_toolchain_probe(root: Path, identity: str, version: str) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a directory so that no reader sees it half deleted: rename away, then delete."""
+    """Delete a directory so that no reader sees it half deleted: rename away, then delete. (A
+    file or link found where a directory should be goes too.)"""
     trash = path.parent / f"{TMP_PREFIX}removing-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
     os.rename(path, trash)
-    shutil.rmtree(trash, ignore_errors=True)
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.unlink(trash)

@@ -209,6 +209,21 @@ def abi_components(sources: OpSources, record_hashes: bool = True) -> dict:
     }
 
 
+def build_environment(cuda: CudaPlan) -> dict:
+    """The environment variables set here that change what a build produces (_warm.py lists them;
+    the CUDA ones only where CUDA units are built), with their values."""
+    names = _warm.COMPILER_ENVIRONMENT + (_warm.CUDA_BUILD_ENVIRONMENT if cuda.enabled else ())
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def environment_tools(cuda: CudaPlan) -> list[Path]:
+    """The programs build_environment() names (nvcc's host compiler $CC, the $PYTORCH_NVCC that
+    replaces nvcc), as found on PATH: the key probes them like the compilers."""
+    environment = build_environment(cuda)
+    commands = [environment.get("CC", ""), *environment.get("PYTORCH_NVCC", "").split()[:1]]
+    return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
+
+
 def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict:
     """Everything that can change the built .so. Any difference gives a different cache entry."""
     return {
@@ -222,6 +237,8 @@ def key_components(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> dict
         "sources_sha256": abi_components(sources)["sources_sha256"],
         "cxx": _tool_description(cxx) if cxx else None,
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
+        "environment": build_environment(cuda),
+        "environment_tools": [_tool_description(tool) for tool in environment_tools(cuda)],
     }
 
 
@@ -237,6 +254,7 @@ def _key_files(sources: OpSources, cxx: Path | None, cuda: CudaPlan) -> list[str
     found, each file's identity that of the file its links end at), the files that make each CUDA
     toolkit find_cuda_home looks at one, and this module, which holds the flags."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
+    compilers += [str(tool) for tool in environment_tools(cuda)]
     toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]
     return sources.hashed_files() + compilers + toolkits + [__file__]
 
@@ -300,23 +318,42 @@ def _load_uncached(sources: OpSources, cached_only: bool = False) -> LoadedOp | 
     if recalled is not None:
         return recalled
     planned = PlannedEntry(sources)
-    library = verified_or_discarded(planned.entry)
-    how, backends = "cache", planned.cuda.backends
-    if library is None and cached_only:
-        return None
-    if library is None:
-        from . import _build
+    for attempt in ("first", "again"):
+        library = verified_or_discarded(planned.entry)
+        how, backends = "cache", planned.cuda.backends
+        if library is None and cached_only:
+            return None
+        if library is None:
+            from . import _build
 
-        library, backends, how = _build.build_or_prebuilt(planned)
-    import torch
+            library, backends, how = _build.build_or_prebuilt(planned)
+        import torch
 
-    # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
-    torch.ops.load_library(str(library))
+        try:
+            # dlopen runs the library's STABLE_TORCH_LIBRARY registrations; it defines no Python module.
+            torch.ops.load_library(str(library))
+            break
+        except OSError as err:
+            if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
+                raise
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     if how != "prebuilt":
         _remember(planned, library, with_cuda, reason)
     return LoadedOp(library, with_cuda, reason, how)
+
+
+def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool:
+    """After a cache entry's verified library failed to open: True where finding or building it
+    again may succeed (it was removed meanwhile, by `jitops-cache clear` or prune; or its bytes
+    no longer match their sha256, when it is discarded with a warning). A library that matches its
+    sha256 and still does not open is an error naming it and the way out."""
+    if not library.exists() or verified_or_discarded(entry, full_hash=True) is None:
+        return True
+    raise _cache.CacheError(
+        f"jitops: the library {library} of the cache entry {entry.path} matches its sha256 but does not open: "
+        f"{err.__cause__ or err}. `jitops-cache clear {entry.op}` removes the entry, and the next load builds it again."
+    ) from err
 
 
 def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> None:
@@ -332,10 +369,11 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
                    entry.verified_identities, with_cuda, reason)
 
 
-def verified_or_discarded(entry: _cache.Entry) -> Path | None:
-    """The entry's verified library, or None: absent, or corrupt (then warned about and removed)."""
+def verified_or_discarded(entry: _cache.Entry, full_hash: bool = False) -> Path | None:
+    """The entry's verified library, or None: absent, or corrupt (then warned about and removed).
+    full_hash: hash the library even where its identity is the one recorded with its hash."""
     try:
-        return entry.verified_library()
+        return entry.verified_library(full_hash=full_hash)
     except _cache.CacheError as err:
         _cache.warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
         entry.discard()

@@ -18,8 +18,10 @@ header, another compiler on PATH, a replaced library, another torch, a record th
 unreadable) is a miss: _loader then computes the key in full, verifies the entry, and writes a
 new record. So a record only saves work; it is never a reason to load something else.
 
-A file's identity is its (size, mtime_ns, inode, device); a folder's changes when an entry is
-added to or removed from it.
+A file's identity is its (size, mtime_ns, ctime_ns, inode, device), as git's index keeps it: the
+status-change time cannot be set back (touch, rsync -t and tar restore only the mtime) and moves
+on every write, so an edit that keeps size, mtime and even the inode is still a change. A folder's
+identity changes when an entry is added to or removed from it.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import hashlib
 import importlib.machinery
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
 from . import __version__
 
-RECORD_FORMAT = 1  # bump when a record's meaning changes: older records then simply miss
+RECORD_FORMAT = 2  # bump when a record's meaning changes: older records then simply miss
 MANIFEST_NAME = "manifest.json"  # in each cache entry (_cache.py)
 # An entry's last-used time (its folder's mtime) is set at most once a minute: precise enough for
 # least-recently-used pruning, and 64 ranks that start together do not all write it.
@@ -44,8 +47,16 @@ LAST_USED_RESOLUTION_S = 60.0
 # suffix rather than sysconfig: sysconfig costs a millisecond to import and fills its variables
 # lazily and not thread-safely (load_all() computes keys in several threads; one once got None).
 PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-# The environment variables the toolchain lookup (_loader.find_cxx, plan_cuda) reads.
-TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")
+KEY_LENGTH = 16  # hex digits of sha256 kept in entry names (<op>-<key>); 64 bits is plenty per op
+# Environment variables that change what a build produces without changing which tools the
+# toolchain lookup finds, so the key names their values (_loader.key_components): the ones torch's
+# build-file writer reads for CUDA units (CC becomes nvcc's -ccbin, PYTORCH_NVCC replaces nvcc) and
+# nvcc reads itself, then the search paths the C++ compiler and linker read.
+CUDA_BUILD_ENVIRONMENT = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
+# Every environment variable the key depends on: those above, and the ones the toolchain lookup
+# (_loader.find_cxx, plan_cuda) reads.
+TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
 
 
 def _find_source_root() -> str:
@@ -89,25 +100,38 @@ def configured_root() -> tuple[str, str]:
 def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | None:
     """Why `path` may not hold libraries we load (another user could write into it), or None.
     info: its os.lstat(), where the caller has it."""
+    return unsafe_path_problem(path, "cache directory", (os.getuid(),), directory=True, info=info)
+
+
+def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory: bool,
+                        info: os.stat_result | None = None) -> str | None:
+    """Why `path` (a directory, or a regular file) may not hold or be a library we load, or None:
+    it is a symbolic link or of the other kind, owned by none of `owners`, or writable by group or
+    others (who could then put their code in it). what: how messages name it. info: its
+    os.lstat(), where the caller has it."""
     info = info or os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
-        return f"cache directory {path} is a symbolic link; refusing to follow it"
-    if not stat.S_ISDIR(info.st_mode):
-        return f"cache directory {path} is not a directory"
-    if info.st_uid != os.getuid():
-        return f"cache directory {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+        return f"{what} {path} is a symbolic link; refusing to follow it"
+    if not (stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)):
+        return f"{what} {path} is not a {'directory' if directory else 'regular file'}"
+    if info.st_uid not in owners:
+        return f"{what} {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return (
-            f"cache directory {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"{what} {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
             f"run `chmod go-w {path}`"
         )
     return None
 
 
 def file_identity(path: str) -> list[int]:
-    """(size, mtime_ns, inode, device): changes whenever the file is written, truncated or replaced."""
+    """(size, mtime_ns, ctime_ns, inode, device): changes whenever the file is written, truncated
+    or replaced, whatever the writer does to its mtime afterwards (see the module's docstring)."""
     info = os.stat(path)
-    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
+
+
+IDENTITY_FIELDS = 5  # file_identity's length: a recorded identity of another length is no identity
 
 
 def identity_or_none(path: str) -> list[int] | None:
@@ -197,11 +221,42 @@ def record_path(root: str, op: str, op_settings: str) -> str:
     return os.path.join(root, f"{RECORD_PREFIX}{op}-{hashlib.sha256(op_settings.encode()).hexdigest()[:16]}.json")
 
 
-def record_entry(root: str, record: dict) -> str | None:
-    """The entry folder a record names, a plain name inside root (a record never points elsewhere),
-    or None where it names none."""
+# What a record's names may be: an entry folder directly inside the root (never "." or ".."),
+# and a plain library file name in it.
+_ENTRY_NAME = re.compile(rf"(?P<op>[A-Za-z0-9_][A-Za-z0-9_.]*)-[0-9a-f]{{{KEY_LENGTH}}}")
+_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.so")
+
+
+def record_entry(root: str, record: dict, op: str | None = None) -> str | None:
+    """The entry folder a record names, by a name of the form <op>-<key> inside root (a record
+    never points elsewhere), or None where it names none (or, given op, another op's)."""
     name = record.get("entry")
-    return os.path.join(root, name) if isinstance(name, str) and name and os.path.basename(name) == name else None
+    match = _ENTRY_NAME.fullmatch(name) if isinstance(name, str) else None
+    return os.path.join(root, name) if match and op in (None, match["op"]) else None
+
+
+def _is_identity(value) -> bool:
+    return isinstance(value, list) and len(value) == IDENTITY_FIELDS and all(type(v) is int for v in value)
+
+
+def _valid_record(record, op: str, op_settings: str) -> bool:
+    """Whether a record read from disk is one remember() wrote for op in these settings: every
+    field of the right type, before anything in it is used."""
+    return (
+        isinstance(record, dict)
+        and record.get("settings") == op_settings
+        and isinstance(record.get("checked"), list)
+        and all(
+            isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and (item[1] is None or _is_identity(item[1]))
+            for item in record["checked"]
+        )
+        and isinstance(record.get("library"), str)
+        and _LIBRARY_NAME.fullmatch(record["library"]) is not None
+        and _is_identity(record.get("library_identity"))
+        and _is_identity(record.get("manifest_identity"))
+        and isinstance(record.get("with_cuda"), bool)
+        and isinstance(record.get("cuda_reason"), str)
+    )
 
 
 def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:
@@ -215,16 +270,14 @@ def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tup
         if private_dir_problem(root) or not os.access(root, os.W_OK | os.X_OK):
             return None  # _loader's cache_root() says why, and falls back
         record = json.loads(_read(record_path(root, op, op_settings)))
-        if not isinstance(record, dict) or record.get("settings") != op_settings:
+        entry = record_entry(root, record, op) if isinstance(record, dict) else None
+        if entry is None or not _valid_record(record, op, op_settings):
             return None
         for path, identity in record["checked"]:
             if path not in seen:
                 seen[path] = identity_or_none(path)
             if seen[path] != identity:
                 return None
-        entry = record_entry(root, record)
-        if entry is None or os.path.basename(record["library"]) != record["library"]:
-            return None
         entry_info = os.lstat(entry)
         if private_dir_problem(entry, entry_info):
             return None
@@ -240,11 +293,14 @@ def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tup
 
 
 def _read(path: str) -> bytes:
-    """A small file's bytes (os.read: open() builds a buffered file object, a tenth of a warm
-    start's record check). A record is a few kB; one larger than this read is cut, fails to
-    parse, and misses."""
-    fd = os.open(path, os.O_RDONLY)
+    """A small regular file's bytes (os.read: open() builds a buffered file object, a tenth of a
+    warm start's record check). Opened without blocking and without following a link, so that a
+    FIFO or a device planted at a record's path is refused (ValueError) rather than waited on. A
+    record is a few kB; one larger than this read is cut, fails to parse, and misses."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
         return os.read(fd, 1 << 20)
     finally:
         os.close(fd)
@@ -259,8 +315,13 @@ def recall(op: str, source_root: str = SOURCE_ROOT, seen: dict | None = None) ->
     if found is None:
         return None
     library, record, last_used = found
+    try:
+        open_verified_library(library)
+    except OSError:
+        # Removed since it was checked (`jitops-cache clear`, prune), or it does not open: the long
+        # way finds, verifies (and, if corrupt, rebuilds) the entry again, or says what is wrong.
+        return None
     mark_used(os.path.dirname(library), last_used)
-    open_verified_library(library)
     return loaded.setdefault(op, LoadedOp(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
 
 

@@ -89,7 +89,12 @@ def _fake(x, f, up, down, padding, flip_filter, gain):
     padded_w = x.shape[3] * up[0] + padding[0] + padding[1]
     padded_h = x.shape[2] * up[1] + padding[2] + padding[3]
     torch._check(padded_w >= f.shape[1] and padded_h >= f.shape[0], lambda: "the upsampled, padded input is smaller than the filter")
-    return x.new_empty((x.shape[0], x.shape[1], (padded_h - f.shape[0]) // down[1] + 1, (padded_w - f.shape[1]) // down[0] + 1))
+    sizes = (x.shape[0], x.shape[1], (padded_h - f.shape[0]) // down[1] + 1, (padded_w - f.shape[1]) // down[0] + 1)
+    torch._check(
+        sizes[0] * sizes[1] * sizes[2] * sizes[3] * x.element_size() < 2**63,
+        lambda: f"the output would take more than 2^63 bytes, more than a tensor can hold: up={up}, down={down}, padding={padding}",
+    )
+    return x.new_empty(sizes)
 
 
 def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain):
