@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its three parts at once, each with its own cache
 # (on 16 cores about 7.5 minutes; one after another they take 11). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -15,8 +15,8 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 TESTS_A="tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py"
 TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py tests/test_reliability.py
-         tests/test_cache_cli.py tests/test_large_index.py tests/test_distributed.py"
-TESTS_C="tests/test_upfirdn2d.py"
+         tests/test_large_index.py tests/test_distributed.py"
+TESTS_C="tests/test_upfirdn2d.py tests/test_cache_cli.py tests/test_untrusted_disk.py"
 # Part b without the loader's slow fault and packaging suites (prebuilt wheel, killed builds,
 # distributed, CLI): every op's CUDA tests in about 4 minutes, when only bindings or kernels changed.
 TESTS_B_OPS="tests/test_trilinear_interpolation.py tests/test_properties.py tests/test_large_index.py"
@@ -47,9 +47,11 @@ case "$1" in
   bench-others)  # the ops whose CUDA files lost their ATen headers: same kernels, re-timed
     cd examples
     python3 benchmark.py trilinear_interpolation lltm upfirdn2d --json "$OUT/bench_others.json" 2>&1 | tee "$OUT/bench_others.log" ;;
+  warm-ab)  # a warm start of the tree at $BEFORE (e.g. `git archive` of main) against this one, side by side
+    python3 scripts/warm_ab.py "${BEFORE:?set BEFORE to the earlier tree}" . --rounds "${ROUNDS:-3}" 2>&1 | tee "$OUT/warm_ab.log" ;;
   upfirdn2d)  # the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
     (cd examples && python3 upfirdn2d_sweep.py --json "$OUT/upfirdn2d_sweep.json" 2>&1 | tee "$OUT/upfirdn2d_sweep.log")
-    part c $TESTS_C; tail -n 3 "$OUT/pytest-c.log" ;;
+    part c tests/test_upfirdn2d.py; tail -n 3 "$OUT/pytest-c.log" ;;
   bench-upfirdn2d)  # against eager and torch.compile (float32), and the StyleGAN2 block example
     cd examples
     python3 benchmark.py upfirdn2d --json "$OUT/bench_upfirdn2d.json" 2>&1 | tee "$OUT/bench_upfirdn2d.log"
@@ -70,5 +72,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

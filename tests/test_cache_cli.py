@@ -184,6 +184,19 @@ def test_bad_usage_exits_2(cache, args):
     assert cli(cache, *args).returncode == 2
 
 
+@pytest.mark.parametrize("args", [["clear", "add"], ["list", "add"], ["clear", "add2", "nosuchop", "--dry-run"], ["build", "add"]])
+def test_an_unknown_op_name_is_bad_usage_naming_the_ops(cache, args):
+    result = cli(cache, *args)
+    assert result.returncode == 2 and "unknown op(s)" in result.stderr and "available: add2, bias_act" in result.stderr, result.stderr
+    assert len(cli_json(cache, "list")) == 4, "nothing was removed"
+
+
+def test_an_op_with_entries_in_the_cache_is_known_even_if_not_shipped(cache, add2_entry):
+    copy_entry(add2_entry, cache, "5" * 16).rename(cache / f"someones_op-{'5' * 16}")
+    assert cli(cache, "clear", "someones_op").returncode == 0
+    assert not (cache / f"someones_op-{'5' * 16}").exists()
+
+
 def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     # A second usable entry, used longer ago than the first.
     older = copy_entry(add2_entry, cache, "4" * 16)

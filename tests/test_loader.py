@@ -41,6 +41,7 @@ loaded = _loader.load_op("tiny", root=sys.argv[1])
 seconds = time.perf_counter() - started
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "shards": library.jitops_tiny_shard_count(), "how": loaded.how,
+                  "library": str(loaded.library),
                   "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops._build" in sys.modules}))
 """
 
@@ -72,13 +73,15 @@ def tiny_env(cache: Path, **extra: str) -> dict:
     return env
 
 
-def start_tiny(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> subprocess.Popen:
+def start_tiny(cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, **extra_env: str) -> subprocess.Popen:
+    """A new process loading tiny; prelude: code it runs first (to reach into the loader)."""
     return subprocess.Popen(
-        [sys.executable, "-c", LOAD_TINY, str(sources)],
+        [sys.executable, "-c", prelude + LOAD_TINY, str(sources)],
         env=tiny_env(cache, **extra_env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        umask=umask,
     )
 
 
@@ -201,6 +204,7 @@ def test_build_killed_mid_compile_does_not_block_the_next(tmp_path, cold_build):
     elapsed = time.monotonic() - started
     assert result["how"] == "built" and result["value"] == 42
     assert elapsed < 3 * cold_build["seconds"] + 10, f"took {elapsed:.1f}s, a cold build takes {cold_build['seconds']:.1f}s"
+    assert list(cache.glob(".tmp-*")) == [], "the next build of the entry removes the killed build's staging folder"
 
 
 def test_concurrent_cold_starts_build_once(tmp_path):
@@ -239,8 +243,8 @@ def test_library_changed_in_place_is_hashed_again(tmp_path):
 
 
 def test_verify_rehashes_even_when_the_identity_was_kept(tmp_path):
-    # A writer that restores size and mtime slips past a load's identity check (the cache root is
-    # private, so only its owner could); `jitops-cache verify` hashes every library in full.
+    # `jitops-cache verify` hashes every library in full, whatever its identity says (a load trusts
+    # an unchanged identity; test_untrusted_disk.py shows that restoring the mtime changes it).
     cache = tmp_path / "cache"
     load_tiny(cache)
     (entry,) = entries(cache)

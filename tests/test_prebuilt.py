@@ -134,3 +134,58 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "prebuilt" and str(site / "jitops" / "prebuilt") in result.stderr
+
+
+def chmod_entry_folder(entry: Path) -> None:
+    entry.chmod(0o777)
+
+
+def chmod_library(entry: Path) -> None:
+    next(entry.glob("*.so")).chmod(0o666)
+
+
+def chmod_manifest(entry: Path) -> None:
+    (entry / _cache.MANIFEST_NAME).chmod(0o664)
+
+
+def chown_entry_folder(entry: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    os.chown(entry, 4242, 4242)
+
+
+@pytest.mark.parametrize(
+    "loosen,message",
+    [
+        (chmod_entry_folder, "prebuilt entry {entry} is writable by group or others"),
+        (chmod_library, "prebuilt library {entry}/{library} is writable by group or others"),
+        (chmod_manifest, "prebuilt manifest {entry}/manifest.json is writable by group or others"),
+        (chown_entry_folder, "prebuilt entry {entry} is owned by uid 4242"),
+    ],
+    ids=["entry-folder-0777", "library-0666", "manifest-0664", "entry-folder-of-another-user"],
+)
+def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_dir, loosen, message):
+    # Whoever may write into a prebuilt entry could put any library there with a manifest that
+    # vouches for it: refused like a cache root (only this user or root, no group/other write).
+    copy = tmp_path / "pb"
+    shutil.copytree(prebuilt_dir, copy)
+    (entry,) = copy.glob("add2-*")
+    env = dict(PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(copy))
+    assert run(["-c", RUN_ADD2], REPO, **env).stdout.strip() == "prebuilt", "the control: the copy as made is loaded"
+    loosen(entry)
+    result = run(["-c", RUN_ADD2], REPO, **env)
+    assert result.returncode != 0
+    library = json.loads((entry / _cache.MANIFEST_NAME).read_text())["library"]
+    assert message.format(entry=entry, library=library) in result.stderr, result.stderr
+
+
+def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, prebuilt_dir):
+    copy = tmp_path / "pb"
+    shutil.copytree(prebuilt_dir, copy)
+    (entry,) = copy.glob("add2-*")
+    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, {**manifest, "op": "lltm"})
+    (entry / _cache.MANIFEST_NAME).chmod(0o644)
+    result = run(["-c", RUN_ADD2], REPO, PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+                 JITOPS_PREBUILT_DIR=str(copy))
+    assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr

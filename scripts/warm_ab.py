@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""A warm start of two jitops source trees, side by side in one run: did a change slow it?
+
+    python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [--rounds 5] [--repeats 7] [--ops add2,...]
+
+Each tree (a checkout, e.g. `git worktree add /tmp/before <commit>`) is imported from its own
+folder (PYTHONPATH, as a regular install is: no editable-install finder) into a cache of its own,
+which is first filled by one cold load. Then, round after round, alternating the trees so that a
+busy machine slows both alike: warm add2 (`jitops.ops.require`) and warm `load_all()` of the ops,
+each the median of --repeats new processes, timed as examples/load_time.py times them. Prints each
+tree's median over the rounds and after / before.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from load_time import JITOPS_CHILD, run_child  # noqa: E402 (the timed child and how it is run)
+
+
+def tree_env(tree: Path, cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("JITOPS_VERBOSE", "PYTHONDONTWRITEBYTECODE")}
+    return {**env, "PYTHONPATH": str(tree), "JITOPS_CACHE_DIR": str(cache)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trees", nargs=2, type=Path, metavar="TREE")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--ops", default="add2,bias_act,lltm,trilinear_interpolation,upfirdn2d")
+    args = parser.parse_args()
+    loads = {"add2": "add2", "load_all": args.ops}
+    with tempfile.TemporaryDirectory(prefix="jitops-warm-ab-") as tmp:
+        envs = [tree_env(tree.resolve(), Path(tmp) / f"cache{i}") for i, tree in enumerate(args.trees)]
+        for env in envs:
+            run_child(JITOPS_CHILD, [args.ops], env)  # the cold load: builds every op once
+        medians = {(i, name): [] for i in range(2) for name in loads}
+        for round_ in range(args.rounds):
+            for i, env in enumerate(envs):
+                for name, ops in loads.items():
+                    runs = [run_child(JITOPS_CHILD, [ops], env) for _ in range(args.repeats)]
+                    assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
+                    medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
+            print(f"round {round_ + 1}: " + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),
+                  file=sys.stderr, flush=True)
+    print(f"{'warm load':<12}{'before ms':>11}{'after ms':>10}{'after / before':>16}   (median of {args.rounds} rounds x {args.repeats} processes)")
+    for name in loads:
+        before, after = statistics.median(medians[0, name]), statistics.median(medians[1, name])
+        print(f"{name:<12}{before:>11.2f}{after:>10.2f}{after / before:>15.3f}x")
+    print(f"before: {args.trees[0]}\nafter:  {args.trees[1]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+# SPDX-License-Identifier: MIT
+"""Trust nothing on disk: hostile or unlucky states of the sources, the cache and the settings,
+each reproduced with real files, real processes and real builds of the tiny test extension, and
+the behaviour the loader promises for it (RELIABILITY.md lists them all)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_loader import cold_build, entries, finish, load_tiny, load_tiny_failing, start_tiny, tiny_copy  # noqa: F401 (fixtures)
+
+from jitops import _build, _cache, _loader, _warm
+
+
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Write data over path's bytes in place (same inode), then put its mtime back, as rsync -t,
+    tar and some editors do: size, mtime, inode and device all as before."""
+    before = path.stat()
+    with open(path, "r+b") as file:
+        file.write(data)
+        file.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def warm_records(cache: Path) -> list[Path]:
+    return sorted(cache.glob(f"{_warm.RECORD_PREFIX}tiny-*.json"))
+
+
+def only_library(cache: Path) -> Path:
+    (entry,) = entries(cache)
+    (library,) = entry.glob("*.so")
+    return library
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-4: a wrong library loaded, or a load that never heals
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["in-place", "in-place-no-warm-records", "removed-and-recreated"])
+def test_an_edit_that_keeps_size_mtime_and_inode_is_noticed(tmp_path, tiny_copy, how):
+    cache = tmp_path / "cache"
+    assert load_tiny(cache, tiny_copy)["value"] == 42
+    header = tiny_copy / "kernels" / "tiny.h"
+    edited = header.read_bytes().replace(b"TINY_VALUE 42", b"TINY_VALUE 43")
+    if how == "removed-and-recreated":
+        before = header.stat()
+        header.unlink()
+        header.write_bytes(edited)
+        os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    else:
+        rewrite_in_place(header, edited)
+    if how == "in-place-no-warm-records":
+        for record in warm_records(cache):
+            record.unlink()  # the long way, through file-hashes.json
+    result = load_tiny(cache, tiny_copy)
+    assert result["how"] == "built" and result["value"] == 43
+
+
+def test_a_library_changed_in_place_with_its_identity_kept_is_rehashed(tmp_path):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    library = only_library(cache)
+    data = bytearray(library.read_bytes())
+    comment = data.index(b"GCC: (")  # the .comment section: the library still loads without it
+    data[comment] = ord("g")
+    rewrite_in_place(library, bytes(data))
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert "does not match the sha256 in its manifest" in result["stderr"]
+
+
+def forge_manifest(entry: Path, **fields) -> None:
+    """The manifest rewritten to vouch for the library as it is now (what a disk that changes
+    bytes under an unchanged identity, or a forger, leaves)."""
+    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    library = entry / manifest["library"]
+    manifest.update({"library_identity": _cache.file_identity(library), **fields})
+    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
+
+
+def test_a_corrupt_library_is_discarded_and_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    library = only_library(cache)
+    rewrite_in_place(library, random.Random(3).randbytes(library.stat().st_size))
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert "discarding the corrupt cache entry" in result["stderr"]
+
+
+def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path):
+    # Bytes changed under an identity the manifest vouches for: only the failed dlopen tells.
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    library = only_library(cache)
+    library.write_bytes(random.Random(4).randbytes(library.stat().st_size))
+    forge_manifest(library.parent)
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert "discarding the corrupt cache entry" in result["stderr"] and "does not match the sha256" in result["stderr"]
+
+    # Bytes that match their sha256 and still do not open: an error naming the library, the entry
+    # and the way out, every time (rebuilding the same sources would give the same library).
+    library = only_library(cache)
+    garbage = random.Random(5).randbytes(1000)
+    library.write_bytes(garbage)
+    forge_manifest(library.parent, library_sha256=_cache.sha256_bytes(garbage))
+    for _ in range(2):
+        stderr = load_tiny_failing(cache)
+        assert f"the library {library} of the cache entry {library.parent} matches its sha256 but does not open" in stderr
+        assert "`jitops-cache clear tiny`" in stderr
+
+
+# Removes tiny's cache entry (the real `jitops-cache clear`, in a process of its own) just before
+# the loader opens the library it has checked: the window the issue's race falls into.
+CLEAR_BEFORE_OPEN = """
+import os, subprocess, sys, torch
+from jitops import _warm
+def clear_first(original):
+    def opened(*args):
+        if not CLEARED:
+            CLEARED.append(subprocess.run([sys.executable, "-m", "cache_tools", "clear", "tiny"], check=True))
+        return original(*args)
+    return opened
+CLEARED = []
+if os.environ["WINDOW"] == "warm":
+    _warm.open_verified_library = clear_first(_warm.open_verified_library)
+else:
+    torch.ops.load_library = clear_first(torch.ops.load_library)
+"""
+
+
+@pytest.mark.parametrize("window", ["warm", "long-way"])
+def test_an_entry_removed_between_check_and_open_is_found_again(tmp_path, window):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    if window == "long-way":
+        for record in warm_records(cache):
+            record.unlink()
+    result = finish(start_tiny(cache, prelude=CLEAR_BEFORE_OPEN, WINDOW=window))
+    assert result["how"] == "built" and result["value"] == 42
+    assert len(entries(cache)) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 5-7: hangs and paths outside the cache
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_fifo_at_a_warm_record_is_a_miss_not_a_hang(tmp_path):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    (record,) = warm_records(cache)
+    record.unlink()
+    os.mkfifo(record)
+    proc = start_tiny(cache)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("a FIFO at the warm record's path hung the load")
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout.splitlines()[-1])["how"] == "cache"
+    assert record.is_file(), "the broken record is replaced by a regular one"
+
+
+def test_a_warm_record_never_points_outside_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = load_tiny(cache)
+    library = Path(first["library"])
+    (record_file,) = warm_records(cache)
+    record = json.loads(record_file.read_text())
+    # A library planted beside the cache root, with a manifest, and a record naming them through "..".
+    evil = cache.parent / "evil.so"
+    evil.write_bytes(library.read_bytes())
+    (cache.parent / _cache.MANIFEST_NAME).write_bytes((library.parent / _cache.MANIFEST_NAME).read_bytes())
+    record.update(entry="..", library="evil.so", library_identity=_warm.file_identity(str(evil)),
+                  manifest_identity=_warm.file_identity(str(cache.parent / _cache.MANIFEST_NAME)))
+    record_file.write_text(json.dumps(record))
+    result = load_tiny(cache)
+    assert Path(result["library"]) == library and result["how"] == "cache"
+
+
+def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))  # the child's settings, as tiny_env set them
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache.parent / "torch_ext"))
+    settings = _warm.settings("tiny", str(Path(__file__).parent / "tiny_ext"))
+    record_file = Path(_warm.record_path(str(cache), "tiny", settings))
+    good = json.loads(record_file.read_text())
+    assert _warm.recorded_library("tiny", settings) is not None, "the control: the record as written is used"
+    wrong_values = {
+        "entry": [".", "..", "tiny", "other-" + good["entry"].rpartition("-")[2], good["entry"] + "/..", 7],
+        "library": ["../x.so", "", ".so", None],
+        "library_identity": [good["library_identity"][:4], [str(v) for v in good["library_identity"]], None],
+        "manifest_identity": [None, [1.5] * len(good["manifest_identity"])],
+        "checked": [7, [["a"]], [[1, None]], [["/x", [1, 2]]]],
+        "with_cuda": ["yes", 1, None],
+        "cuda_reason": [5, None],
+    }
+    for field, values in wrong_values.items():
+        for value in values:
+            record_file.write_text(json.dumps({**good, field: value}))
+            assert _warm.recorded_library("tiny", settings) is None, (field, value)
+
+
+# 7, a prebuilt entry that anyone else may write: test_prebuilt.py, whose fixture makes prebuilt
+# libraries (test_a_prebuilt_entry_anyone_else_may_write_is_refused).
+
+
+# ---------------------------------------------------------------------------------------------
+# 8-11: configuration and messages
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_cache_root_with_ninja_and_shell_characters_builds(tmp_path):
+    cache = tmp_path / "dol$lar co:lon 'single' \"double\" ü日本" / "c"
+    result = load_tiny(cache)
+    assert result["how"] == "built" and result["value"] == 42
+    assert Path(result["library"]).parent.parent == cache
+    assert load_tiny(cache)["how"] == "cache"
+
+
+def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
+    (entry,) = entries(cold_build["cache"])  # the same key in any cache root
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    lock = cache / f"{entry.name}.lock"
+    lock.mkdir()
+    stderr = load_tiny_failing(cache)
+    assert f"cannot take the lock {lock} to build op 'tiny'" in stderr and f"rm -r {lock}" in stderr, stderr
+    assert "Traceback" in stderr and "IsADirectoryError" not in stderr
+    assert entries(cache) == [lock] and list(cache.glob(".tmp-*")) == [], "nothing built, nothing left"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "-inf", "abc"])
+@pytest.mark.parametrize("variable", ["JITOPS_BUILD_TIMEOUT", "JITOPS_LOCK_TIMEOUT"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    read = _build.build_timeout if variable == "JITOPS_BUILD_TIMEOUT" else _build.lock_timeout
+    with pytest.raises(_build.BuildError, match=rf"{variable} must be a finite number of seconds above 0, got '{value}'"):
+        read()
+
+
+@pytest.mark.parametrize("variable,value", [("JITOPS_LOCK_TIMEOUT", "inf"), ("JITOPS_BUILD_TIMEOUT", "inf"), ("JITOPS_LOCK_TIMEOUT", "-1")])
+def test_a_bad_timeout_stops_a_real_build_at_once_with_one_clear_error(tmp_path, variable, value):
+    cache = tmp_path / "cache"
+    proc = start_tiny(cache, **{variable: value})
+    stdout, stderr = proc.communicate(timeout=60)  # -1 and inf used to wait forever with a lock held
+    assert proc.returncode != 0
+    assert f"{variable} must be a finite number of seconds above 0, got '{value}'" in stderr, stderr
+    assert "Exception in thread" not in stderr and stderr.count("Traceback") == 1, stderr
+    assert entries(cache) == []
+
+
+def cuda_plan() -> _loader.CudaPlan:
+    cuda_home = _loader.find_cuda_home()
+    if cuda_home is None:
+        pytest.skip("no CUDA toolkit (nvcc)")
+    return _loader.CudaPlan(True, "9.0", cuda_home, "")
+
+
+def key(cuda: _loader.CudaPlan) -> str:
+    sources = _loader.OpSources("tiny", Path(__file__).parent / "tiny_ext")
+    return _cache.compute_key(_loader.key_components(sources, _loader.find_cxx(), cuda))
+
+
+def host_compiler(path: Path, version: str) -> str:
+    path.write_text(f'#!/bin/sh\ncase "$*" in *--version*) echo {version}; exit 0;; esac\nexec cc "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+# Read by torch's build file or nvcc for CUDA units (CC is nvcc's -ccbin, PYTORCH_NVCC replaces
+# nvcc); then the C++ compiler's and linker's search paths.
+CUDA_BUILD_VARIABLES = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+COMPILER_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
+
+
+@pytest.mark.parametrize("variable", CUDA_BUILD_VARIABLES + COMPILER_VARIABLES)
+def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settings(tmp_path, monkeypatch, variable):
+    # Keys of a CUDA build are computed here without a GPU (nothing is built).
+    cuda = cuda_plan()
+    for name in CUDA_BUILD_VARIABLES + COMPILER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    unset_key, unset_settings = key(cuda), _warm.settings("tiny", "root")
+    value = host_compiler(tmp_path / "host-cc", "cc 1.0") if variable in ("CC", "PYTORCH_NVCC") else "/some/where"
+    monkeypatch.setenv(variable, value)
+    assert key(cuda) != unset_key
+    assert _warm.settings("tiny", "root") != unset_settings
+    if variable in ("CC", "PYTORCH_NVCC"):
+        # The program it names is probed like a compiler: replacing it changes the key too.
+        before = key(cuda)
+        host_compiler(tmp_path / "host-cc", "cc 2.0")
+        assert key(cuda) != before
+        assert str(tmp_path / "host-cc") in _loader._key_files(_loader.OpSources("tiny", Path(__file__).parent / "tiny_ext"), None, cuda)
+    if variable in CUDA_BUILD_VARIABLES:
+        cpu_only = _loader.CudaPlan(False, None, None, "test")
+        monkeypatch.delenv(variable)
+        cpu_key = key(cpu_only)
+        monkeypatch.setenv(variable, value)
+        assert key(cpu_only) == cpu_key, "a CPU-only build does not read it"
+
+
+# ---------------------------------------------------------------------------------------------
+# Also noticed
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path, cold_build):
+    (entry,) = entries(cold_build["cache"])
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # a process that has exited
+    orphan = cache / f"{_cache.TMP_PREFIX}{entry.name}-{dead_pid}-abcd"
+    (orphan / "build").mkdir(parents=True)
+    live = cache / f"{_cache.TMP_PREFIX}{entry.name}-{os.getpid()}-efgh"  # a live process's: kept
+    live.mkdir()
+    assert load_tiny(cache)["how"] == "built"
+    assert not orphan.exists() and live.exists()
+
+
+def test_under_umask_000_what_jitops_creates_stays_private(tmp_path):
+    cache = tmp_path / "made" / "by" / "jitops" / "cache"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    assert finish(start_tiny(cache, umask=0, TMPDIR=str(tmp)))["how"] == "built"
+    for folder in (tmp_path / "made", tmp_path / "made" / "by", tmp_path / "made" / "by" / "jitops", cache):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    (lock,) = cache.glob("tiny-*.lock")
+    assert oct(lock.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_file_at_an_entry_path_is_replaced_leaving_nothing(tmp_path, cold_build):
+    (entry,) = entries(cold_build["cache"])
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / entry.name).write_text("not an entry")
+    assert load_tiny(cache)["how"] == "built"
+    assert (cache / entry.name).is_dir() and list(cache.glob(".tmp-*")) == []
