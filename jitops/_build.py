@@ -254,12 +254,7 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
     lock = filelock.FileLock(str(entry.lock_path), timeout=timeout, mode=0o600)
     try:
         lock.acquire()
-    except OSError as err:  # not a lock file: a directory, say, or no permission
-        raise BuildError(
-            f"jitops: cannot take the lock {entry.lock_path} to build op {entry.op!r}: {err.strerror or err}; "
-            f"remove whatever is at that path (`rm -r {entry.lock_path}`), or point JITOPS_CACHE_DIR elsewhere"
-        ) from None
-    except filelock.Timeout:
+    except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
         try:
             holder = _owner_path(entry).read_text().strip()
         except OSError:
@@ -267,6 +262,11 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
         raise BuildError(
             f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build op "
             f"{entry.op!r} (lock {entry.lock_path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+        ) from None
+    except OSError as err:  # not a lock file: a directory, say, or no permission
+        raise BuildError(
+            f"jitops: cannot take the lock {entry.lock_path} to build op {entry.op!r}: {err.strerror or err}; "
+            f"remove whatever is at that path (`rm -r {entry.lock_path}`), or point JITOPS_CACHE_DIR elsewhere"
         ) from None
     owner = _owner_path(entry)
     try:

@@ -204,7 +204,6 @@ def test_build_killed_mid_compile_does_not_block_the_next(tmp_path, cold_build):
     elapsed = time.monotonic() - started
     assert result["how"] == "built" and result["value"] == 42
     assert elapsed < 3 * cold_build["seconds"] + 10, f"took {elapsed:.1f}s, a cold build takes {cold_build['seconds']:.1f}s"
-    assert list(cache.glob(".tmp-*")) == [], "the next build of the entry removes the killed build's staging folder"
 
 
 def test_concurrent_cold_starts_build_once(tmp_path):

@@ -6,12 +6,15 @@ the behaviour the loader promises for it (RELIABILITY.md lists them all)."""
 import json
 import os
 import random
+import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
-from test_loader import cold_build, entries, finish, load_tiny, load_tiny_failing, start_tiny, tiny_copy  # noqa: F401 (fixtures)
+from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
+    cold_build, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny, tiny_copy,
+)
 
 from jitops import _build, _cache, _loader, _warm
 
@@ -316,17 +319,20 @@ def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settin
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path, cold_build):
-    (entry,) = entries(cold_build["cache"])
+def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path):
     cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(gone.stdout)  # a process that has exited
-    orphan = cache / f"{_cache.TMP_PREFIX}{entry.name}-{dead_pid}-abcd"
-    (orphan / "build").mkdir(parents=True)
-    live = cache / f"{_cache.TMP_PREFIX}{entry.name}-{os.getpid()}-efgh"  # a live process's: kept
+    compiler = slow_compiler(tmp_path, 2)  # the same compiler for both builds: the same entry
+    victim = start_tiny(cache, CXX=compiler)
+    while not list(cache.glob(".tmp-tiny-*/build/build.ninja")):
+        assert victim.poll() is None, "the build ended before it could be killed"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=60)
+    (orphan,) = cache.glob(".tmp-tiny-*")
+    assert f"-{victim.pid}-" in orphan.name, "a staging folder is named after its builder"
+    live = cache / orphan.name.replace(f"-{victim.pid}-", f"-{os.getpid()}-")  # a live process's: kept
     live.mkdir()
-    assert load_tiny(cache)["how"] == "built"
+    assert load_tiny(cache, CXX=compiler)["how"] == "built"
     assert not orphan.exists() and live.exists()
 
 
