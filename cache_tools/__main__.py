@@ -143,6 +143,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def lock_timeout_or_why() -> float | str:
+    """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
+    from jitops import _build
+
+    try:
+        return _build.lock_timeout()
+    except _build.BuildError as err:
+        return f"invalid: {str(err).removeprefix('jitops: ')}"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from jitops import _build
 
@@ -156,7 +166,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "bytes": sum(r.size for r in rows),
         "by_status": by_status,
         "environment": environment_summary(),
-        "lock_timeout_s": _build.lock_timeout(),
+        "lock_timeout_s": lock_timeout_or_why(),
         "prebuilt_dirs": [str(d) for d in _build.prebuilt_dirs()],
     }
 
@@ -166,7 +176,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("by status       " + ", ".join(f"{s} {n}" for s, n in by_status.items()))
         for name, value in data["environment"].items():
             print(f"{name:<15} {value}")
-        print(f"lock timeout    {data['lock_timeout_s']:.0f} s (JITOPS_LOCK_TIMEOUT)")
+        timeout = data["lock_timeout_s"]
+        print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
         print(f"prebuilt dirs   {', '.join(data['prebuilt_dirs'])}")
 
     emit(args, data, human)

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import threading

@@ -12,7 +12,7 @@ Layout of a cache root::
         manifest.json           written last: key components, sha256 of the .so, timings
     <root>/<op>-<key>.lock      kernel file lock taken while building that entry
     <root>/.tmp-<op>-<key>-<pid>-*  a build in progress by process <pid> (or an orphan of a killed one)
-    <root>/toolchain.json       cached `--version` probes of compilers, keyed by path/size/mtime
+    <root>/toolchain.json       cached `--version` probes of compilers, keyed by path and identity
     <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
     <root>/warm-<op>-<hash>.json  a warm record: the library a new process in the same settings may
                                 load while the files behind its key keep their identities (_warm.py)

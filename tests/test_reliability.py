@@ -420,6 +420,7 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
         assert proc.returncode != 0
         assert f"building op 'tiny' failed: the disk holding the cache {cache} is full" in stderr, stderr
         assert "jitops._build.BuildError: jitops: cannot build op 'tiny'" in stderr, stderr
+        assert "Install the missing tools" not in stderr, "only advice that applies (no tool is missing)"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
     finally:
         subprocess.run(["umount", str(disk)], check=True)
