@@ -46,12 +46,16 @@ def only_library(cache: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["in-place", "in-place-no-warm-records", "removed-and-recreated"])
+@pytest.mark.parametrize("how", ["in-place", "source-in-place", "in-place-no-warm-records", "removed-and-recreated"])
 def test_an_edit_that_keeps_size_mtime_and_inode_is_noticed(tmp_path, tiny_copy, how):
     cache = tmp_path / "cache"
     assert load_tiny(cache, tiny_copy)["value"] == 42
-    header = tiny_copy / "kernels" / "tiny.h"
-    edited = header.read_bytes().replace(b"TINY_VALUE 42", b"TINY_VALUE 43")
+    if how == "source-in-place":  # the kernel source itself, as `cat new.cpp > kernels/cpu/add2.cpp`
+        header = tiny_copy / "kernels" / "cpu" / "tiny.cpp"
+        edited = header.read_bytes().replace(b"return TINY_VALUE;", b"return 43+0*00000;")
+    else:  # a header every unit includes
+        header = tiny_copy / "kernels" / "tiny.h"
+        edited = header.read_bytes().replace(b"TINY_VALUE 42", b"TINY_VALUE 43")
     if how == "removed-and-recreated":
         before = header.stat()
         header.unlink()
