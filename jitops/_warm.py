@@ -239,9 +239,9 @@ def _is_identity(value) -> bool:
     return isinstance(value, list) and len(value) == IDENTITY_FIELDS and all(type(v) is int for v in value)
 
 
-def _valid_record(record, op: str, op_settings: str) -> bool:
-    """Whether a record read from disk is one remember() wrote for op in these settings: every
-    field of the right type, before anything in it is used."""
+def _valid_record(record, op_settings: str) -> bool:
+    """Whether a record read from disk is one remember() wrote in these settings: every field of
+    the right type, before anything in it is used (record_entry checks its entry's name)."""
     return (
         isinstance(record, dict)
         and record.get("settings") == op_settings
@@ -271,7 +271,7 @@ def recorded_library(op: str, op_settings: str, seen: dict | None = None) -> tup
             return None  # _loader's cache_root() says why, and falls back
         record = json.loads(_read(record_path(root, op, op_settings)))
         entry = record_entry(root, record, op) if isinstance(record, dict) else None
-        if entry is None or not _valid_record(record, op, op_settings):
+        if entry is None or not _valid_record(record, op_settings):
             return None
         for path, identity in record["checked"]:
             if path not in seen:
