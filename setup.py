@@ -3,10 +3,11 @@
 
     JITOPS_AOT=1 pip wheel . --no-build-isolation      # torch must be importable
 
-compiles every op ahead of time with setuptools (torch's BuildExtension, the same sources and
-flags as the JIT loader) and ships each library with its manifest in jitops/prebuilt/<op>-<key>/,
-where the loader finds it when it cannot compile (DESIGN.md's step 4). Without the switch the
-wheel is source-only, and the ops are compiled on first use.
+compiles every op's Extension ahead of time with setuptools (torch's BuildExtension, the same
+sources and flags as the JIT loader) and ships each library with its manifest in
+jitops/prebuilt/<namespace>.<name>-<key>/, where the loader finds it when it cannot compile
+(docs/ARCHITECTURE.md, resolution order). Without the switch the wheel is source-only, and the ops
+are compiled on first use.
 """
 
 import os
@@ -39,49 +40,44 @@ def ahead_of_time_build() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
     sys.path.insert(0, str(ROOT))
-    from jitops import _cache, _loader, available_ops
+    from jitops import _build, _cache, _core, _key
+    from jitops.ops import available_ops, extension
 
-    cxx, cuda = _loader.find_cxx(), _loader.plan_cuda()
+    cxx = _key.find_cxx()
     extensions = []
     for op in available_ops():
-        sources = _loader.OpSources(op, ROOT)
-        plan = cuda if cuda.enabled and sources.cuda.is_file() else _loader.CudaPlan(False, None, None, cuda.reason or "no CUDA source")
-        components = _loader.key_components(sources, cxx, plan)
-        files = [sources.cpu, sources.binding] + ([sources.cuda] if plan.enabled else [])
-        extension = (CUDAExtension if plan.enabled else CppExtension)(
-            name=f"jitops.prebuilt.{sources.extension_name}",
-            sources=[str(f.relative_to(ROOT)) for f in files],
+        declared = extension(op)
+        cuda = _key.plan_cuda(declared)
+        components = _key.key_components(declared, cxx, cuda)
+        built = (CUDAExtension if cuda.enabled else CppExtension)(
+            name=f"jitops.prebuilt.{declared.library_name}",
+            sources=[str(Path(declared.root, s).relative_to(ROOT)) for s in components["sources"]],
+            include_dirs=declared.include_paths(),
             extra_compile_args={"cxx": components["cflags"], "nvcc": components["cuda_cflags"]},
             extra_link_args=components["ldflags"],
         )
-        extension.jitops_op = (op, components)
-        extensions.append(extension)
+        built.jitops = (declared, cuda, components)
+        extensions.append(built)
 
     class BuildAndStamp(BuildExtension):
-        """Each library goes to prebuilt/<op>-<key>/, named as the JIT build names it, with the
-        manifest a cache entry has (the loader checks its ABI fields and the library's sha256)."""
+        """Each library goes to prebuilt/<namespace>.<name>-<key>/, named as the JIT build names it,
+        with the manifest a cache entry has (headers from the deps log ninja kept in build_temp)."""
 
         def build_extension(self, ext):
             started = time.time()
             super().build_extension(ext)
-            op, components = ext.jitops_op
+            declared, cuda, components = ext.jitops
+            objects = self.compiler.object_filenames(ext.sources, output_dir=self.build_temp)
+            headers = _build.included_headers(Path(self.build_temp), declared, cxx, cuda,
+                                              targets=[os.path.abspath(o) for o in objects])
             built = Path(self.get_ext_fullpath(ext.name))
-            key = _cache.compute_key(components)
-            entry = built.parent / f"{op}-{key}"
-            entry.mkdir(exist_ok=True)
-            library = entry / f"jitops_{op}.so"
+            entry = _cache.Entry(built.parent, declared.qualified_name, _cache.compute_key(components))
+            entry.path.mkdir(exist_ok=True)
+            library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
-            manifest = {
-                "op": op,
-                "key": key,
-                "components": components,
-                "library": library.name,
-                "library_sha256": _cache.sha256_file(library),
-                "built_at": started,
-                "build_seconds": round(time.time() - started, 3),
-                "ahead_of_time": True,
-            }
-            _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
+            manifest = _cache.make_manifest(entry, components, library, headers, built_at=started,
+                                            build_seconds=round(time.time() - started, 3), ahead_of_time=True)
+            _core.write_json_atomic(entry.manifest_path, manifest)
 
     return {"ext_modules": extensions, "cmdclass": {"build_py": FreshBuildPy, "build_ext": BuildAndStamp}}
 

@@ -18,16 +18,17 @@ os.environ["JITOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitops-cuda-check-")
 atexit.register(shutil.rmtree, os.environ["JITOPS_CACHE_DIR"], ignore_errors=True)
 
 import jitops  # noqa: E402
-from jitops import _loader  # noqa: E402
+from jitops import _core  # noqa: E402
 
 jitops.load_all()
-without_cuda = {op: _loader.load_op(op).cuda_reason for op in jitops.available_ops() if not _loader.load_op(op).with_cuda}
+loaded = {op: _core.loaded[f"jitops.{op}"] for op in jitops.available_ops()}
+without_cuda = {op: library.cuda_reason for op, library in loaded.items() if not library.with_cuda}
 if without_cuda:
     sys.exit(f"built without CUDA kernels: {without_cuda}")
 # No op library may name torch's CUDA library among its dependencies: every dlopen would walk its
 # two dozen CUDA libraries (bindings/stable.h looks up the one symbol the ops need from it).
 for op in jitops.available_ops():
-    dynamic = subprocess.run(["readelf", "-d", str(_loader.load_op(op).library)], capture_output=True, text=True,
+    dynamic = subprocess.run(["readelf", "-d", str(loaded[op].library)], capture_output=True, text=True,
                              check=True).stdout
     if "[libtorch_cuda.so]" in dynamic or "[libc10_cuda.so]" in dynamic:
         sys.exit(f"{op}'s library depends on torch's CUDA libraries:\n{dynamic}")

@@ -93,7 +93,7 @@ inline bool same_device(const Tensor& x, const Tensor& y) {
   return x.is_cuda() == y.is_cuda() && x.is_cpu() == y.is_cpu() && x.get_device_index() == y.get_device_index();
 }
 
-// The dtypes every op takes (DESIGN.md): float32/float64 everywhere, float16/bfloat16 on CUDA.
+// The dtypes every op takes (README, ops table): float32/float64 everywhere, float16/bfloat16 on CUDA.
 inline void check_floating(const Tensor& x, const char* x_name) {
   const ScalarType t = x.scalar_type();
   const bool cuda_half = x.is_cuda() && (t == ScalarType::Half || t == ScalarType::BFloat16);

@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jitops import _cache
+from jitops import _cache, _core
+from jitops._errors import BuildError, CacheError
 
 from . import inventory
 
@@ -87,19 +88,26 @@ def parse_age(text: str) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def configured_root() -> tuple[Path, str]:
+    """The cache root asked for, and why."""
+    root, reason = _core.configured_root()
+    return Path(root), reason
+
+
 def cmd_dir(args: argparse.Namespace) -> int:
-    root, reason = _cache.configured_root()
+    root, reason = configured_root()
     emit(args, {"root": str(root), "reason": reason}, lambda: print(f"{root}  ({reason})"))
     return EXIT_OK
 
 
 def selected_rows(ops: list[str]) -> tuple[Path, list[inventory.Row]]:
-    """The cache's rows of the named ops (all rows for none). A name that is neither an op this
-    jitops ships nor one with entries in the cache is a typo: a usage error, not "0 entries"."""
-    root, _ = _cache.configured_root()
+    """The cache's rows of the named ops (all rows for none), each named `op` or
+    `<namespace>.<op>`. A name that is neither an op this jitops ships nor one with entries in the
+    cache is a typo: a usage error, not "0 entries"."""
+    root, _ = configured_root()
     rows = inventory.entry_rows(root)
-    check_op_names(ops, {row.op for row in rows})
-    return root, [row for row in rows if not ops or row.op in ops]
+    check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
+    return root, [row for row in rows if not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops]
 
 
 def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
@@ -116,9 +124,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     def human():
         print_table(
-            ["OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
+            ["NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
             [
                 [
+                    r.namespace,
                     r.op,
                     "+".join(r.backends) or "-",
                     r.key[:8],
@@ -136,7 +145,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         for r in rows:
             if r.reason:
-                print(f"  {r.op}-{r.key[:8]} {r.status}: {r.reason}")
+                print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
         print(f"{len(rows)} entries, {human_size(sum(r.size for r in rows))} in {root}")
 
     emit(args, [r.as_dict() for r in rows], human)
@@ -149,14 +158,14 @@ def lock_timeout_or_why() -> float | str:
 
     try:
         return _build.lock_timeout()
-    except _build.BuildError as err:
+    except BuildError as err:
         return f"invalid: {str(err).removeprefix('jitops: ')}"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from jitops import _build
+    from jitops import _prebuilt
 
-    root, reason = _cache.configured_root()
+    root, reason = configured_root()
     rows = inventory.entry_rows(root)
     by_status = {s: sum(1 for r in rows if r.status == s) for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)}
     data = {
@@ -167,7 +176,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "by_status": by_status,
         "environment": environment_summary(),
         "lock_timeout_s": lock_timeout_or_why(),
-        "prebuilt_dirs": [str(d) for d in _build.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs()],
     }
 
     def human():
@@ -187,29 +196,27 @@ def cmd_info(args: argparse.Namespace) -> int:
 def environment_summary() -> dict:
     import torch
 
-    from jitops import _loader
-
     return {
-        "python": f"{sys.version.split()[0]} ({_loader.PYTHON_SOABI})",
+        "python": f"{sys.version.split()[0]} ({_core.PYTHON_SOABI})",
         "torch": torch.__version__,
         "torch cuda": torch.version.cuda or "none (CPU-only build)",
     }
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    root, _ = _cache.configured_root()
+    root, _ = configured_root()
     results = []
     for entry, _ in _cache.list_entries(root):
         try:
             entry.verified_library(touch=False, full_hash=True)
-            results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
-        except (_cache.CacheError, OSError) as err:
-            results.append({"op": entry.op, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
+            results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
+        except (CacheError, OSError) as err:
+            results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
     bad = [r for r in results if not r["ok"]]
 
     def human():
         for r in results:
-            print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['op']}-{r['key']}" + (f": {r['problem']}" if r["problem"] else ""))
+            print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['name']}-{r['key']}" + (f": {r['problem']}" if r["problem"] else ""))
         print(f"{len(results)} entries checked, {len(bad)} with problems")
 
     emit(args, {"entries": results, "problems": len(bad)}, human)
@@ -237,7 +244,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                     _cache.remove_tree(Path(row.path))
             except FileNotFoundError:
                 continue  # removed meanwhile
-        removed.append({"op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size})
+        removed.append({"namespace": row.namespace, "op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size})
     freed = sum(r["bytes"] for r in removed)
     # The warm records of what is gone (each names its entry folder): small, but one per op and
     # setting would otherwise pile up. A dry run removes nothing, so it lists only those already
@@ -250,7 +257,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     def human():
         verb = "would remove" if args.dry_run else "removed"
         for r in removed:
-            print(f"{verb} {r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
+            print(f"{verb} {r['namespace']}.{r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
         print(f"{verb} {len(removed)} entries, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
@@ -270,7 +277,7 @@ def entry_lock_taken(root: Path, row: inventory.Row):
     if row.status == inventory.ORPHAN:
         yield True
         return
-    fd = os.open(root / f"{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(root / f"{row.namespace}.{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,7 +324,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
-    roots = [_cache.torch_extensions_root(), _cache.configured_root()[0]]
+    roots = [Path(_core.torch_extensions_root()), configured_root()[0]]
     rows = inventory.lock_rows(roots)
     cleared = []
     if args.clear_stale:
@@ -355,7 +362,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     import jitops
-    from jitops import _warm
+    from jitops.ops import NAMESPACE
 
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
@@ -368,7 +375,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         failure = str(err)
     results = []
     for op in ops:
-        loaded = _warm.loaded.get(op)  # what load_all loaded, and how
+        loaded = _core.loaded.get(f"{NAMESPACE}.{op}")  # what load_all loaded, and how
         if loaded is None:
             continue
         result = {"op": op, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
@@ -388,21 +395,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def export_prebuilt(entry_dir: Path, out: Path) -> Path:
-    """Copy a published entry (.so and manifest) into out/<op>-<key>/ for JITOPS_PREBUILT_DIR,
+    """Copy a published entry (.so and manifest) into out/<namespace>.<name>-<key>/ for JITOPS_PREBUILT_DIR,
     replacing an older copy in one rename, so a reader never sees half of it. Everything it
     creates is readable by all and writable by its owner alone, whatever the umask: the loader
-    refuses a prebuilt entry that anyone else could write (_build.untrusted_prebuilt)."""
+    refuses a prebuilt entry that anyone else could write (_prebuilt.untrusted_prebuilt)."""
     if not out.exists():
         out.mkdir(parents=True)
         os.chmod(out, 0o755)
     target = out / entry_dir.name
     staging = Path(tempfile.mkdtemp(prefix=f".{entry_dir.name}-", dir=out))
     try:
-        manifest = json.loads((entry_dir / _cache.MANIFEST_NAME).read_text())
+        manifest = json.loads((entry_dir / _core.MANIFEST_NAME).read_text())
         shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
-        _cache.write_json_atomic(staging / _cache.MANIFEST_NAME, manifest)
+        _core.write_json_atomic(staging / _core.MANIFEST_NAME, manifest)
         os.chmod(staging / manifest["library"], 0o755)
-        os.chmod(staging / _cache.MANIFEST_NAME, 0o644)
+        os.chmod(staging / _core.MANIFEST_NAME, 0o644)
         os.chmod(staging, 0o755)
         if target.exists():
             _cache.remove_tree(target)

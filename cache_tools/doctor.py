@@ -10,7 +10,10 @@ import shutil
 import stat
 import sys
 
-from jitops import _cache
+from pathlib import Path
+
+from jitops import _cache, _core
+from jitops._errors import CacheError
 
 
 def _cuda_major(version: str | None) -> str | None:
@@ -22,23 +25,24 @@ def report() -> dict:
     import torch
 
     import jitops
-    from jitops import _build, _loader
+    from jitops import _build, _key, _prebuilt
 
-    cxx = _loader.find_cxx()
-    cuda = _loader.plan_cuda()
-    nvcc = _loader.find_cuda_home()
+    cxx = _key.find_cxx()
+    cuda = _key.plan_cuda()
+    nvcc = _key.find_cuda_home()
     nvcc_version = None
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
-        nvcc_version = _loader.tool_version(nvcc / "bin" / "nvcc")
+        nvcc_version = _key.tool_version(nvcc / "bin" / "nvcc")
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
-    root, root_reason = _cache.configured_root()
+    root, root_reason = _core.configured_root()
+    root = Path(root)
     gpus = []
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
     data = {
-        "python": f"{sys.version.split()[0]} ({_loader.PYTHON_SOABI}) at {sys.executable}",
+        "python": f"{sys.version.split()[0]} ({_core.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
         "nvcc": {
@@ -53,17 +57,17 @@ def report() -> dict:
             ),
         },
         "ninja": shutil.which("ninja"),
-        "cxx": {"path": str(cxx) if cxx else None, "version": _loader.tool_version(cxx) if cxx else None},
+        "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_version(cxx) if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
-        "prebuilt_dirs": [str(d) for d in _build.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs()],
         "ops": [],
     }
     missing = _build.missing_tools(cxx)
     for op in jitops.available_ops():
-        data["ops"].append(_op_report(op, cxx, cuda, missing))
+        data["ops"].append(_op_report(op, cxx, missing))
     return data
 
 
@@ -79,7 +83,7 @@ def _root_report(root, reason: str) -> dict:
         info["usable"] = os.access(root, os.W_OK | os.X_OK)
         if not info["usable"]:
             info["problem"] = f"not writable: builds go to the per-user fallback cache {_cache.fallback_root()}"
-    except (OSError, _cache.CacheError) as err:
+    except (OSError, CacheError) as err:
         info["problem"] = f"{err}; builds go to the per-user fallback cache {_cache.fallback_root()}"
     return info
 
@@ -90,19 +94,19 @@ def _nearest_existing(path):
     return path
 
 
-def _op_report(op: str, cxx, cuda, missing: list[str]) -> dict:
-    from jitops import _build, _loader
+def _op_report(op: str, cxx, missing: list[str]) -> dict:
+    from jitops import _key, _prebuilt
+    from jitops.ops import extension
 
-    sources = _loader.OpSources(op)
-    plan = cuda if (not cuda.enabled or sources.cuda.is_file()) else _loader.CudaPlan(False, None, None, "no CUDA source")
-    components = _loader.key_components(sources, cxx, plan)
-    root, _ = _cache.configured_root()
-    entry = _cache.Entry(root, op, _cache.compute_key(components))
+    declared = extension(op)
+    plan = _key.plan_cuda(declared)
+    components = _key.key_components(declared, cxx, plan)
+    entry = _cache.Entry(Path(_core.configured_root()[0]), declared.qualified_name, _cache.compute_key(components), declared.root)
     try:
         cached = entry.verified_library(touch=False) is not None
-    except (_cache.CacheError, OSError):
+    except (CacheError, OSError):
         cached = False
-    prebuilt, manifest, refused = _build.find_prebuilt(op, components)
+    prebuilt, manifest, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
     if cached:
         how, reason = "cached", str(entry.path)

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _build, _cache, _warm
+from jitops import _cache, _prebuilt, _warm
 
 # An entry's status, as `jitops-cache list` shows it.
 OK, STALE, CORRUPT, BUILDING, ORPHAN = "ok", "stale", "corrupt", "building", "orphan"
@@ -23,6 +23,7 @@ BATON_STALE_AGE_S = 3600.0
 class Row:
     """One entry (or leftover build directory) of a cache root."""
 
+    namespace: str
     op: str
     key: str
     status: str
@@ -44,15 +45,18 @@ class Row:
 _running: dict[str, dict] = {}
 
 
-def running_components(op: str) -> dict | None:
-    """The running torch/CUDA/Python/source components for op (None for an op this jitops lacks)."""
-    from jitops import _loader, available_ops
+def running_components(name: str) -> dict | None:
+    """The running torch/CUDA/Python/source components for the extension <namespace>.<name>
+    (None for one that is not declared here)."""
+    from jitops import _key
+    from jitops.ops import NAMESPACE, available_ops, extension
 
-    if op not in available_ops():
+    namespace, _, op = name.partition(".")
+    if namespace != NAMESPACE or op not in available_ops():
         return None
-    if op not in _running:
-        _running[op] = _loader.abi_components(_loader.OpSources(op), record_hashes=False)  # inspecting writes nothing
-    return _running[op]
+    if name not in _running:
+        _running[name] = _key.abi_components(extension(op), record_hashes=False)  # inspecting writes nothing
+    return _running[name]
 
 
 def entry_rows(root: Path) -> list[Row]:
@@ -61,10 +65,11 @@ def entry_rows(root: Path) -> list[Row]:
         rows.append(_entry_row(entry))
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
-        op, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")
+        name, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")
         building = lock is not None and flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
-        rows.append(Row(op, rest, status, reason, str(temporary), tree_size(temporary)))
+        namespace, _, op = name.rpartition(".")
+        rows.append(Row(namespace, op, rest, status, reason, str(temporary), tree_size(temporary)))
     return rows
 
 
@@ -77,17 +82,19 @@ def _entry_row(entry: _cache.Entry) -> Row:
     except (_cache.CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
-        wanted = running_components(entry.op)
-        differences = None if wanted is None else _build.prebuilt_mismatch(manifest.get("components", {}), wanted)
+        wanted = running_components(entry.name)
+        differences = None if wanted is None else _prebuilt.mismatch(manifest.get("components", {}), wanted)
         if wanted is None:
-            status, reason = STALE, f"this jitops has no op {entry.op!r}"
+            status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
             status, reason = STALE, "built for " + ", ".join(differences)
     if flock_is_held(entry.lock_path):
         status, reason = BUILDING, "its lock is held: " + _holder(entry.lock_path)
     components = (manifest or {}).get("components", {})
+    namespace, _, op = entry.name.partition(".")
     return Row(
-        op=entry.op,
+        namespace=namespace,
+        op=op,
         key=entry.key,
         status=status,
         reason=reason,
@@ -111,7 +118,7 @@ def _last_used(entry: _cache.Entry) -> float | None:
 
 
 def _holder(lock_path: Path) -> str:
-    """Who holds a jitops entry lock: the loader writes `<op>-<key>.owner` while it builds."""
+    """Who holds a jitops entry lock: the loader writes `<namespace>.<name>-<key>.owner` while it builds."""
     try:
         return lock_path.with_suffix(".owner").read_text().strip()
     except OSError:
@@ -252,7 +259,7 @@ def dangling_warm_records(root: Path) -> list[Path]:
 
 
 def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
-    """The entry lock a `.tmp-<op>-<key>-*` build directory was made under, if its name tells."""
+    """The entry lock a `.tmp-<namespace>.<name>-<key>-*` build directory was made under, if its name tells."""
     for entry_lock in root.glob("*.lock"):
         if temporary.name.startswith(f"{_cache.TMP_PREFIX}{entry_lock.stem}-"):
             return entry_lock

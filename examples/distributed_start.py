@@ -63,26 +63,28 @@ def run_job(mode: str, ops: list[str], ranks_per_node: int, work: Path) -> dict:
     if any(node.returncode for node in nodes):
         raise SystemExit(f"the {mode} job failed:\n" + "\n".join(log[-3000:] for log in logs))
     seconds = [json.loads(p.read_text())["seconds"] for p in out.glob("rank-*.json")]
-    builds = sum(len(re.findall(r"jitops: built \w+ \(", log)) for log in logs)
+    builds = sum(len(re.findall(r"jitops: built [\w.]+ \(", log)) for log in logs)
     moved = 0
     if mode == "collective":  # each op's entry went to the node that did not build it
         from jitops import _cache
 
         for node, log in enumerate(logs):
             for entry, manifest in _cache.list_entries(out / f"cache-node{node}"):
-                if f"jitops: built {entry.op} (" not in log:
+                if f"jitops: built {entry.name} (" not in log:
                     moved += (entry.path / manifest["library"]).stat().st_size + len(json.dumps(manifest))
     return {"start_s": max(seconds), "builds": builds, "bytes_moved": moved}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", default="add2,bias_act,lltm,trilinear_interpolation,upfirdn2d")
+    parser.add_argument("--ops", default="", help="comma-separated; default: every op")
     parser.add_argument("--ranks-per-node", type=int, default=2)
     parser.add_argument("--rank-of", choices=["per-node", "collective"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    ops = args.ops.split(",")
+    import jitops
+
+    ops = args.ops.split(",") if args.ops else jitops.available_ops()
     if args.rank_of:
         return rank_main(args.rank_of, ops, Path(args.out))
     import torch

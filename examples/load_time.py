@@ -62,27 +62,32 @@ if len(ops) > 1:
 else:
     jitops.ops.require(ops[0])
 seconds = time.perf_counter() - started
-from jitops import _loader
-report(seconds, libraries={op: str(_loader.load_op(op).library) for op in ops})
+try:
+    from jitops import _core
+    libraries = {op: str(_core.loaded[f"jitops.{op}"].library) for op in ops}
+except ImportError:  # a tree from before the Extension declaration (scripts/warm_ab.py times one)
+    from jitops import _loader
+    libraries = {op: str(_loader.load_op(op).library) for op in ops}
+report(seconds, libraries=libraries)
 """
 
-# The op's kernel and binding files, given to load() under names of their own (they share a file
-# stem, and load() names object files after it), with the flags jitops uses.
+# The op's source files, given to load() under names of their own (two may share a file stem, and
+# load() names object files after it), with the flags jitops uses.
 PLAIN_CHILD = CHILD_PRELUDE + """
 op, build = sys.argv[1], sys.argv[2]
 from pathlib import Path
-from jitops import _loader
+import jitops.ops
+from jitops import _key
 from torch.utils.cpp_extension import load
-sources = _loader.OpSources(op)
-cuda = _loader.plan_cuda()
-with_cuda = cuda.enabled and sources.cuda.is_file()
-components = _loader.key_components(sources, _loader.find_cxx(), cuda if with_cuda else _loader.CudaPlan(False, None, None, ""))
-units = [(sources.cpu, "cpu.cpp"), (sources.binding, "bindings.cpp")] + ([(sources.cuda, "cuda.cu")] if with_cuda else [])
+extension = jitops.ops.extension(op)
+cuda = _key.plan_cuda(extension)
+with_cuda = cuda.enabled
+components = _key.key_components(extension, _key.find_cxx(), cuda)
 wrappers = []
-for original, name in units:
-    wrapper = Path(build) / f"{op}_{name}"
+for relative in components["sources"]:
+    wrapper = Path(build) / relative.replace("/", "_")
     if not wrapper.exists():
-        wrapper.write_text(f'#include "{original}"\\n')
+        wrapper.write_text(f'#include "{Path(extension.root) / relative}"\\n')
     wrappers.append(str(wrapper))
 started = time.perf_counter()
 load(f"plain_{op}", wrappers, extra_cflags=components["cflags"], extra_cuda_cflags=components["cuda_cflags"],
@@ -116,10 +121,10 @@ def step(name):
 import jitops; step("import jitops")
 import jitops.ops; step("import jitops.ops (+ _warm)")
 import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
-from jitops import _warm
-settings = _warm.settings(op, _warm.SOURCE_ROOT); step("settings")
-library, record, _ = _warm.recorded_library(op, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
-_warm.open_verified_library(library); step("dlopen (lazy binding)")
+from jitops import _core, _warm
+settings = _warm.settings(module.EXTENSION); step("settings")
+library, record, _ = _warm.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+_core.open_verified_library(library); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """

@@ -7,16 +7,20 @@ the cache) the first time it is called; `jitops.load_all()` does every op at onc
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib
-import pkgutil
+
+from ._core import VERSION as __version__
+from ._errors import BuildError, CacheError
+from ._extension import Extension
+
+__all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load_all"]
 
 
 def available_ops() -> list[str]:
     """Names of the ops this installation ships (one module in jitops/ops/ each)."""
-    ops = importlib.import_module(f"{__name__}.ops")
-    return sorted(m.name for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_"))
+    from .ops import available_ops
+
+    return available_ops()
 
 
 def _op_names(ops: list[str] | None) -> list[str]:
@@ -35,22 +39,18 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     from concurrent.futures import ThreadPoolExecutor
 
     from . import _warm
-    from .ops import require
+    from .ops import extension, require
 
     names = _op_names(ops)
-    # Ops already in the cache load here, one after another: a warm load is a few milliseconds of
-    # Python and a dlopen, which ctypes makes holding the GIL. (Opening the libraries in a worker
-    # thread through libc's dlopen, without the GIL, was measured: 6.7 -> 5.7 ms on the 2-core VM,
-    # no gain on an H100 machine, and it runs every library's static initializers, which take the
-    # dispatcher's lock, beside this thread's registrations: not worth a possible lock-order hang.)
-    # The rest build in parallel: each build waits on its own ninja process, so threads are enough
-    # to overlap them.
+    # Ops already in the cache load here, one after another (a warm load is a few milliseconds,
+    # most of it a dlopen that holds the GIL); the rest build in parallel threads, each waiting on
+    # its own ninja.
     to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
     for name in names:
-        if _warm.recall(name, seen=seen) is None:  # not a warm start: look in the cache the long way
-            from ._loader import load_op
+        if _warm.recall(extension(name), seen=seen) is None:  # not a warm start: the long way
+            from ._loader import load
 
-            if load_op(name, cached_only=True) is None:
+            if load(extension(name), cached_only=True) is None:
                 to_build.append(name)
                 continue
         require(name)  # the Python-side registrations
@@ -62,13 +62,9 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
         raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(names)} ops failed:\n{details}")
 
 
-def _public_names(module) -> list[str]:
-    return list(getattr(module, "__all__", ()))
-
-
 def __getattr__(name: str):
-    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap.
-    # The import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
+    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. The
+    # import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # The op's own module first (jitops.<op> and jitops.<op>_ref live in jitops/ops/<op>.py), so
@@ -77,10 +73,8 @@ def __getattr__(name: str):
     own = name.removesuffix("_ref")
     for op in ([own] if own in ops else []) + [op for op in ops if op != own]:
         module = importlib.import_module(f"{__name__}.ops.{op}")
-        if name in _public_names(module):
-            # Kept as a module attribute, so later lookups skip this search (which lists the
-            # ops folder: about 70 us, more than a small op's whole call).
-            value = globals()[name] = getattr(module, name)
+        if name in getattr(module, "__all__", ()):
+            value = globals()[name] = getattr(module, name)  # later lookups skip this search
             return value
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
 
@@ -88,5 +82,5 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     names = set(globals())
     for op in available_ops():
-        names.update(_public_names(importlib.import_module(f"{__name__}.ops.{op}")))
+        names.update(getattr(importlib.import_module(f"{__name__}.ops.{op}"), "__all__", ()))
     return sorted(names)

@@ -1,16 +1,10 @@
 # SPDX-License-Identifier: MIT
-"""Build one op's library (the loader's steps 3 and 4; _loader.py calls this only on a cache miss).
-
-3. build under the entry's file lock    -> torch's own build.ninja, ninja run in a private
-                                           directory, the result loaded once, then an atomic publish
-4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
-5. otherwise one BuildError naming the op, what is missing or the first compiler error, and
-   the path of the full log.
+"""Build one extension's library (the loader's steps 3 and 4; imported only on a cache miss).
 
 A build writes build.ninja with the writer torch's load() uses (so the flags, include paths and
 libraries are torch's) and runs ninja itself, in this process: ninja's step counter can then be
-shown live and its output kept as a log, without a child Python that imports torch again (about
-two seconds of every cold build).
+shown live and its output kept as a log, without a child Python that imports torch again. The
+headers each unit included come from ninja's deps log, into the manifest.
 """
 
 from __future__ import annotations
@@ -27,8 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-from . import _cache, _warm
-from ._loader import CudaPlan, OpSources, PlannedEntry, verified_or_discarded
+from . import _cache, _prebuilt
+from ._errors import BuildError
+from ._extension import Extension
+from ._key import CudaPlan, PlannedEntry, environment_tools
 
 # How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):
 # generous for a cold CUDA build on a busy machine, but finite.
@@ -37,23 +33,6 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 # How long one build may run (JITOPS_BUILD_TIMEOUT) before it is stopped as hung: far beyond any
 # real cold build (seconds to minutes), so only a compiler that never returns reaches it.
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
-
-# A kernel or bindings file may ask to be compiled as several translation units, which ninja runs
-# in parallel: a line `// jitops: shards N` makes the loader compile it N times, with JITOPS_SHARD
-# set to 0 .. N-1 and JITOPS_SHARD_COUNT to N, and each unit compiles its share (of the kernels, of
-# the bindings). (Compiled once, without those macros, as setup.py's ahead-of-time build does, the
-# file compiles all of it.)
-_SHARDS = rb"(?m)^// jitops: shards (\d+)\s*$"
-
-
-class BuildError(RuntimeError):
-    """An op could not be built or loaded. The message says why and what to do."""
-
-
-def shards(source: Path) -> int:
-    """How many translation units source asks to be compiled as (see _SHARDS)."""
-    match = re.search(_SHARDS, source.read_bytes())
-    return max(1, int(match.group(1))) if match else 1
 
 
 def missing_tools(cxx: Path | None) -> list[str]:
@@ -69,149 +48,37 @@ def missing_tools(cxx: Path | None) -> list[str]:
 def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     """Steps 3 to 5 for an entry that is not in the cache: the library, the backends it has, and
     how it was got ("built", "cache" where another process published it meanwhile, "prebuilt")."""
-    sources, cuda, components, entry = planned.sources, planned.cuda, planned.components, planned.entry
+    extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     lock_timeout(), build_timeout()  # a bad setting is an error of its own, not a reason to fall back
     missing = missing_tools(planned.cxx)
     if missing:
-        # Building is impossible, so a matching prebuilt or a clear error.
-        library, backends = _prebuilt(
-            sources.op, components, why="; ".join(missing), required=True,
+        library, backends = _prebuilt.prebuilt_or_error(
+            extension, components, why="; ".join(missing), required=True,
             advice="Install the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
             "`jitops-cache build --out DIR` under this same torch.",
         )
         return library, backends, "prebuilt"
-    if cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt(sources.op, components, cuda.reason, required=False)):
-        # A build here would be CPU-only; a prebuilt may have the CUDA kernels.
-        return *prebuilt, "prebuilt"
+    if cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
+        return *prebuilt, "prebuilt"  # a build here would be CPU-only; a prebuilt may have the CUDA kernels
     try:
-        library, how = under_entry_lock(entry, "building", lambda: _build(entry, sources, cuda, components))
+        library, how = under_entry_lock(entry, "building", lambda: _build(planned))
         return library, cuda.backends, how
     except _BuildInterrupted:
         import signal
 
-        # Cleaned up on the way here (ninja stopped, staging removed, lock released); now end
-        # as SIGTERM would have.
+        # Cleaned up on the way here (ninja stopped, staging removed, lock released); now end as
+        # SIGTERM would have.
         os.kill(os.getpid(), signal.SIGTERM)
         raise
     except BuildError as err:
         why = str(err).removeprefix("jitops: ")
-        library, backends = _prebuilt(sources.op, components, why=why, required=True)
+        library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
         return library, backends, "prebuilt"
 
 
 def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
     """True when this torch has CUDA but no toolkit was found: a build would be CPU-only."""
     return not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
-
-
-_warned_prebuilt: set[str] = set()
-
-
-def _prebuilt(op: str, components: dict, why: str, required: bool, advice: str = "") -> tuple[Path, list[str]] | None:
-    """Step 4: a prebuilt .so matching the running torch/CUDA/Python ABI and sources, with the
-    backends it was built for.
-
-    `why` says why building is not an option. With required=True the absence of a match is an
-    error naming both that reason and what each refused prebuilt differs in, then `advice` (what
-    to do, where `why` does not say it already); else None.
-    """
-    library, manifest, refused = find_prebuilt(op, components)
-    if library is None:
-        if not required:
-            return None
-        refusals = "".join(f"\n  - {reason}" for reason in refused) or (
-            "\n  - none found in " + ", ".join(str(d) for d in prebuilt_dirs())
-        )
-        raise BuildError(
-            f"jitops: cannot build op {op!r}: {why}\nand no prebuilt library matches this torch/CUDA/Python:"
-            f"{refusals}" + (f"\n{advice}" if advice else "")
-        )
-    backends = list(manifest["components"].get("backends", []))
-    if op not in _warned_prebuilt:
-        _warned_prebuilt.add(op)
-        _cache.warn(f"loading the prebuilt {op} ({'+'.join(backends)}) from {library.parent}, since building is not possible: {why}")
-    return library, backends
-
-
-# ---------------------------------------------------------------------------------------------
-# Prebuilt libraries (step 4)
-# ---------------------------------------------------------------------------------------------
-
-# What a prebuilt .so must share with the running process to be loaded: the torch build it links
-# against, the CUDA runtime torch uses, the Python ABI, the C++ ABI, and the very sources.
-PREBUILT_MATCH_FIELDS = ("jitops", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "sources_sha256")
-PACKAGE_PREBUILT_DIR = Path(__file__).resolve().parent / "prebuilt"
-
-
-def prebuilt_dirs() -> list[Path]:
-    """Where prebuilt libraries are looked for: JITOPS_PREBUILT_DIR (os.pathsep-separated), then
-    the ones shipped inside the installed package (an ahead-of-time wheel)."""
-    configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
-    return configured + [PACKAGE_PREBUILT_DIR]
-
-
-def prebuilt_entries(op: str) -> list[_cache.Entry]:
-    entries = []
-    for directory in prebuilt_dirs():
-        if directory.is_dir():
-            entries += [_cache.Entry(directory, op, p.name[len(op) + 1 :]) for p in sorted(directory.glob(f"{op}-*")) if p.is_dir()]
-    return entries
-
-
-def prebuilt_mismatch(components: dict, wanted: dict) -> list[str]:
-    """How a prebuilt's key components differ from the running ones, one 'field X, here Y' each."""
-    return [
-        f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
-        for field in PREBUILT_MATCH_FIELDS
-        if components.get(field) != wanted.get(field)
-    ]
-
-
-def find_prebuilt(op: str, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
-    """A verified prebuilt .so of op matching `wanted` (the running key components), its manifest,
-    and why every other candidate was refused. Candidates with CUDA kernels are preferred when the
-    running torch has CUDA."""
-    refused, matches = [], []
-    for entry in prebuilt_entries(op):
-        try:
-            library = entry.verified_library(touch=False, private=False)
-            problem = untrusted_prebuilt(entry, library) if library else "removed while being read"
-            manifest = entry.read_manifest()
-        except (_cache.CacheError, OSError) as err:
-            problem = str(err)
-        if problem is not None:
-            refused.append(f"{entry.path}: {problem}; not loaded")
-            continue
-        differences = prebuilt_mismatch(manifest.get("components", {}), wanted)
-        if differences:
-            refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
-        else:
-            matches.append((library, manifest))
-    if not matches:
-        return None, None, refused
-    with_cuda = [m for m in matches if "cuda" in m[1]["components"].get("backends", [])]
-    library, manifest = (with_cuda or matches)[0] if wanted.get("torch_cuda") else matches[0]
-    return library, manifest, refused
-
-
-def untrusted_prebuilt(entry: _cache.Entry, library: Path) -> str | None:
-    """Why someone other than this user or root could have put code into a prebuilt entry, or
-    None: its directory, the entry's folder, its manifest and its library must each be theirs and
-    writable by no one else. The package's own prebuilt folder is as trusted as the package's
-    code beside it: whoever can write one can write the other."""
-    if entry.root == PACKAGE_PREBUILT_DIR:
-        return None
-    owners = (os.getuid(), 0)
-    for path, what, directory in (
-        (entry.root, "prebuilt directory", True),
-        (entry.path, "prebuilt entry", True),
-        (entry.manifest_path, "prebuilt manifest", False),
-        (library, "prebuilt library", False),
-    ):
-        problem = _warm.unsafe_path_problem(str(path), what, owners, directory)
-        if problem:
-            return problem
-    return None
 
 
 def seconds_from_env(name: str, default: float) -> float:
@@ -259,19 +126,19 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
         except OSError:
             holder = "unknown"
         raise BuildError(
-            f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build op "
-            f"{entry.op!r} (lock {entry.lock_path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+            f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
+            f"{entry.name} (lock {entry.lock_path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
         ) from None
     except OSError as err:  # not a lock file: a directory, say, or no permission
         raise BuildError(
-            f"jitops: cannot take the lock {entry.lock_path} to build op {entry.op!r}: {err.strerror or err}; "
+            f"jitops: cannot take the lock {entry.lock_path} to build {entry.name}: {err.strerror or err}; "
             f"remove whatever is at that path (`rm -r {entry.lock_path}`), or point JITOPS_CACHE_DIR elsewhere"
         ) from None
     owner = _owner_path(entry)
     try:
         _write_private(owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
         # Another process may have published the entry while this one waited for the lock.
-        library = verified_or_discarded(entry)
+        library = _cache.verified_or_discarded(entry)
         if library is not None:
             return library, "cache"
         _cache.remove_orphans(entry)
@@ -282,7 +149,7 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
         # make() has removed its staging directory; nothing was published and, for want of room,
         # no log is kept.
         raise BuildError(
-            f"jitops: {doing} op {entry.op!r} failed: the disk holding the cache {entry.root} is full "
+            f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
             f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
         ) from err
     finally:
@@ -302,13 +169,13 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
     """Publish an entry built elsewhere (jitops.distributed), exactly as a local build would: the
     library's sha256 checked against its manifest, written into a private staging directory, then
     one atomic rename, under the entry's lock. Returns the library's path."""
-    if manifest.get("op") != entry.op or manifest.get("key") != entry.key:
-        raise BuildError(f"jitops: the entry received for op {entry.op!r} is for {manifest.get('op')!r} key {manifest.get('key')!r}, not key {entry.key!r}")
+    if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
+        raise BuildError(f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}")
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
-        raise BuildError(f"jitops: the entry received for op {entry.op!r} names no valid library ({name!r})")
+        raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
     if _cache.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
-        raise BuildError(f"jitops: the library received for op {entry.op!r} does not match its manifest's sha256")
+        raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
 
     def write() -> Path:
         staging = _cache.new_build_dir(entry)
@@ -327,42 +194,33 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
     return under_entry_lock(entry, "receiving", write)[0]
 
 
-def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
+def _build(planned: PlannedEntry) -> Path:
+    entry, extension, cuda = planned.entry, planned.extension, planned.cuda
     staging = _cache.new_build_dir(entry)
     published = False
     try:
-        build_dir = _write_build_file(staging, sources, cuda, components)
+        build_dir, wrappers = _write_build_file(staging, extension, cuda, planned.components)
         log_path = staging / _cache.BUILD_LOG_NAME
         started = time.time()
-        failure = _run_ninja(build_dir, log_path, sources.op, cuda)
+        failure = _run_ninja(build_dir, log_path, extension.qualified_name, cuda)
         seconds = time.time() - started
-        built = build_dir / f"{sources.extension_name}.so"
+        built = build_dir / f"{extension.library_name}.so"
         if failure is None:
             failure = _load_check(built, log_path)
         if failure is not None:
             if "No space left on device" in log_path.read_text(errors="replace"):
-                raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (_build_locked says so)
-            failed_log = entry.root / f"{entry.op}-{entry.key}.failed.log"
+                raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (under_entry_lock says so)
+            failed_log = entry.root / f"{entry.name}-{entry.key}.failed.log"
             shutil.copyfile(log_path, failed_log)
-            raise BuildError(f"jitops: building op {entry.op!r} failed: {failure}\nfull log: {failed_log}")
+            raise BuildError(f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}")
         library = staging / built.name
         os.replace(built, library)
+        headers = included_headers(build_dir, extension, planned.cxx, cuda, skip=wrappers)
         unit_seconds = _unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
-        manifest = {
-            "op": entry.op,
-            "key": entry.key,
-            "components": components,
-            "library": library.name,
-            "library_sha256": _cache.sha256_file(library),
-            # Renaming the staging directory into place keeps the file's identity, so loads can
-            # trust this hash until the file changes (_cache.Entry.verified_library).
-            "library_identity": _cache.file_identity(library),
-            "built_at": started,
-            "build_seconds": round(seconds, 3),
-            "unit_seconds": unit_seconds,
-        }
+        manifest = _cache.make_manifest(entry, planned.components, library, headers, built_at=started,
+                                        build_seconds=round(seconds, 3), unit_seconds=unit_seconds)
         _cache.publish(entry, staging, manifest)
         published = True
         return entry.path / library.name
@@ -371,61 +229,40 @@ def _build(entry: _cache.Entry, sources: OpSources, cuda: CudaPlan, components: 
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, components: dict) -> Path:
-    """staging/build/build.ninja for the op's translation units, written by torch's load() writer.
-
-    torch names object files after the source's file name, and kernels/cpu/<op>.cpp and
-    bindings/<op>.cpp share theirs; one-line wrappers in staging/src give each unit its own name
-    (and a sharded file one wrapper per shard, see _SHARDS).
-    """
+def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, components: dict) -> tuple[Path, list[str]]:
+    """staging/build/build.ninja for the extension's units, written by torch's load() writer, and
+    the units' wrappers. torch names object files after the source's file name, which two sources
+    may share (kernels/cpu/x.cpp, bindings/x.cpp): a one-line wrapper in staging/src, named after
+    the source's path, gives each unit its own name."""
     src = staging / "src"
     src.mkdir()
-    units = []  # (file, wrapper name, defines)
-    cuda_files = [(sources.cuda, "cuda", "cu")] if cuda.enabled else []
-    for file, part, extension in [(sources.cpu, "cpu", "cpp"), *cuda_files, (sources.binding, "bindings", "cpp")]:
-        count = shards(file)
-        for shard in range(count):
-            if count == 1:
-                units.append((file, f"{sources.op}_{part}.{extension}", ""))
-            else:
-                defines = f"#define JITOPS_SHARD {shard}\n#define JITOPS_SHARD_COUNT {count}\n"
-                units.append((file, f"{sources.op}_{part}{shard}.{extension}", defines))
     wrappers = []
-    for original, wrapper_name, defines in units:
-        wrapper = src / wrapper_name
-        wrapper.write_text(f'{defines}#include "{_header_name(original.resolve())}"\n', encoding="utf-8")
+    for relative, path in zip(components["sources"], extension.paths(cuda.enabled)):
+        wrapper = src / relative.replace(os.sep, "_")
+        wrapper.write_text(f'#include "{_header_name(Path(path).resolve())}"\n', encoding="utf-8")
         wrappers.append(str(wrapper))
     build_dir = staging / "build"
     build_dir.mkdir()
 
     # The writer behind load() (private to torch, called by keyword; torch >= 2.10 has this
-    # signature): load() itself would also run ninja, with its output either discarded or sent
-    # to this process's stdout, and would then need a new name for each rebuild in one process.
+    # signature): load() itself would also run ninja, with its output discarded or sent to stdout.
     from torch.utils import cpp_extension
 
     build_file = build_dir / "build.ninja"
     cuda_cflags = list(components["cuda_cflags"])
     if cuda.enabled:
         _use_cuda_home(cpp_extension, cuda.cuda_home)
-        # Explicit -gencode flags make torch skip its own choice (which reads the environment).
-        cuda_cflags += gencode_flags(cuda.arch_list)
+        cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
     try:
         ldflags = cpp_extension._prepare_ldflags(
             extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False,
             is_standalone=False,
         )
         cpp_extension._write_ninja_file_to_build_library(
-            path=str(build_file),
-            name=sources.extension_name,
-            sources=wrappers,
-            extra_cflags=list(components["cflags"]),
-            extra_cuda_cflags=cuda_cflags,
-            extra_sycl_cflags=[],
-            extra_ldflags=ldflags,
-            extra_include_paths=[],
-            with_cuda=cuda.enabled,
-            with_sycl=False,
-            is_standalone=False,
+            path=str(build_file), name=extension.library_name, sources=wrappers,
+            extra_cflags=list(components["cflags"]), extra_cuda_cflags=cuda_cflags, extra_sycl_cflags=[],
+            extra_ldflags=ldflags, extra_include_paths=extension.include_paths(), with_cuda=cuda.enabled,
+            with_sycl=False, is_standalone=False,
         )
     except (AttributeError, TypeError) as err:
         # A torch whose private writer moved or changed its signature: say so, not a traceback.
@@ -437,7 +274,34 @@ def _write_build_file(staging: Path, sources: OpSources, cuda: CudaPlan, compone
             "with torch 2.10 to 2.14"
         ) from err
     _escape_build_paths(build_file, wrappers)
-    return build_dir
+    return build_dir, wrappers
+
+
+def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan,
+                     targets: list[str] = (), skip: list[str] = ()) -> dict:
+    """The headers the units (ninja's `targets`, or all) included, from ninja's deps log (the
+    compilers' depfiles), each with its sha256: by name relative to the extension's root where
+    under it, else by absolute path. skip: files that are no headers (the units' wrappers). The
+    headers of torch, of the CUDA toolkit and of the compilers' installations are left out: the
+    key names their versions, and checking each on every load would cost hundreds of stat calls."""
+    result = subprocess.run(["ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
+    import torch
+
+    # A compiler's installation: the folder above its bin/, where that holds its C++ headers.
+    installs = [os.path.dirname(os.path.dirname(os.path.realpath(c))) for c in [cxx, *environment_tools(cuda)] if c]
+    prefixes = [os.path.dirname(torch.__file__), "/usr/include", "/usr/lib", "/usr/lib64", cuda.cuda_home]
+    prefixes += [install for install in installs if os.path.isdir(os.path.join(install, "include", "c++"))]
+    prefixes = tuple(os.path.join(os.path.realpath(p), "") for p in prefixes if p and os.path.realpath(p) not in ("/", "/usr"))
+    root = os.path.join(os.path.realpath(extension.root), "")
+    skipped = {os.path.realpath(p) for p in [*skip, *extension.paths()]}
+    headers = {}
+    for line in result.stdout.splitlines():
+        path = os.path.realpath(os.path.join(build_dir, line.strip()))
+        if line.startswith("    ") and path not in skipped and not path.startswith(prefixes):
+            headers[path[len(root) :] if path.startswith(root) else path] = _cache.sha256_file(path)
+    return dict(sorted(headers.items()))
 
 
 def _escape_build_paths(build_file: Path, paths: list[str]) -> None:

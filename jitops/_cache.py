@@ -1,27 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""The build cache: where it lives, how entries are keyed, named, published and read.
+"""The build cache: where it lives, how entries are keyed, named, published, verified and read.
 
 Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module
-on machines whose toolchain is broken.
+on machines whose toolchain is broken. The layout of a cache root is in docs/ARCHITECTURE.md.
 
-Layout of a cache root::
-
-    <root>/<op>-<key>/          one published build (0700)
-        <ext>.so                the extension
-        build.log               compiler output of the build
-        manifest.json           written last: key components, sha256 of the .so, timings
-    <root>/<op>-<key>.lock      kernel file lock taken while building that entry
-    <root>/.tmp-<op>-<key>-<pid>-*  a build in progress by process <pid> (or an orphan of a killed one)
-    <root>/toolchain.json       cached `--version` probes of compilers, keyed by path and identity
-    <root>/file-hashes.json     sha256 of each source file as last hashed, with the file's identity
-    <root>/warm-<op>-<hash>.json  a warm record: the library a new process in the same settings may
-                                load while the files behind its key keep their identities (_warm.py)
-
-A file's identity is its (size, mtime_ns, ctime_ns, inode, device) (_warm.file_identity). A hash
-recorded together with an identity is trusted while the file still has that identity; any change
-forces a full hash. So a warm load reads no source and no library in full, yet an edited,
-truncated or replaced file is always hashed again, even where its writer restored the mtime: the
-status-change time cannot be set back.
+A hash recorded together with a file's identity (_core.file_identity) is trusted while the file
+keeps that identity; any change forces a full hash. So a load reads no source, header or library
+in full, yet an edited, truncated or replaced file is always hashed again.
 """
 
 from __future__ import annotations
@@ -29,15 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
-import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-from . import _warm
-from ._warm import KEY_LENGTH, MANIFEST_NAME, file_identity, identity_or_none, private_dir_problem
+from ._core import (
+    KEY_LENGTH, MANIFEST_NAME, configured_root, file_identity, identity_or_none, mark_used, private_dir_problem, warn,
+    write_json_atomic,
+)
+from ._errors import CacheError
 
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
@@ -45,42 +32,9 @@ FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
 
 
-class CacheError(RuntimeError):
-    """The cache root is unusable (permissions, ownership) or an entry is malformed."""
-
-
-# Where jitops' own code lives (the package, and cache_tools/ beside it in a checkout): a warning
-# skips these frames and points at the user's call (Python 3.12's skip_file_prefixes does the same).
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_OWN_CODE = (os.path.join(_PACKAGE_DIR, ""), os.path.join(os.path.dirname(_PACKAGE_DIR), "cache_tools", ""))
-
-
-def warn(message: str) -> None:
-    """A RuntimeWarning "jitops: message", attributed to the first caller outside jitops."""
-    frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)
-
-
 # ---------------------------------------------------------------------------------------------
 # The root
 # ---------------------------------------------------------------------------------------------
-
-
-# Where the cache root is, what makes a directory private and what a file's identity is are in
-# _warm, which a warm start reads without importing this module; here they are the same rules.
-
-
-def torch_extensions_root() -> Path:
-    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions."""
-    return Path(_warm.torch_extensions_root())
-
-
-def configured_root() -> tuple[Path, str]:
-    """The cache root asked for, and why (for `jitops-cache dir`)."""
-    root, reason = _warm.configured_root()
-    return Path(root), reason
 
 
 def _check_private_dir(path: Path) -> None:
@@ -126,7 +80,7 @@ def cache_root() -> Path:
     global _fallback_root
     if _fallback_root is not None:
         return _fallback_root
-    root, _ = configured_root()
+    root = Path(configured_root()[0])
     try:
         return _usable_root(root)
     except (OSError, CacheError) as err:
@@ -249,46 +203,43 @@ def sha256_file(path: Path | str) -> str:
     return digest.hexdigest()
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Readers see the old file or the new one, never a half-written one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as file:
-            json.dump(data, file, indent=2, sort_keys=True)
-            file.write("\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+class StaleEntry(CacheError):
+    """A sound entry built from a header that has changed since: rebuilt in place, without a warning."""
+
+
+# <namespace>.<name>-<key>: what a cache entry's folder (and a prebuilt one's) is named.
+ENTRY_NAME = re.compile(rf"(?P<name>[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)-(?P<key>[0-9a-f]{{{KEY_LENGTH}}})")
 
 
 class Entry:
-    """One `<op>-<key>` directory of a cache root (which may not exist yet)."""
+    """One `<namespace>.<name>-<key>` directory of a cache root (which may not exist yet).
+    source_root: the extension's root, against which the manifest's header names are resolved
+    (None where the entry is only inspected: its headers are then not checked)."""
 
-    def __init__(self, root: Path, op: str, key: str):
-        self.root = root
-        self.op = op
+    def __init__(self, root: Path, name: str, key: str, source_root: str | None = None):
+        self.root = Path(root)
+        self.name = name  # Extension.qualified_name
         self.key = key
+        self.source_root = source_root
         self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
+        self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
 
     def __repr__(self) -> str:
-        return f"Entry({str(self.root)!r}, {self.op!r}, {self.key!r})"
+        return f"Entry({str(self.root)!r}, {self.name!r}, {self.key!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Entry) and (self.root, self.op, self.key) == (other.root, other.op, other.key)
+        return isinstance(other, Entry) and (self.root, self.name, self.key) == (other.root, other.name, other.key)
 
     def __hash__(self) -> int:
-        return hash((self.root, self.op, self.key))
+        return hash((self.root, self.name, self.key))
 
     @property
     def path(self) -> Path:
-        return self.root / f"{self.op}-{self.key}"
+        return self.root / f"{self.name}-{self.key}"
 
     @property
     def lock_path(self) -> Path:
-        return self.root / f"{self.op}-{self.key}.lock"
+        return self.root / f"{self.name}-{self.key}.lock"
 
     @property
     def manifest_path(self) -> Path:
@@ -309,18 +260,15 @@ class Entry:
         return manifest
 
     def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
-        """The entry's .so if its manifest matches this key and the .so its hash, else None.
+        """The entry's .so if its manifest matches this key, the .so its sha256 and every header
+        the build included its recorded sha256; else None where the entry is absent.
 
-        The .so is hashed in full unless it still has the identity recorded with its hash (at
-        publish, or by the last load that hashed it), or always with full_hash=True (as
-        `jitops-cache verify` asks). Raises CacheError when the entry exists but is corrupt (the
-        caller rebuilds and warns), or, with private=True (cache entries; not prebuilt ones, which
-        may sit in a shared, read-only install), when the directory is not ours alone: an entry
-        planted by someone else. touch=False leaves the entry alone (for inspecting, as the CLI
-        does); else a new identity is written into the manifest, and the entry marked as used.
-
-        Sets verified_identities: the library's and the manifest's identities as verified (what a
-        warm record may trust, _warm.py).
+        The .so is hashed in full unless it still has the identity recorded with its hash, or
+        always with full_hash=True. Raises CacheError when the entry is corrupt, or (private=True:
+        cache entries, not prebuilt ones) not ours alone; StaleEntry when a header changed.
+        touch=False leaves the entry alone (for inspecting); else a new identity is written into
+        the manifest and the entry marked as used. Sets verified_identities (the library's and
+        the manifest's identities as verified) and checked_headers, for the warm record.
         """
         if not self.path.is_dir():
             return None
@@ -332,8 +280,8 @@ class Entry:
         manifest = self.read_manifest()
         if manifest is None:
             raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
-        if manifest.get("key") != self.key or manifest.get("op") != self.op:
-            raise CacheError(f"{self.manifest_path} describes another build (key {manifest.get('key')!r})")
+        if manifest.get("key") != self.key or manifest.get("name") != self.name:
+            raise CacheError(f"{self.manifest_path} describes another build ({manifest.get('name')!r} key {manifest.get('key')!r})")
         library_name = manifest.get("library")
         if not isinstance(library_name, str) or os.path.basename(library_name) != library_name:
             raise CacheError(f"{self.manifest_path} names no valid library file")
@@ -342,6 +290,7 @@ class Entry:
             identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
+        self.checked_headers = self._check_headers(manifest.get("headers", {}))
         updates = {}
         if full_hash or identity != manifest.get("library_identity"):
             if sha256_file(library) != manifest.get("library_sha256"):
@@ -354,32 +303,84 @@ class Entry:
             except OSError:
                 pass  # a read-only cache still loads (the manifest as read); it hashes the library again next time
         if touch:
-            _warm.mark_used(str(self.path), self.last_used())
+            mark_used(str(self.path), self.last_used())
         self.verified_identities = (identity, manifest_identity)
         return library
 
+    def _check_headers(self, headers) -> list[tuple[str, list[int] | None]]:
+        """Each header the build included (its manifest's "headers": name relative to the
+        extension's root, or absolute -> sha256), with the identity it had when found unchanged."""
+        if not isinstance(headers, dict):
+            raise CacheError(f"{self.manifest_path} has no valid header list")
+        if self.source_root is None or not headers:
+            return []
+        known, checked = known_file_hashes(), []
+        for name, digest in sorted(headers.items()):
+            path = os.path.join(self.source_root, name)
+            identity = identity_or_none(path)
+            try:
+                unchanged = identity is not None and known.sha256(path) == digest
+            except OSError:
+                unchanged = False
+            if not unchanged:
+                known.save()
+                raise StaleEntry(f"{path}, which the build of {self.path.name} included, has changed since")
+            checked.append((path, identity))
+        known.save()
+        return checked
+
     def last_used(self) -> float:
-        """When the entry was last loaded (its folder's mtime: _warm.mark_used), or else built."""
+        """When the entry was last loaded (its folder's mtime: _core.mark_used), or else built."""
         return os.stat(self.path).st_mtime
 
     def discard(self) -> None:
-        """Remove a corrupt entry (renamed away first, so no loader ever sees it half deleted)."""
+        """Remove a corrupt or stale entry (renamed away first: no loader sees it half deleted)."""
         if self.path.exists() or self.path.is_symlink():
             remove_tree(self.path)
+
+
+def verified_or_discarded(entry: Entry, full_hash: bool = False) -> Path | None:
+    """The entry's verified library, or None: absent, stale or corrupt (then removed, with a
+    warning where corrupt). full_hash: hash the library even where its identity is unchanged."""
+    try:
+        return entry.verified_library(full_hash=full_hash)
+    except StaleEntry:
+        entry.discard()
+        return None
+    except CacheError as err:
+        warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
+        entry.discard()
+        return None
+
+
+def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
+    """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
+    for builds, received entries and ahead-of-time wheels alike. headers: see Entry._check_headers."""
+    return {
+        "name": entry.name,
+        "key": entry.key,
+        "components": components,
+        "library": library.name,
+        "library_sha256": sha256_file(library),
+        # Renaming the staging folder into place keeps the file's identity, so loads can trust
+        # this hash until the file changes.
+        "library_identity": file_identity(library),
+        "headers": headers,
+        **extra,
+    }
 
 
 def new_build_dir(entry: Entry) -> Path:
     """A fresh private directory for one build attempt; only this process ever writes into it.
     Its name carries this process's id, so a later build can tell an orphan (remove_orphans)."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.op}-{entry.key}-{os.getpid()}-", dir=entry.root))
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.name}-{entry.key}-{os.getpid()}-", dir=entry.root))
 
 
 def remove_orphans(entry: Entry) -> None:
-    """Remove the staging folders earlier builds of this entry left behind when they were killed.
-    Called under the entry's lock, which every build of it holds while its staging folder exists:
-    so a folder of this entry made by a process that is gone is no one's (the compilers of a killed
-    build may still be writing into it; they then fail, and nobody reads what they wrote)."""
-    prefix = f"{TMP_PREFIX}{entry.op}-{entry.key}-"
+    """Remove the staging folders that killed builds of this entry left behind. Called under the
+    entry's lock, which every build of it holds while its staging folder exists: a folder whose
+    process is gone is no one's."""
+    prefix = f"{TMP_PREFIX}{entry.name}-{entry.key}-"
     with os.scandir(entry.root) as found:
         names = [f.name for f in found if f.name.startswith(prefix)]
     for name in names:
@@ -402,20 +403,21 @@ def publish(entry: Entry, staging: Path, manifest: dict) -> None:
     """Make `staging` the entry: manifest written last, then one atomic rename."""
     write_json_atomic(staging / MANIFEST_NAME, manifest)
     os.chmod(staging, 0o700)
-    entry.discard()  # only a corrupt entry can be here: the caller holds the entry's lock
+    entry.discard()  # only a corrupt or stale entry can be here: the caller holds the entry's lock
     os.rename(staging, entry.path)
 
 
-def list_entries(root: Path) -> list[tuple[Entry, dict | None]]:
-    """Every published entry under root with its manifest (None when unreadable)."""
+def list_entries(root: Path, name: str | None = None) -> list[tuple[Entry, dict | None]]:
+    """Every published entry under root (of the extension `name` alone, if given) with its
+    manifest (None when unreadable)."""
     found = []
     if not root.is_dir():
         return found
     for child in sorted(root.iterdir()):
-        if child.name.startswith(".") or not child.is_dir() or "-" not in child.name:
+        match = ENTRY_NAME.fullmatch(child.name)
+        if not match or (name is not None and match["name"] != name) or not child.is_dir():
             continue
-        op, _, key = child.name.rpartition("-")
-        entry = Entry(root, op, key)
+        entry = Entry(root, match["name"], match["key"])
         try:
             manifest = entry.read_manifest()
         except CacheError:

@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _build, _cache, _loader, _op_names
 from . import load_all as _load_all_locally
+from ._errors import BuildError
+from ._key import PlannedEntry
 
 __all__ = ["load_all"]
 
@@ -52,7 +54,7 @@ def _node() -> str:
 
 def _local_state(entries: dict) -> dict:
     """What this rank tells the others: its node, its key for each op, the ops its cache has."""
-    cached = [op for op, entry in entries.items() if _loader.verified_or_discarded(entry) is not None]
+    cached = [op for op, entry in entries.items() if _cache.verified_or_discarded(entry) is not None]
     return {"node": _node(), "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
 
 
@@ -93,7 +95,9 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    entries = {op: _loader.planned_entry(op).entry for op in names}  # this rank's key for each op
+    from .ops import extension
+
+    entries = {op: PlannedEntry(extension(op)).entry for op in names}  # this rank's key for each op
     gathered: list = [None] * len(ranks)
     dist.all_gather_object(gathered, _local_state(entries), group=group)
     transfers = plan(names, dict(zip(ranks, gathered)))
@@ -104,7 +108,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
     errors: dict[str, str] = {}
     if mine:
         with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-            futures = {t.op: pool.submit(_loader.load_op, t.op) for t in mine}
+            futures = {t.op: pool.submit(_loader.load, extension(t.op)) for t in mine}
         errors = {op: str(f.exception()) for op, f in futures.items() if f.exception() is not None}
 
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails
@@ -134,14 +138,14 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish op {t.op!r} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
-        raise _build.BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(failures))
+        raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(failures))
 
     # Every node's cache now has its entries (or some rank says why not); each rank loads from there.
     gathered = [None] * len(ranks)
     dist.all_gather_object(gathered, not_published, group=group)
     problems = [problem for of_rank in gathered for problem in of_rank]
     if problems:
-        raise _build.BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
+        raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
     _load_all_locally(names)
 
 
@@ -154,7 +158,7 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
         return call()
     except Exception as err:
         building = ", ".join(f"rank {r} (building {', '.join(ops)})" for r, ops in sorted(builders.items())) or "none"
-        raise _build.BuildError(
+        raise BuildError(
             f"jitops.distributed.load_all: exchanging op {t.op!r} (provided by rank {t.source}) failed: "
             f"{type(err).__name__}: {err}\nthe other ranks that were building: {building}"
         ) from err
@@ -166,7 +170,7 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
 def _entry_payload(t: Transfer, entry: _cache.Entry) -> bytes:
     library = entry.verified_library(touch=False)
     if library is None:
-        raise _build.BuildError(f"jitops.distributed.load_all: op {t.op!r} is missing from rank {t.source}'s cache")
+        raise BuildError(f"jitops.distributed.load_all: op {t.op!r} is missing from rank {t.source}'s cache")
     manifest = json.dumps(entry.read_manifest()).encode()
     return len(manifest).to_bytes(8, "little") + manifest + library.read_bytes()
 

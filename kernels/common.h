@@ -22,13 +22,6 @@
 #define JITOPS_HOST_DEVICE
 #endif
 
-// Which share of its kernels a file compiled as several units instantiates (a `// jitops: shards N`
-// line; jitops/_build.py). Compiled as one unit, it instantiates them all.
-#ifndef JITOPS_SHARD
-#define JITOPS_SHARD 0
-#define JITOPS_SHARD_COUNT 1
-#endif
-
 // CUDA's own spelling of a stream, so that host-only files can pass one without CUDA's headers.
 struct CUstream_st;
 

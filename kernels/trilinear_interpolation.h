@@ -25,11 +25,11 @@ void trilinear_interpolation_backward_cuda(const T* grad_out, const T* feats, co
                                            T* grad_points, int64_t n, int64_t f, CudaStream stream);
 
 // One point's position in its cell, u, v, w in [0, 1], and the weights of its 8 corners. Corner k
-// = 4 * (u side) + 2 * (v side) + (w side), as DESIGN.md orders feats[:, k].
+// = 4 * (u side) + 2 * (v side) + (w side), the order of feats[:, k] (jitops/ops/trilinear_interpolation.py).
 template <typename acc_t>
 struct TrilinearCell {
   acc_t u, v, w;
-  acc_t bilinear[4];  // weights of the 4 corners on one u side: a, b, c, d of DESIGN.md
+  acc_t bilinear[4];  // weights of the 4 corners on one u side: a, b, c, d of trilinear_interpolation_ref
   acc_t weight[8];
 
   JITOPS_HOST_DEVICE TrilinearCell(acc_t x, acc_t y, acc_t z)

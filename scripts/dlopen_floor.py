@@ -36,8 +36,8 @@ print((time.perf_counter() - started) * 1e3, len(mapped))
 # Builds OP with extra link flags in a cache of its own, checks it, prints the library's path.
 VARIANT_CHILD = """
 import sys, torch
-from jitops import _loader
-_loader.LDFLAGS = _loader.LDFLAGS + sys.argv[2].split()
+from jitops import _key, _loader
+_key.LDFLAGS = _key.LDFLAGS + sys.argv[2].split()
 import jitops, jitops.ops
 op = sys.argv[1]
 jitops.ops.require(op)
@@ -50,7 +50,7 @@ if op == "add2":
             raise AssertionError("a bad argument went through")
         except RuntimeError as error:
             assert "b" in str(error), error
-print(_loader.load_op(op).library)
+print(_loader.load(jitops.ops.extension(op)).library)
 """
 
 
@@ -79,7 +79,7 @@ def median_ms(library: str, repeats: int) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ops", default="add2,bias_act,lltm,trilinear_interpolation,upfirdn2d")
+    parser.add_argument("--ops", default="", help="comma-separated; default: every op")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--link-variants", default="", help="';'-separated sets of extra link flags")
     args = parser.parse_args()
@@ -108,9 +108,9 @@ def main() -> None:
             subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=sm_90", str(kernel),
                             "-o", with_kernel], check=True)
             rows.append(("one CUDA kernel, no torch", with_kernel))
-        for op in args.ops.split(","):
+        for op in args.ops.split(",") if args.ops else jitops.ops.available_ops():
             jitops.ops.require(op)
-            rows.append((f"jitops {op}", str(_loader.load_op(op).library)))
+            rows.append((f"jitops {op}", str(_loader.load(jitops.ops.extension(op)).library)))
             for number, flags in enumerate(filter(None, args.link_variants.split(";"))):
                 rows.append((f"jitops {op} + {flags}", build_variant(op, flags, f"{tmp}/variant{number}")))
         print(f"{'library':<44}{'dlopen ms':>10}  (median of {args.repeats} new processes)")

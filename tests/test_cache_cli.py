@@ -14,7 +14,7 @@ import pytest
 
 import jitops.ops
 from cache_tools import inventory
-from jitops import _build, _cache, _warm
+from jitops import _build, _cache, _core, _warm
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -40,10 +40,10 @@ def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None
     op = source.name.rpartition("-")[0]
     target = cache / f"{op}-{key}"
     shutil.copytree(source, target)
-    manifest = json.loads((target / _cache.MANIFEST_NAME).read_text())
+    manifest = json.loads((target / _core.MANIFEST_NAME).read_text())
     manifest["key"] = key
     manifest["components"].update(edit_components or {})
-    _cache.write_json_atomic(target / _cache.MANIFEST_NAME, manifest)
+    _core.write_json_atomic(target / _core.MANIFEST_NAME, manifest)
     return target
 
 
@@ -76,7 +76,7 @@ time.sleep(600)
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
     jitops.ops.require("add2")
-    return _warm.loaded["add2"].library.parent
+    return _core.loaded["jitops.add2"].library.parent
 
 
 @pytest.fixture

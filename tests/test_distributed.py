@@ -18,6 +18,7 @@ import pytest
 from test_loader import TIMEOUT_S, entries, load_tiny
 from test_reliability import hung_compiler, processes_with
 
+import jitops
 from jitops import _build, _cache
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
@@ -211,7 +212,7 @@ def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
         ({**manifest, "key": "0" * len(key)}, library, "is for"),
         ({**manifest, "library": "../escape.so"}, library, "names no valid library"),
     ]:
-        with pytest.raises(_build.BuildError, match=message):
+        with pytest.raises(jitops.BuildError, match=message):
             _build.publish_received(entry, bad_manifest, bad_library)
         assert sorted(p.name for p in node.iterdir() if not p.name.endswith(".lock")) == [], "nothing published or left half-written"
     published = _build.publish_received(entry, manifest, library)

@@ -17,13 +17,14 @@ import pytest
 import torch
 
 import jitops.ops
-from jitops import _build, _cache, _loader, _warm
+from jitops import _build, _cache, _core, _key, _loader, _warm
+from tiny_extension import tiny_extension
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
 
 # Loads the tiny extension in a fresh process and reports how, as JSON on stdout's last line.
-LOAD_TINY = """
+LOAD_TINY = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
 import ctypes, json, sys, time
 import os
 def count_spawn(event, args):
@@ -36,11 +37,13 @@ import filelock
 acquire = filelock.BaseFileLock.acquire
 filelock.BaseFileLock.acquire = lambda self, *args, **kwargs: LOCKS.append(self.lock_file) or acquire(self, *args, **kwargs)
 from jitops import _loader
+sys.path.insert(0, TESTS)
+from tiny_extension import tiny_extension
 started = time.perf_counter()
-loaded = _loader.load_op("tiny", root=sys.argv[1])
+loaded = _loader.load(tiny_extension(sys.argv[1]))
 seconds = time.perf_counter() - started
 library = ctypes.CDLL(str(loaded.library))
-print(json.dumps({"value": library.jitops_tiny_value(), "shards": library.jitops_tiny_shard_count(), "how": loaded.how,
+print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
                   "library": str(loaded.library),
                   "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops._build" in sys.modules}))
 """
@@ -103,7 +106,7 @@ def load_tiny_failing(cache: Path, sources: Path = TINY_SOURCES, **extra_env: st
 
 
 def entries(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.glob("tiny-*") if p.is_dir())
+    return sorted(p for p in cache.glob("jitops_test.tiny-*") if p.is_dir())
 
 
 @pytest.fixture(scope="module")
@@ -122,15 +125,15 @@ def tiny_copy(tmp_path) -> Path:
 
 def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert cold_build["how"] == "built" and cold_build["value"] == 42
-    assert cold_build["shards"] == 2, "a `// jitops: shards 2` file is compiled as two units, both linked"
+    assert cold_build["units"] == 2, "every declared source is compiled and linked"
     assert len(cold_build["locks"]) == 1, "a build takes its entry's lock"
-    assert cold_build["stderr"].count("jitops: building tiny") == 1, cold_build["stderr"]
+    assert cold_build["stderr"].count("jitops: building jitops_test.tiny") == 1, cold_build["stderr"]
     assert " -MMD " not in cold_build["stderr"], "compiler output must stay out of stderr unless JITOPS_VERBOSE=1"
     (entry,) = entries(cold_build["cache"])
     assert oct(entry.stat().st_mode & 0o777) == "0o700"
     manifest = json.loads((entry / "manifest.json").read_text())
     assert {"components", "library_sha256", "built_at", "build_seconds"} <= manifest.keys()
-    assert set(manifest["unit_seconds"]) == {"tiny_cpu0.o", "tiny_cpu1.o", "tiny_bindings.o", "jitops_tiny.so"}
+    assert set(manifest["unit_seconds"]) == {"kernels_cpu_tiny.o", "kernels_cpu_tiny_second.o", "bindings_tiny.o", "jitops_test_tiny.so"}
     # The build runs ninja from this process: no second Python (importing torch again) is started.
     python = os.path.basename(sys.executable)
     assert not [s for s in cold_build["spawned"] if s.endswith(f" {python}")], cold_build["spawned"]
@@ -144,25 +147,32 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
-def test_source_edit_builds_a_new_entry(tmp_path, tiny_copy):
+def test_source_edit_builds_a_new_entry_and_header_edit_rebuilds_in_place(tmp_path, tiny_copy):
     cache = tmp_path / "cache"
     assert load_tiny(cache, tiny_copy)["value"] == 42
-    header = tiny_copy / "kernels" / "tiny.h"
-    header.write_text(header.read_text().replace("TINY_VALUE 42", "TINY_VALUE 43"))
+    # A declared source is part of the key: another entry.
+    source = tiny_copy / "kernels" / "cpu" / "tiny.cpp"
+    source.write_text(source.read_text().replace("return TINY_VALUE;", "return TINY_VALUE + 1;"))
     edited = load_tiny(cache, tiny_copy, JITOPS_VERBOSE="1")
     assert edited["how"] == "built" and edited["value"] == 43
     assert re.search(r"^\[\d+/\d+\] \S+ -MMD ", edited["stderr"], re.M), "JITOPS_VERBOSE=1 streams compiler commands"
     assert len(entries(cache)) == 2
+    # An included header is checked by the entry its build recorded it in: that entry is rebuilt.
+    header = tiny_copy / "kernels" / "tiny.h"
+    header.write_text(header.read_text().replace("TINY_VALUE 42", "TINY_VALUE 50"))
+    rebuilt = load_tiny(cache, tiny_copy)
+    assert rebuilt["how"] == "built" and rebuilt["value"] == 51 and rebuilt["library"] == edited["library"]
+    assert len(entries(cache)) == 2 and "discarding" not in rebuilt["stderr"], rebuilt["stderr"]
 
 
 def test_cuda_arch_list_is_part_of_the_key():
     # On CI's CPU-only torch no CUDA build happens, so compare the keys two arch lists give.
-    cuda_home = _loader.find_cuda_home()
+    cuda_home = _key.find_cuda_home()
     if cuda_home is None:
         pytest.skip("no CUDA toolkit")
-    sources = _loader.OpSources("tiny", TINY_SOURCES)
+    sources = tiny_extension(TINY_SOURCES)
     keys = {
-        _cache.compute_key(_loader.key_components(sources, _loader.find_cxx(), _loader.CudaPlan(True, arch, cuda_home, "")))
+        _cache.compute_key(_key.key_components(sources, _key.find_cxx(), _key.CudaPlan(True, arch, cuda_home, "")))
         for arch in ("8.0", "9.0", "8.0;9.0")
     }
     assert len(keys) == 3
@@ -175,7 +185,7 @@ def test_leftover_lock_files_do_not_block(tmp_path, cold_build):
     # What killed builds leave: our own lock file, a torch FileBaton `lock` in torch's default
     # build directory for the extension, and one inside an orphaned private build directory.
     (cache / f"{entry.name}.lock").write_text("")
-    torch_build_dir = tmp_path / "torch_ext" / "jitops_tiny"
+    torch_build_dir = tmp_path / "torch_ext" / "jitops_test_tiny"
     torch_build_dir.mkdir(parents=True)
     (torch_build_dir / "lock").write_text("")
     orphan = cache / f".tmp-{entry.name}-orphan" / "build"
@@ -190,7 +200,7 @@ def test_build_killed_mid_compile_does_not_block_the_next(tmp_path, cold_build):
     victim = start_tiny(cache, CXX=slow_compiler(tmp_path, 5))
     deadline = time.monotonic() + TIMEOUT_S
     # Wait until ninja is compiling (its build file exists and a compiler has been started).
-    while not list(cache.glob(".tmp-tiny-*/build/build.ninja")):
+    while not list(cache.glob(".tmp-jitops_test.tiny-*/build/build.ninja")):
         assert victim.poll() is None and time.monotonic() < deadline, "the build finished or failed too early"
         time.sleep(0.05)
     time.sleep(1.0)
@@ -274,7 +284,7 @@ def _compiler_reporting(path: Path, version: str) -> str:
     return str(path)
 
 
-def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tmp_path, tiny_copy, monkeypatch):
+def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tmp_path, tiny_copy, monkeypatch, request):
     """A new process loads an op it loaded before through its warm record (stat calls, no key
     computed). Every change a key reflects misses the record, and the load that follows computes
     the key in full, gets another entry and records that; a record that is wrong or lost costs
@@ -282,16 +292,17 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     cache = tmp_path / "cache"
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))
     monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "c++", "c++ 1.0"))
-    monkeypatch.setattr(_warm, "loaded", {})  # this process's ops: each load() starts afresh
+    saved = dict(_core.loaded)  # this process's libraries: each load() below starts afresh
+    request.addfinalizer(lambda: (_core.loaded.clear(), _core.loaded.update(saved)))
 
     def recorded() -> Path | None:
-        found = _warm.recorded_library("tiny", _warm.settings("tiny", str(tiny_copy)))
+        found = _warm.recorded_library(tiny_extension(), _warm.settings(tiny_extension(tiny_copy)))
         return Path(found[0]) if found else None
 
     def load() -> Path:
-        _warm.loaded.clear()
+        _core.loaded.clear()
         with contextlib.redirect_stderr(io.StringIO()):  # build progress
-            return _loader.load_op("tiny", root=tiny_copy).library
+            return _loader.load(tiny_extension(tiny_copy)).library
 
     first = load()
     assert recorded() == first, "a load records its library"
@@ -304,11 +315,16 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
         assert recorded() == library, f"{description}: the new library is recorded"
         loaded.append(library)
 
+    # A header the build included is checked by its entry, which is rebuilt in place; one that no
+    # unit includes changes nothing.
     header = tiny_copy / "kernels" / "tiny.h"
     header.write_text(header.read_text() + "// edited\n")
-    changed("a header edited")
+    assert recorded() is None, "a header edited: the warm record must miss"
+    before = _core.file_identity(first)
+    assert load() == first and _core.file_identity(first) != before, "a header edited: the entry is rebuilt"
+    assert recorded() == first
     (tiny_copy / "kernels" / "extra.h").write_text("// a new header\n")
-    changed("a header added")
+    assert recorded() == first, "a header no unit includes changes nothing"
     _compiler_reporting(tmp_path / "c++", "c++ 2.0")  # the compiler replaced in place
     changed("the compiler replaced")
     monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "other-c++", "c++ 3.0"))
@@ -321,26 +337,27 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     changed("CXX unset")
     _compiler_reporting(early / "c++", "c++ 4.0")
     changed("a compiler put earlier on the same PATH")
-    if _warm.cxx_runtime():  # the libraries link against it (_loader.link_flags)
+    if _core.cxx_runtime():  # the libraries link against it (_key.link_flags)
         other_runtime = tmp_path / "other-runtime" / "libstdc++.so.6"
         other_runtime.parent.mkdir()
-        shutil.copy(_warm.cxx_runtime(), other_runtime)
+        shutil.copy(_core.cxx_runtime(), other_runtime)
         monkeypatch.setattr(_warm, "cxx_runtime", lambda: str(other_runtime))
+        monkeypatch.setattr(_key, "cxx_runtime", lambda: str(other_runtime))
         changed("another C++ runtime in the process")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
     changed("another torch")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     assert recorded() is None, "another arch list misses (the key names it where CUDA is built)"
     load()
-    # The flags live in _loader.py, whose identity every record checks.
-    record_file = Path(_warm.record_path(str(cache), "tiny", _warm.settings("tiny", str(tiny_copy))))
-    assert _loader.__file__ in dict(json.loads(record_file.read_text())["checked"])
+    # The loader's own flags live in _key.py, whose identity every record checks.
+    record_file = Path(_warm.record_path(str(cache), "jitops_test.tiny", _warm.settings(tiny_extension(tiny_copy))))
+    assert _key.__file__ in dict(json.loads(record_file.read_text())["checked"])
 
     library = recorded()
     record = json.loads(record_file.read_text())
     os.utime(library.parent, (0, 0))
-    _warm.loaded.clear()
-    assert _warm.recall("tiny", str(tiny_copy)).library == library
+    _core.loaded.clear()
+    assert _warm.recall(tiny_extension(tiny_copy)).library == library
     assert time.time() - library.parent.stat().st_mtime < 60, "a warm start marks its entry as used (for pruning)"
     library.touch()  # the library's identity changed: the long way, which hashes it again
     assert recorded() is None and load() == library and recorded() == library
@@ -362,7 +379,7 @@ def test_warm_start_imports_only_the_warm_path():
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
         "import sys, jitops.ops; jitops.ops.require('add2'); jitops.ops.require('add2');"
-        "print(sorted(m for m in ('jitops._loader', 'jitops._cache', 'jitops._build') if m in sys.modules))"
+        "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._cache', 'jitops._prebuilt', 'jitops._build') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -372,15 +389,15 @@ def test_warm_start_imports_only_the_warm_path():
 
 def test_warm_open_records_the_library_as_torch_does_and_says_why_one_fails(tmp_path):
     jitops.ops.require("add2")
-    library = _warm.loaded["add2"].library
+    library = _core.loaded["jitops.add2"].library
     link = tmp_path / "link.so"
     link.symlink_to(library)
-    _warm.open_verified_library(str(link))  # loaded already: dlopen finds it by its inode
+    _core.open_verified_library(str(link))  # loaded already: dlopen finds it by its inode
     assert str(library.resolve()) in torch.ops.loaded_libraries
     not_elf = tmp_path / "not_elf.so"
     not_elf.write_bytes(b"not a shared library")
     with pytest.raises(OSError, match=r"Could not load this library: .*not_elf\.so: .*(ELF|too short)"):
-        _warm.open_verified_library(str(not_elf))
+        _core.open_verified_library(str(not_elf))
     assert str(not_elf) not in torch.ops.loaded_libraries
 
 
@@ -393,10 +410,10 @@ def needed_libraries(library: Path) -> list[str]:
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf (binutils) is not installed")
 def test_op_libraries_name_only_the_torch_libraries_they_use():
     # Every dlopen walks the dependencies of each library the new one names, loaded or not
-    # (jitops/_loader.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
+    # (jitops/_key.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
     # torch_cuda in particular (with its two dozen CUDA libraries) would double a warm dlopen.
     jitops.ops.require("add2")
-    needed = needed_libraries(_warm.loaded["add2"].library)
+    needed = needed_libraries(_core.loaded["jitops.add2"].library)
     assert "libtorch_cpu.so" in needed
     assert not {"libtorch.so", "libtorch_python.so", "libc10_cuda.so", "libtorch_cuda.so"} & set(needed), needed
 
@@ -409,7 +426,7 @@ def exported_symbols(library: Path) -> list[str]:
 # Builds add2 (CPU) with $CXX in a fresh process, checks it computes and reports a bad argument.
 BUILD_AND_RUN_ADD2 = """
 import torch, jitops, jitops.ops
-from jitops import _warm
+from jitops import _core
 jitops.ops.require("add2")
 a, b = torch.randn(1000), torch.randn(1000)
 assert torch.equal(jitops.add2(a, b), a + b)
@@ -418,7 +435,7 @@ try:
     raise AssertionError("a bad argument went through")
 except RuntimeError as error:
     assert "b" in str(error), error
-print(_warm.loaded["add2"].library)
+print(_core.loaded["jitops.add2"].library)
 """
 
 
@@ -426,7 +443,7 @@ print(_warm.loaded["add2"].library)
 def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_links_its_own(tmp_path):
     # Some toolchains' g++ links libstdc++ statically (the H100 machine's does): a whole second
     # C++ runtime in each library, exporting thousands of symbols, which doubled its dlopen
-    # (_loader.link_flags). Such a compiler, and the control that it is one:
+    # (_key.link_flags). Such a compiler, and the control that it is one:
     wrapper = tmp_path / "static-runtime-c++"
     wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("c++")} "$@" -static-libstdc++\n')
     wrapper.chmod(0o755)
@@ -442,8 +459,8 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     library = Path(proc.stdout.split()[-1])
     assert "libstdc++.so.6" in needed_libraries(library)
     assert len(exported_symbols(library)) < 100, "only the op library's own symbols"
-    manifest = json.loads((library.parent / _cache.MANIFEST_NAME).read_text())
-    assert _warm.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
+    manifest = json.loads((library.parent / _core.MANIFEST_NAME).read_text())
+    assert _core.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
 
 
 @pytest.mark.parametrize(
@@ -451,8 +468,8 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     ["cflags", "torch", "cuda", "cxx", "soabi"],
 )
 def test_every_key_component_changes_the_key(change):
-    sources = _loader.OpSources("tiny", TINY_SOURCES)
-    base = _loader.key_components(sources, _loader.find_cxx(), _loader.CudaPlan(False, None, None, "test"))
+    sources = tiny_extension(TINY_SOURCES)
+    base = _key.key_components(sources, _key.find_cxx(), _key.CudaPlan(False, None, None, "test"))
     changed = dict(base)
     if change == "cflags":
         changed["cflags"] = base["cflags"] + ["-DEXTRA"]
@@ -475,7 +492,7 @@ def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy
     stderr = load_tiny_failing(cache, tiny_copy)
     message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
     assert message, stderr
-    assert "building op 'tiny' failed" in message.group(1)
+    assert "building jitops_test.tiny failed" in message.group(1)
     assert re.search(r"tiny\.cpp:\d+:\d+: .*expected .;.", message.group(1)), message.group(1)
     assert Path(message.group(2)).is_file()
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
@@ -517,12 +534,14 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
 
 
 # Builds tiny and tiny2 (a copy under another name) at once, in two threads of one process.
-LOAD_TWO = """
+LOAD_TWO = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from jitops import _loader
+sys.path.insert(0, TESTS)
+from tiny_extension import tiny_extension
 with ThreadPoolExecutor(2) as pool:
-    list(pool.map(lambda op: _loader.load_op(op, root=sys.argv[1]), ["tiny", "tiny2"]))
+    list(pool.map(lambda name: _loader.load(tiny_extension(sys.argv[1], name)), ["tiny", "tiny2"]))
 """
 
 
@@ -538,7 +557,7 @@ def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
                           text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "jitops" in line]
-    line_forms = (r"jitops: building (tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built (tiny2?) \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]")
+    line_forms = (r"jitops: building jitops_test\.(tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built jitops_test\.(tiny2?) \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]")
     seen = [(form, re.fullmatch(pattern, line).group(1)) for line in lines for form, pattern in enumerate(line_forms)
             if re.fullmatch(pattern, line)]
     assert len(seen) == len(lines) == 4, proc.stderr
@@ -549,7 +568,7 @@ def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
 # A new process's warm load_all of two real ops, then each op on every device against its *_ref.
 LOAD_ALL_AND_RUN = """
 import json, sys, torch, jitops
-from jitops import _loader
+from jitops import _core
 jitops.load_all(["add2", "bias_act"])
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 checked = []
@@ -559,7 +578,7 @@ for device in devices:
     x, bias = torch.randn(4, 8, 5, 5, device=device), torch.randn(8, device=device)
     torch.testing.assert_close(jitops.bias_act(x, bias, act="lrelu"), jitops.bias_act_ref(x, bias, act="lrelu"))
     checked.append(device)
-print(json.dumps({"checked": checked, "how": [_loader.load_op(op).how for op in ("add2", "bias_act")]}))
+print(json.dumps({"checked": checked, "how": [_core.loaded[f"jitops.{op}"].how for op in ("add2", "bias_act")]}))
 """
 
 
@@ -598,7 +617,7 @@ def test_parallel_builds_on_a_terminal_end_in_whole_lines(tmp_path, tiny_copy):
     # What a terminal shows of each line: the text after its last carriage return and erase.
     shown = [line.rsplit("\r\x1b[K", 1)[-1].strip() for line in text.split("\n")]
     for op in ("tiny", "tiny2"):
-        assert any(re.fullmatch(rf"jitops: built {op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line) for line in shown), text
+        assert any(re.fullmatch(rf"jitops: built jitops_test.{op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line) for line in shown), text
 
 
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
@@ -611,7 +630,7 @@ def test_arch_list_becomes_gencode_flags_and_names_are_refused():
         "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90",
     ]
-    with pytest.raises(_build.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hopper' is not a compute capability"):
+    with pytest.raises(jitops.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hopper' is not a compute capability"):
         _build.gencode_flags("8.0;Hopper")
 
 
@@ -633,7 +652,7 @@ def test_missing_tool_is_a_clear_error(tmp_path, tools, missing):
     cache = tmp_path / "cache"
     # CXX="c++" so the compiler is looked up on PATH even where CXX names an absolute path.
     stderr = load_tiny_failing(cache, PATH=tool_dir(tmp_path, tools), CXX="c++")
-    assert f"cannot build op 'tiny': {missing}" in stderr, stderr
+    assert f"cannot build 'jitops_test.tiny': {missing}" in stderr, stderr
     assert entries(cache) == []
 
 

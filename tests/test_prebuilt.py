@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""DESIGN.md's loader step 4: prebuilt libraries (`jitops-cache build --out DIR`, then
+"""The loader's step 4 (docs/ARCHITECTURE.md): prebuilt libraries (`jitops-cache build --out DIR`, then
 JITOPS_PREBUILT_DIR) on a machine that cannot compile; refused when built for another setup."""
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jitops import _cache
+from jitops import _cache, _core
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -20,10 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 # Runs add2 in a fresh process and checks it against torch; prints how the op was loaded.
 RUN_ADD2 = """
 import torch, jitops
-from jitops import _warm
+from jitops import _core
 a, b = torch.randn(1000), torch.randn(1000)
 torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
-print(_warm.loaded["add2"].how)
+print(_core.loaded["jitops.add2"].how)
 """
 
 
@@ -55,7 +55,7 @@ def prebuilt_dir(tmp_path_factory) -> Path:
 
 def test_build_out_writes_library_and_manifest(prebuilt_dir):
     (entry,) = prebuilt_dir.glob("add2-*")
-    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     assert _cache.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
@@ -76,9 +76,9 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     mismatched = tmp_path / "mismatched"
     shutil.copytree(prebuilt_dir, mismatched)
     (entry,) = mismatched.glob("add2-*")
-    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
-    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
+    _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
     result = run(
         ["-c", RUN_ADD2], REPO,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(mismatched),
@@ -145,7 +145,7 @@ def chmod_library(entry: Path) -> None:
 
 
 def chmod_manifest(entry: Path) -> None:
-    (entry / _cache.MANIFEST_NAME).chmod(0o664)
+    (entry / _core.MANIFEST_NAME).chmod(0o664)
 
 
 def chown_entry_folder(entry: Path) -> None:
@@ -175,7 +175,7 @@ def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_di
     loosen(entry)
     result = run(["-c", RUN_ADD2], REPO, **env)
     assert result.returncode != 0
-    library = json.loads((entry / _cache.MANIFEST_NAME).read_text())["library"]
+    library = json.loads((entry / _core.MANIFEST_NAME).read_text())["library"]
     assert message.format(entry=entry, library=library) in result.stderr, result.stderr
 
 
@@ -183,9 +183,9 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
     (entry,) = copy.glob("add2-*")
-    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
-    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, {**manifest, "op": "lltm"})
-    (entry / _cache.MANIFEST_NAME).chmod(0o644)
+    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
+    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "op": "lltm"})
+    (entry / _core.MANIFEST_NAME).chmod(0o644)
     result = run(["-c", RUN_ADD2], REPO, PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
                  JITOPS_PREBUILT_DIR=str(copy))
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr

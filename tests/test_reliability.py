@@ -21,7 +21,7 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _cache
+from jitops import _cache, _core
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "12"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -40,7 +40,7 @@ def cold_wall_s(tmp_path_factory) -> float:
 
 
 def staging_dirs(cache: Path) -> list[Path]:
-    return list(cache.glob(f"{_cache.TMP_PREFIX}tiny-*"))
+    return list(cache.glob(f"{_cache.TMP_PREFIX}jitops_test.tiny-*"))
 
 
 def build_phase(cache: Path) -> str:
@@ -140,16 +140,16 @@ def corrupt_garbage(entry: Path) -> None:
 
 
 def corrupt_no_manifest(entry: Path) -> None:
-    (entry / _cache.MANIFEST_NAME).unlink()
+    (entry / _core.MANIFEST_NAME).unlink()
 
 
 def corrupt_malformed_manifest(entry: Path) -> None:
-    (entry / _cache.MANIFEST_NAME).write_text('{"op": "tiny", "key": ')
+    (entry / _core.MANIFEST_NAME).write_text('{"op": "tiny", "key": ')
 
 
 def corrupt_other_key(entry: Path) -> None:
-    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
-    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, {**manifest, "key": "0" * 16})
+    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
+    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "key": "0" * 16})
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
     holder = start_tiny(cache, CXX=wrapper)
     try:
         deadline = time.monotonic() + 60
-        while not list(cache.glob("tiny-*.owner")):
+        while not list(cache.glob("jitops_test.tiny-*.owner")):
             assert holder.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         started = time.monotonic()
@@ -285,7 +285,7 @@ def test_unsafe_cache_root_is_refused_and_a_private_one_used(tmp_path, make_root
     result = load_tiny(root)
     assert result["value"] == 42 and message in result["stderr"] and "per-user fallback cache" in result["stderr"]
     assert_warning_points_at_the_caller(result["stderr"])
-    assert not list(Path(os.path.realpath(root)).glob("tiny-*")), "nothing is written into a refused root"
+    assert not list(Path(os.path.realpath(root)).glob("jitops_test.tiny-*")), "nothing is written into a refused root"
 
 
 @pytest.mark.parametrize("plant", ["group-writable", "other-owner"])
@@ -380,7 +380,7 @@ def test_hung_compiler_hits_the_build_timeout_and_leaves_nothing(tmp_path):
     assert proc.returncode != 0 and time.monotonic() - started < 30, stderr
     message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
     assert message, stderr
-    assert "building op 'tiny' failed: it did not finish within 2 s (JITOPS_BUILD_TIMEOUT)" in message.group(1)
+    assert "building jitops_test.tiny failed: it did not finish within 2 s (JITOPS_BUILD_TIMEOUT)" in message.group(1)
     assert "JITOPS_BUILD_TIMEOUT" in Path(message.group(2)).read_text()
     assert wait_until(lambda: not processes_with(token), 10), "the hung compiler was stopped"
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
@@ -418,8 +418,8 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
         proc = start_tiny(cache)
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode != 0
-        assert f"building op 'tiny' failed: the disk holding the cache {cache} is full" in stderr, stderr
-        assert "jitops._build.BuildError: jitops: cannot build op 'tiny'" in stderr, stderr
+        assert f"building jitops_test.tiny failed: the disk holding the cache {cache} is full" in stderr, stderr
+        assert "jitops._errors.BuildError: jitops: cannot build 'jitops_test.tiny'" in stderr, stderr
         assert "Install the missing tools" not in stderr, "only advice that applies (no tool is missing)"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
     finally:

@@ -16,7 +16,9 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
     cold_build, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny, tiny_copy,
 )
 
-from jitops import _build, _cache, _loader, _warm
+import jitops
+from jitops import _build, _cache, _core, _key, _loader, _warm
+from tiny_extension import tiny_extension
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -32,7 +34,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
 
 
 def warm_records(cache: Path) -> list[Path]:
-    return sorted(cache.glob(f"{_warm.RECORD_PREFIX}tiny-*.json"))
+    return sorted(cache.glob(f"{_warm.RECORD_PREFIX}jitops_test.tiny-*.json"))
 
 
 def only_library(cache: Path) -> Path:
@@ -86,10 +88,10 @@ def test_a_library_changed_in_place_with_its_identity_kept_is_rehashed(tmp_path)
 def forge_manifest(entry: Path, **fields) -> None:
     """The manifest rewritten to vouch for the library as it is now (what a disk that changes
     bytes under an unchanged identity, or a forger, leaves)."""
-    manifest = json.loads((entry / _cache.MANIFEST_NAME).read_text())
+    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     library = entry / manifest["library"]
-    manifest.update({"library_identity": _cache.file_identity(library), **fields})
-    _cache.write_json_atomic(entry / _cache.MANIFEST_NAME, manifest)
+    manifest.update({"library_identity": _core.file_identity(library), **fields})
+    _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
 
 
 def test_a_corrupt_library_is_discarded_and_rebuilt(tmp_path):
@@ -188,9 +190,9 @@ def test_a_warm_record_never_points_outside_the_cache(tmp_path):
     # A library planted beside the cache root, with a manifest, and a record naming them through "..".
     evil = cache.parent / "evil.so"
     evil.write_bytes(library.read_bytes())
-    (cache.parent / _cache.MANIFEST_NAME).write_bytes((library.parent / _cache.MANIFEST_NAME).read_bytes())
-    record.update(entry="..", library="evil.so", library_identity=_warm.file_identity(str(evil)),
-                  manifest_identity=_warm.file_identity(str(cache.parent / _cache.MANIFEST_NAME)))
+    (cache.parent / _core.MANIFEST_NAME).write_bytes((library.parent / _core.MANIFEST_NAME).read_bytes())
+    record.update(entry="..", library="evil.so", library_identity=_core.file_identity(str(evil)),
+                  manifest_identity=_core.file_identity(str(cache.parent / _core.MANIFEST_NAME)))
     record_file.write_text(json.dumps(record))
     result = load_tiny(cache)
     assert Path(result["library"]) == library and result["how"] == "cache"
@@ -201,10 +203,10 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     load_tiny(cache)
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))  # the child's settings, as tiny_env set them
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache.parent / "torch_ext"))
-    settings = _warm.settings("tiny", str(Path(__file__).parent / "tiny_ext"))
-    record_file = Path(_warm.record_path(str(cache), "tiny", settings))
+    settings = _warm.settings(tiny_extension())
+    record_file = Path(_warm.record_path(str(cache), "jitops_test.tiny", settings))
     good = json.loads(record_file.read_text())
-    assert _warm.recorded_library("tiny", settings) is not None, "the control: the record as written is used"
+    assert _warm.recorded_library(tiny_extension(), settings) is not None, "the control: the record as written is used"
     wrong_values = {
         "entry": [".", "..", "tiny", "other-" + good["entry"].rpartition("-")[2], good["entry"] + "/..", 7],
         "library": ["../x.so", "", ".so", None],
@@ -217,7 +219,7 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     for field, values in wrong_values.items():
         for value in values:
             record_file.write_text(json.dumps({**good, field: value}))
-            assert _warm.recorded_library("tiny", settings) is None, (field, value)
+            assert _warm.recorded_library(tiny_extension(), settings) is None, (field, value)
 
 
 # 7, a prebuilt entry that anyone else may write: test_prebuilt.py, whose fixture makes prebuilt
@@ -254,7 +256,7 @@ def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
 def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(monkeypatch, variable, value):
     monkeypatch.setenv(variable, value)
     read = _build.build_timeout if variable == "JITOPS_BUILD_TIMEOUT" else _build.lock_timeout
-    with pytest.raises(_build.BuildError, match=rf"{variable} must be a finite number of seconds above 0, got '{value}'"):
+    with pytest.raises(jitops.BuildError, match=rf"{variable} must be a finite number of seconds above 0, got '{value}'"):
         read()
 
 
@@ -269,16 +271,16 @@ def test_a_bad_timeout_stops_a_real_build_at_once_with_one_clear_error(tmp_path,
     assert entries(cache) == []
 
 
-def cuda_plan() -> _loader.CudaPlan:
-    cuda_home = _loader.find_cuda_home()
+def cuda_plan() -> _key.CudaPlan:
+    cuda_home = _key.find_cuda_home()
     if cuda_home is None:
         pytest.skip("no CUDA toolkit (nvcc)")
-    return _loader.CudaPlan(True, "9.0", cuda_home, "")
+    return _key.CudaPlan(True, "9.0", cuda_home, "")
 
 
-def key(cuda: _loader.CudaPlan) -> str:
-    sources = _loader.OpSources("tiny", Path(__file__).parent / "tiny_ext")
-    return _cache.compute_key(_loader.key_components(sources, _loader.find_cxx(), cuda))
+def key(cuda: _key.CudaPlan) -> str:
+    sources = tiny_extension()
+    return _cache.compute_key(_key.key_components(sources, _key.find_cxx(), cuda))
 
 
 def host_compiler(path: Path, version: str) -> str:
@@ -299,19 +301,19 @@ def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settin
     cuda = cuda_plan()
     for name in CUDA_BUILD_VARIABLES + COMPILER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    unset_key, unset_settings = key(cuda), _warm.settings("tiny", "root")
+    unset_key, unset_settings = key(cuda), _warm.settings(tiny_extension("root"))
     value = host_compiler(tmp_path / "host-cc", "cc 1.0") if variable in ("CC", "PYTORCH_NVCC") else "/some/where"
     monkeypatch.setenv(variable, value)
     assert key(cuda) != unset_key
-    assert _warm.settings("tiny", "root") != unset_settings
+    assert _warm.settings(tiny_extension("root")) != unset_settings
     if variable in ("CC", "PYTORCH_NVCC"):
         # The program it names is probed like a compiler: replacing it changes the key too.
         before = key(cuda)
         host_compiler(tmp_path / "host-cc", "cc 2.0")
         assert key(cuda) != before
-        assert str(tmp_path / "host-cc") in _loader._key_files(_loader.OpSources("tiny", Path(__file__).parent / "tiny_ext"), None, cuda)
+        assert str(tmp_path / "host-cc") in _key._key_files(tiny_extension(), None, cuda)
     if variable in CUDA_BUILD_VARIABLES:
-        cpu_only = _loader.CudaPlan(False, None, None, "test")
+        cpu_only = _key.CudaPlan(False, None, None, "test")
         monkeypatch.delenv(variable)
         cpu_key = key(cpu_only)
         monkeypatch.setenv(variable, value)
@@ -327,12 +329,12 @@ def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path):
     cache = tmp_path / "cache"
     compiler = slow_compiler(tmp_path, 2)  # the same compiler for both builds: the same entry
     victim = start_tiny(cache, CXX=compiler)
-    while not list(cache.glob(".tmp-tiny-*/build/build.ninja")):
+    while not list(cache.glob(".tmp-jitops_test.tiny-*/build/build.ninja")):
         assert victim.poll() is None, "the build ended before it could be killed"
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=60)
-    (orphan,) = cache.glob(".tmp-tiny-*")
+    (orphan,) = cache.glob(".tmp-jitops_test.tiny-*")
     assert f"-{victim.pid}-" in orphan.name, "a staging folder is named after its builder"
     live = cache / orphan.name.replace(f"-{victim.pid}-", f"-{os.getpid()}-")  # a live process's: kept
     live.mkdir()
@@ -347,7 +349,7 @@ def test_under_umask_000_what_jitops_creates_stays_private(tmp_path):
     assert finish(start_tiny(cache, umask=0, TMPDIR=str(tmp)))["how"] == "built"
     for folder in (tmp_path / "made", tmp_path / "made" / "by", tmp_path / "made" / "by" / "jitops", cache):
         assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
-    (lock,) = cache.glob("tiny-*.lock")
+    (lock,) = cache.glob("jitops_test.tiny-*.lock")
     assert oct(lock.stat().st_mode & 0o777) == "0o600"
 
 

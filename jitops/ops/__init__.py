@@ -1,34 +1,62 @@
 # SPDX-License-Identifier: MIT
-"""One module per op: its public function, checks, fake kernel, autograd and pure-torch *_ref.
+"""One module per op: its Extension, public function, checks, fake kernel, autograd and pure-torch
+*_ref (docs/ARCHITECTURE.md: adding an op).
 
-An op module's `_register()` runs once, right after its extension is loaded, because
-torch.library can only attach a fake kernel or autograd formula to an op whose schema exists, and
-the schema comes from the extension (bindings/<op>.cpp).
+An op module's `_register()` runs once, right after its library is loaded, because torch.library
+can only attach a fake kernel or autograd formula to an op whose schema exists, and the schema
+comes from the library (bindings/<op>.cpp).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 import threading
 
 import torch
 
-from .. import _warm
+from .._core import SOURCE_ROOT, VERSION
+from .._extension import Extension
+from .._warm import recall
+
+NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
+# -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC
+# vectorize branch-free selects such as kernels/fast_math.h's clamps; no kernel relies on
+# floating-point exceptions.
+CFLAGS = ("-O3", "-fno-trapping-math")
+CUDA_CFLAGS = ("-O3",)
+
+
+def op_extension(name: str, *sources: str) -> Extension:
+    """The Extension of one of jitops' own ops: its sources (relative to the source root holding
+    kernels/ and bindings/) with the flags and version every op here shares."""
+    return Extension(name, sources, namespace=NAMESPACE, root=SOURCE_ROOT, cflags=CFLAGS, cuda_cflags=CUDA_CFLAGS,
+                     version=VERSION)
+
+
+def available_ops() -> list[str]:
+    """The ops this installation ships: one module in jitops/ops/ each."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def extension(op: str) -> Extension:
+    """The Extension an op module declares."""
+    return importlib.import_module(f"{__name__}.{op}").EXTENSION
+
 
 _ready: set[str] = set()
 _register_lock = threading.Lock()
 
 # The Python-side registrations of every op go through this one handle (kept for the process's
 # life: a Library's registrations go away with it).
-_library = torch.library.Library("jitops", "FRAGMENT")
+_library = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
 def register_fake(op: str, fake_kernel) -> None:
     """The op's fake kernel, registered as its Meta kernel, which FakeTensor (torch.compile,
-    opcheck) runs for an op without a register_fake entry. Same tracing behaviour, but without
-    torch.library.register_fake's caller inspection (inspect.getmodule scans sys.modules: about a
-    millisecond per kernel, more than a warm load's whole budget)."""
+    opcheck) runs for an op without a register_fake entry: the same tracing, without
+    torch.library.register_fake's caller inspection (a scan of sys.modules per kernel)."""
     _library.impl(op, fake_kernel, "Meta")
 
 
@@ -36,15 +64,16 @@ _without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
 
 
 def require(op: str) -> bool:
-    """Load op's extension and its Python-side registrations, once per process."""
+    """Load op's library and its Python-side registrations, once per process."""
     if op not in _ready:
+        declared = extension(op)
         # A warm start (the usual case) goes no further than _warm; the rest of the loader is
         # imported only when it has to find, build or fetch the library.
-        loaded = _warm.recall(op)
+        loaded = recall(declared)
         if loaded is None:
-            from .._loader import load_op
+            from .._loader import load
 
-            loaded = load_op(op)
+            loaded = load(declared)
         if not loaded.with_cuda:
             _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.
@@ -76,8 +105,8 @@ def _assume_constant_result(fn):
 _assume_constant_result(require)
 
 
-# A small op's call must cost about what an eager torch op costs (DESIGN.md: tiny tensors are never
-# slower through jitops). An Autograd kernel written in Python runs on every dispatcher call of the
+# A small op's call must cost about what an eager torch op costs (tiny tensors are never slower
+# through jitops). An Autograd kernel written in Python runs on every dispatcher call of the
 # op, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take the
 # cheapest correct road (call_op): below the autograd layer when nothing needs a gradient (what
 # that kernel itself would do), else the op's autograd.Function directly. torch.compile and direct

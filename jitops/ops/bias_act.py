@@ -11,7 +11,14 @@ import math
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, register_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+
+EXTENSION = op_extension(
+    "bias_act",
+    *(f"kernels/cpu/bias_act_{unit}.cpp" for unit in range(3)),  # units compiled in parallel
+    *(f"kernels/cuda/bias_act_{unit}.cu" for unit in range(8)),
+    "bindings/bias_act.cpp",
+)
 
 __all__ = ["bias_act", "bias_act_ref", "ACTIVATIONS"]
 

@@ -11,7 +11,9 @@ import math
 
 import torch
 
-from . import check_backend, check_tensor_args, register_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+
+EXTENSION = op_extension("lltm", "kernels/cpu/lltm.cpp", "kernels/cuda/lltm.cu", "bindings/lltm.cpp")
 
 __all__ = ["lltm", "lltm_ref", "LLTM"]
 
@@ -30,7 +32,7 @@ def lltm(
     check_tensor_args("lltm", input=input, weights=weights, bias=bias, old_h=old_h, old_cell=old_cell)
     require("lltm")
     check_backend("lltm", input, weights, bias, old_h, old_cell)
-    new_h, new_cell, _gates = torch.ops.jitops.lltm.default(input, weights, bias, old_h, old_cell)
+    new_h, new_cell, _gates = call_op(torch.ops.jitops.lltm.default, _eager_autograd, input, weights, bias, old_h, old_cell)
     return new_h, new_cell
 
 
@@ -120,7 +122,11 @@ def _backward(ctx, grad_h, grad_cell, _grad_gates):
     return torch.ops.jitops._lltm_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights)
 
 
+_eager_autograd = None  # register_autograd's OpAutograd, made once the op exists
+
+
 def _register() -> None:
+    global _eager_autograd
     register_fake("lltm", _fake_forward)
     register_fake("_lltm_backward", _fake_backward)
-    register_autograd("lltm", _backward, _setup_context)
+    _eager_autograd = register_autograd("lltm", _backward, _setup_context)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, register_autograd, register_fake, require
+from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+
+EXTENSION = op_extension(
+    "trilinear_interpolation",
+    "kernels/cpu/trilinear_interpolation.cpp", "kernels/cuda/trilinear_interpolation.cu",
+    "bindings/trilinear_interpolation.cpp",
+)
 
 __all__ = ["trilinear_interpolation", "trilinear_interpolation_ref"]
 
@@ -25,11 +31,12 @@ def trilinear_interpolation(
     check_tensor_args("trilinear_interpolation", feats=feats, points=points)
     require("trilinear_interpolation")
     check_backend("trilinear_interpolation", feats, points)
-    return torch.ops.jitops.trilinear_interpolation.default(feats, points)
+    return call_op(torch.ops.jitops.trilinear_interpolation.default, _eager_autograd, feats, points)
 
 
 def trilinear_interpolation_ref(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """Pure-torch reference (DESIGN.md's formula), for tests and for machines without a compiler."""
+    """Pure-torch reference, for tests and for machines without a compiler: the formula the
+    kernels follow (corner k = 4 * (u side) + 2 * (v side) + (w side), a, b, c, d the bilinear weights)."""
     u, v, w = ((points + 1) / 2).unbind(dim=1)
     u, v, w = u[:, None], v[:, None], w[:, None]
     a = (1 - v) * (1 - w)
@@ -83,8 +90,12 @@ def _backward(ctx, grad_out: torch.Tensor):
     return grad_feats, grad_points
 
 
+_eager_autograd = None  # register_autograd's OpAutograd, made once the op exists
+
+
 def _register() -> None:
+    global _eager_autograd
     register_fake("trilinear_interpolation", _fake_forward)
     register_fake("_trilinear_interpolation_backward", _fake_backward)
     register_fake("_trilinear_interpolation_backward_feats", _fake_backward_feats)
-    register_autograd("trilinear_interpolation", _backward, _setup_context)
+    _eager_autograd = register_autograd("trilinear_interpolation", _backward, _setup_context)

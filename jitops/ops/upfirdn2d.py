@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, register_fake, require
+from . import check_backend, check_tensor_args, op_extension, register_fake, require
+
+EXTENSION = op_extension(
+    "upfirdn2d",
+    "kernels/cpu/upfirdn2d.cpp", "kernels/cuda/upfirdn2d.cu", "bindings/upfirdn2d.cpp",
+    "bindings/upfirdn2d_autograd.cpp",
+)
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import jitops
-from jitops import _warm
+from jitops import _core
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     # How many ranks built each op and how many loaded it from the cache, summed over ranks
     # (with tensors: all_gather_object would need numpy).
     ops = ("add2", "trilinear_interpolation")
-    counts = torch.tensor([[_warm.loaded[op].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64)
+    counts = torch.tensor([[_core.loaded[f"jitops.{op}"].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64)
     dist.all_reduce(counts)
     if rank == 0:
         with open(sys.argv[1], "w") as out:

@@ -4,4 +4,4 @@
 #include "../kernels/tiny.h"
 
 extern "C" int jitops_tiny_value() { return tiny_value(); }
-extern "C" int jitops_tiny_shard_count() { return tiny_shard_count(); }
+extern "C" int jitops_tiny_units() { return tiny_units(); }

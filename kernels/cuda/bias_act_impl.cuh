@@ -10,13 +10,11 @@
 // (float64, and sizes or pointers not aligned to a whole vector) takes one kernel per order and
 // dtype that picks the activation at run time, compiled once instead of nine times: on a 16-core
 // H100 machine the previous layout (a vector and a scalar kernel per activation for all four
-// dtypes, about 250 kernels) took 26 s to build. The loader compiles this file as 8 units in
-// parallel, each with a share of the (activation, dtype) pairs (the table at the end), unit 7
-// also the run-time-switch kernels. As 19 units (one per activation and dtype group) the build
-// took 12-16 s on the H100 machine: with the CPU and bindings units, more units than its 16 cores,
-// and each unit spends 1.1 s (2-core VM) on its host code whatever its kernels. (With one unit per
-// activation, softplus's alone took 17.6 s, its exp and log1p unrolled 16 to 32 times per kernel.)
-// jitops: shards 8
+// dtypes) built far slower. The kernels are instantiated by 8 units that compile in parallel
+// (bias_act_0.cu to bias_act_7.cu), (activation, dtype) pairs dealt to them by compile time
+// (BENCHMARKS.md, bias_act build); unit 0 also holds the fused backward's block count, unit 7 the
+// run-time-switch kernels. JITOPS_BIAS_ACT_CUDA(act, T) instantiates one pair.
+#pragma once
 #include <algorithm>
 
 #include "../bias_act.h"
@@ -264,46 +262,7 @@ void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const 
   }
 }
 
-#if JITOPS_SHARD == 7 % JITOPS_SHARD_COUNT  // the run-time-switch kernels: in unit 7
-template <typename T>
-void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const BiasActShape& shape,
-                       const BiasActParams& params, int derivative, Activation act, CudaStream stream) {
-  using scalar_t = CudaType<T>;
-  const Layout layout{shape.n, shape.inner, shape.channels, shape.n < (int64_t{1} << 32)};
-  const int blocks = grid_size(shape.n, kThreads);
-  dispatch_derivative(derivative, [&](auto order) {
-    bias_act_any_kernel<decltype(order)::value, scalar_t><<<blocks, kThreads, 0, stream>>>(
-        cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(out_t), layout, scalars<scalar_t>(params), act);
-    JITOPS_CHECK_LAUNCH();
-  });
-}
 
-#define JITOPS_INSTANTIATE(T)                                                                          \
-  template void bias_act_any_cuda<T>(const T*, const T*, const T*, T*, const BiasActShape&, const BiasActParams&, \
-                                     int, Activation, CudaStream);
-JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
-#undef JITOPS_INSTANTIATE
-#endif
-
-#if JITOPS_SHARD == 0
-template <typename T>
-int64_t bias_act_fused_backward_blocks(const T* x, const T* grad, const T* grad_x, const BiasActShape& shape) {
-  constexpr int kVec = max_vec_size<CudaType<T>>();
-  const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
-  // Runs of at least a warp's worth of vectors keep the loads coalesced; anything else (such as
-  // channels_last, inner == 1) takes the unfused path, and so does float64 (no kernel compiled).
-  const bool fusable = !std::is_same_v<T, double> && n > 0 && inner % kVec == 0 && inner / kVec >= 32 && channels <= kMaxGridY && is_aligned(x) &&
-                       is_aligned(grad) && is_aligned(grad_x);
-  return fusable ? blocks_for(n / channels / kVec) : 0;
-}
-
-template int64_t bias_act_fused_backward_blocks<float>(const float*, const float*, const float*, const BiasActShape&);
-template int64_t bias_act_fused_backward_blocks<double>(const double*, const double*, const double*,
-                                                        const BiasActShape&);
-template int64_t bias_act_fused_backward_blocks<Half>(const Half*, const Half*, const Half*, const BiasActShape&);
-template int64_t bias_act_fused_backward_blocks<BFloat16>(const BFloat16*, const BFloat16*, const BFloat16*,
-                                                          const BiasActShape&);
-#endif
 
 template <Activation kAct, typename T>
 void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T* grad_x_t, BiasSum<T>* partial_sums,
@@ -322,11 +281,7 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
   }
 }
 
-// This unit's share of the vector kernels (all of them when the file is compiled as one unit): the
-// (activation, dtype) pairs dealt to 8 units of about equal compile time, ptxas's share the
-// largest. Solo on the 2-core VM, each unit's kernels take 3.0-3.8 s beside 1.1 s that every unit
-// spends on its host code; softplus, its exp and log1p unrolled per element, fills a unit alone.
-#define JITOPS_INSTANTIATE_FOR(act, T)                                                                              \
+#define JITOPS_BIAS_ACT_CUDA(act, T)                                                                              \
   template void bias_act_cuda<Activation::act, T>(const T*, const T*, const T*, T*, const BiasActShape&,          \
                                                   const BiasActParams&, int, CudaStream);                        \
   template void bias_act_fused_backward_cuda<Activation::act, T>(const T*, const T*, const T*, T*, BiasSum<T>*, \
@@ -334,35 +289,7 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
                                                                  const BiasActParams&, CudaStream);
 // float64 has no vector kernel of its own (bias_act_cuda sends it to the run-time switch), so it
 // rides with float32 and float16.
-#define JITOPS_INSTANTIATE(act) \
-  JITOPS_INSTANTIATE_FOR(act, float) JITOPS_INSTANTIATE_FOR(act, double) JITOPS_INSTANTIATE_FOR(act, Half)
-#define JITOPS_IN_UNIT(unit) (JITOPS_SHARD_COUNT == 1 || JITOPS_SHARD == (unit))
-#if JITOPS_IN_UNIT(0)
-JITOPS_INSTANTIATE(kSoftplus)
-#endif
-#if JITOPS_IN_UNIT(1)
-JITOPS_INSTANTIATE_FOR(kSoftplus, BFloat16) JITOPS_INSTANTIATE_FOR(kLinear, BFloat16) JITOPS_INSTANTIATE_FOR(kRelu, BFloat16)
-#endif
-#if JITOPS_IN_UNIT(2)
-JITOPS_INSTANTIATE(kSwish) JITOPS_INSTANTIATE_FOR(kLrelu, BFloat16) JITOPS_INSTANTIATE_FOR(kElu, BFloat16)
-#endif
-#if JITOPS_IN_UNIT(3)
-JITOPS_INSTANTIATE(kSigmoid) JITOPS_INSTANTIATE_FOR(kSwish, BFloat16)
-#endif
-#if JITOPS_IN_UNIT(4)
-JITOPS_INSTANTIATE(kTanh) JITOPS_INSTANTIATE_FOR(kSigmoid, BFloat16)
-#endif
-#if JITOPS_IN_UNIT(5)
-JITOPS_INSTANTIATE(kSelu) JITOPS_INSTANTIATE(kElu)
-#endif
-#if JITOPS_IN_UNIT(6)
-JITOPS_INSTANTIATE(kLinear) JITOPS_INSTANTIATE(kRelu) JITOPS_INSTANTIATE(kLrelu)
-#endif
-#if JITOPS_IN_UNIT(7)  // with the run-time-switch kernels (above)
-JITOPS_INSTANTIATE_FOR(kTanh, BFloat16) JITOPS_INSTANTIATE_FOR(kSelu, BFloat16)
-#endif
-#undef JITOPS_IN_UNIT
-#undef JITOPS_INSTANTIATE
-#undef JITOPS_INSTANTIATE_FOR
+#define JITOPS_BIAS_ACT_CUDA_ALL_BUT_BF16(act) \
+  JITOPS_BIAS_ACT_CUDA(act, float) JITOPS_BIAS_ACT_CUDA(act, double) JITOPS_BIAS_ACT_CUDA(act, Half)
 
 }  // namespace jitops

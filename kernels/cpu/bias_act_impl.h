@@ -2,9 +2,10 @@
 // x is dense, so its memory is [outer][C][inner] (BiasActShape): the innermost loop runs over
 // contiguous memory with the bias fixed (inner > 1) or over the C channels (inner == 1).
 //
-// Nine activations x three derivative orders x two dtypes x two CPU targets: compiled as three
-// units in parallel, each instantiating every third activation.
-// jitops: shards 3
+// Nine activations x three derivative orders x two dtypes x two CPU targets: the templates here are
+// instantiated by three units that compile in parallel (bias_act_0.cpp, _1, _2), three activations
+// each; JITOPS_BIAS_ACT_CPU(act) instantiates one.
+#pragma once
 #include <torch/csrc/stable/ops.h>  // parallel_for: torch's own thread pool
 
 #include <algorithm>
@@ -59,16 +60,10 @@ void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActSh
   });
 }
 
-#define JITOPS_INSTANTIATE(act)                                                                              \
+#define JITOPS_BIAS_ACT_CPU(act)                                                                              \
   template void bias_act_cpu<Activation::act, float>(const float*, const float*, const float*, float*,      \
                                                      const BiasActShape&, const BiasActParams&, int);       \
   template void bias_act_cpu<Activation::act, double>(const double*, const double*, const double*, double*, \
                                                       const BiasActShape&, const BiasActParams&, int);
-#define JITOPS_ACTIVATION_UNITS JITOPS_SHARD_COUNT
-#define JITOPS_ACTIVATION_UNIT JITOPS_SHARD
-#include "../bias_act_shards.h"
-#undef JITOPS_INSTANTIATE
-#undef JITOPS_ACTIVATION_UNITS
-#undef JITOPS_ACTIVATION_UNIT
 
 }  // namespace jitops

@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: MIT
+"""What every other module of the loader stands on: where sources and the cache are, which
+directories may hold libraries we load, what a file's identity is, what a library must share with
+this process, and the registry of the libraries this process has loaded.
+
+Standard library only at import (torch is imported inside the functions that need it, by which
+time the caller has imported it): a warm start imports this module, _extension and _warm, and
+nothing else of the loader.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+VERSION = "0.1.0"  # jitops.__version__
+# How jitops turns an Extension into a library (the build file, the flags it adds, the manifest):
+# part of every key instead of jitops' own version, so that a release that changes none of that
+# keeps every cache entry and every shipped prebuilt library valid.
+RECIPE = 1
+MANIFEST_NAME = "manifest.json"  # in each cache entry
+KEY_LENGTH = 16  # hex digits of sha256 in entry names (<namespace>.<name>-<key>)
+# An entry's last-used time (its folder's mtime) is set at most once a minute: precise enough for
+# least-recently-used pruning, and 64 ranks that start together do not all write it.
+LAST_USED_RESOLUTION_S = 60.0
+# The Python ABI tag, from the import system rather than sysconfig (slow to import, and its lazy
+# variables are not thread-safe: load_all() plans in several threads).
+PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
+# Environment variables that change what a build produces without changing which tools are found:
+# those torch's build-file writer and nvcc read for CUDA units, then the compiler's search paths.
+CUDA_BUILD_ENVIRONMENT = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
+# Every environment variable a key depends on: those above and the ones the toolchain lookup reads.
+TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
+
+
+def _find_source_root() -> str:
+    """jitops' own kernels/ and bindings/: inside the installed package, or beside it in a checkout."""
+    package_dir = os.path.dirname(os.path.realpath(__file__))
+    for candidate in (package_dir, os.path.dirname(package_dir)):
+        if os.path.isdir(os.path.join(candidate, "kernels")) and os.path.isdir(os.path.join(candidate, "bindings")):
+            return candidate
+    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
+
+
+SOURCE_ROOT = _find_source_root()
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# A warning skips jitops' own frames (the package, and cache_tools/ beside it in a checkout).
+_OWN_CODE = (os.path.join(PACKAGE_DIR, ""), os.path.join(os.path.dirname(PACKAGE_DIR), "cache_tools", ""))
+
+
+def warn(message: str) -> None:
+    """A RuntimeWarning "jitops: message", attributed to the first caller outside jitops."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache root, and which directories may hold libraries we load
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_extensions_root() -> str:
+    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions (as
+    torch's get_default_build_root says, without importing cpp_extension and setuptools)."""
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return configured
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.realpath(os.path.join(user_cache, "torch_extensions"))
+
+
+def configured_root() -> tuple[str, str]:
+    """The cache root asked for, and why (for `jitops-cache dir`)."""
+    configured = os.environ.get("JITOPS_CACHE_DIR")
+    if configured:
+        return configured, "JITOPS_CACHE_DIR"
+    return os.path.join(torch_extensions_root(), "jitops"), "default: jitops/ under torch's extension root"
+
+
+def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | None:
+    """Why `path` may not hold libraries we load (another user could write into it), or None.
+    info: its os.lstat(), where the caller has it."""
+    return unsafe_path_problem(path, "cache directory", (os.getuid(),), directory=True, info=info)
+
+
+def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory: bool,
+                        info: os.stat_result | None = None) -> str | None:
+    """Why `path` (a directory, or a regular file) may not hold or be a library we load, or None:
+    a symbolic link, of the other kind, owned by none of `owners`, or writable by group or others.
+    what: how messages name it."""
+    info = info or os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"{what} {path} is a symbolic link; refusing to follow it"
+    if not (stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)):
+        return f"{what} {path} is not a {'directory' if directory else 'regular file'}"
+    if info.st_uid not in owners:
+        return f"{what} {path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); run `chmod go-w {path}`"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# File identity: what says a file is unchanged without reading it
+# ---------------------------------------------------------------------------------------------
+
+
+def file_identity(path: str | Path) -> list[int]:
+    """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it. The status-change time
+    cannot be set back (touch, rsync -t and tar restore only the mtime) and moves on every write,
+    so an edit that keeps size, mtime and inode is still a change. A folder's identity changes when
+    an entry is added to or removed from it."""
+    info = os.stat(path)
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
+
+
+IDENTITY_FIELDS = 5  # file_identity's length: a recorded identity of another length is no identity
+
+
+def identity_or_none(path: str | Path) -> list[int] | None:
+    """The identity of what a path leads to (links followed), None where there is nothing."""
+    try:
+        return file_identity(path)
+    except OSError:
+        return None
+
+
+def write_json_atomic(path: Path | str, data: dict) -> None:
+    """Readers see the old file or the new one, never a half-written one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(data, file, indent=2, sort_keys=True)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def mark_used(entry: str, last_used: float) -> None:
+    """Note that a cache entry is in use, for least-recently-used pruning: its folder's mtime is
+    its last-used time (rewriting the manifest would change what warm records check)."""
+    if time.time() - last_used >= LAST_USED_RESOLUTION_S:
+        try:
+            os.utime(entry)
+        except OSError:
+            pass  # a read-only cache still loads; pruning order is all that is lost
+
+
+# ---------------------------------------------------------------------------------------------
+# What a library must share with this process
+# ---------------------------------------------------------------------------------------------
+
+
+def process_abi() -> dict:
+    """What a built .so must share with this process, apart from its sources (key components)."""
+    import torch
+
+    return {
+        "recipe": RECIPE,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "torch_cuda": torch.version.cuda,
+        "python_soabi": PYTHON_SOABI,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
+
+
+def cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST, else the visible GPUs' compute capabilities ("8.0;9.0"), else ""."""
+    import torch
+
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not arch_list and torch.cuda.is_available():
+        capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        arch_list = ";".join(f"{major}.{minor}" for major, minor in sorted(capabilities))
+    return arch_list
+
+
+@functools.cache
+def _libc_dl() -> tuple:
+    """libc's dlopen, dlerror and dlinfo (None where libc has none), through ctypes.PyDLL (the GIL
+    stays held, as in ctypes' own dlopen), all looked up before any call: a lookup is a dlsym,
+    which would clear the error dlerror reports."""
+    import ctypes
+
+    libc = ctypes.PyDLL(None)
+    dlopen, dlerror, dlinfo = libc.dlopen, libc.dlerror, getattr(libc, "dlinfo", None)
+    dlopen.restype, dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
+    dlerror.restype, dlerror.argtypes = ctypes.c_char_p, []
+    if dlinfo is not None:
+        dlinfo.restype, dlinfo.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    return dlopen, dlerror, dlinfo
+
+
+@functools.cache
+def cxx_runtime() -> str | None:
+    """The C++ runtime (libstdc++.so.6) this process has loaded, by the path it was loaded from;
+    None where there is none. Libraries link against it (_key.link_flags), so keys depend on it.
+    dlopen(RTLD_NOLOAD) finds it without loading anything; dlinfo gives its link_map, whose
+    second field is the path."""
+    import ctypes
+
+    dlopen, _, dlinfo = _libc_dl()
+    handle = dlopen(b"libstdc++.so.6", os.RTLD_LAZY | os.RTLD_NOLOAD)
+    link_map = ctypes.c_void_p()  # -> struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
+    if not (handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0):
+        return None
+    name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
+    return os.fsdecode(name) if name else None
+
+
+_RTLD_DI_LINKMAP = 2  # <dlfcn.h>
+
+
+def open_verified_library(library: str) -> None:
+    """torch.ops.load_library(library) with lazy binding: the same dlopen (which runs the library's
+    TORCH_LIBRARY registrations), but each function it calls is bound on first call, a third of a
+    small library's dlopen time. Only for a library a warm record names: that very file was loaded
+    with every symbol bound under the same settings. Anything else must fail to load, not fail on a
+    call: the loader opens those with torch.ops.load_library."""
+    import torch
+
+    path = os.path.realpath(library)  # as torch.ops.load_library records it
+    dlopen, dlerror, _ = _libc_dl()
+    if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
+        raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
+    torch.ops.loaded_libraries.add(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The libraries this process has loaded
+# ---------------------------------------------------------------------------------------------
+
+
+class LoadedLibrary:
+    """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
+
+    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+        self.library = library
+        self.with_cuda = with_cuda
+        self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
+        self.how = how  # "cache", "built" or "prebuilt"
+
+
+loaded: dict[str, LoadedLibrary] = {}  # by Extension.qualified_name ("<namespace>.<name>")

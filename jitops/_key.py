@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: MIT
+"""What identifies a build: the toolchain found here, the key of an Extension, and the cache entry
+it names (PlannedEntry). Nothing here compiles; a compiler's `--version` is probed once per binary
+identity and cache root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from . import _cache, _warm
+from ._core import COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, cuda_arch_list, cxx_runtime, identity_or_none, process_abi
+from ._errors import BuildError
+from ._extension import Extension
+
+# Flags every extension is linked with. --as-needed: the library names only the libraries it takes
+# symbols from, so its dlopen does not walk all of torch's (some toolchains pass it by default).
+LDFLAGS = ["-Wl,--as-needed"]
+
+
+def link_flags(extension: Extension) -> list[str]:
+    """The extension's link flags, LDFLAGS, and the C++ runtime this process has loaded: a library
+    then takes its C++ runtime from the process even where the compiler links its own copy
+    statically (a whole copy makes every dlopen slower: BENCHMARKS.md, loader). The library still
+    names the runtime by its soname, so it loads wherever that loads."""
+    runtime = cxx_runtime()
+    return list(extension.ldflags) + LDFLAGS + ([runtime] if runtime else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# The toolchain
+# ---------------------------------------------------------------------------------------------
+
+
+class CudaPlan:
+    """Whether this build compiles the CUDA units, for which archs, and if not, why not."""
+
+    def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str):
+        self.enabled = enabled
+        self.arch_list = arch_list
+        self.cuda_home = cuda_home
+        self.reason = reason  # why CUDA is off; empty when enabled
+
+    @property
+    def nvcc(self) -> Path | None:
+        return self.cuda_home / "bin" / "nvcc" if self.cuda_home else None
+
+    @property
+    def backends(self) -> list[str]:
+        return ["cpu", "cuda"] if self.enabled else ["cpu"]
+
+
+def find_cxx() -> Path | None:
+    """The C++ compiler torch's build file runs: $CXX, else c++."""
+    found = shutil.which(os.environ.get("CXX", "c++"))
+    return Path(found) if found else None
+
+
+def find_cuda_home() -> Path | None:
+    """The CUDA toolkit to build with: the first of torch's guesses, in torch's order
+    ($CUDA_HOME/$CUDA_PATH, the grandparent of the nvcc on PATH, /usr/local/cuda), plus the nvcc on
+    PATH with its links resolved, that holds bin/nvcc and include/cuda_runtime.h. (torch keeps its
+    first guess even where that is a wrapper script's folder; a build points torch at this one.)"""
+    for home in _cuda_home_candidates():
+        if all(os.path.isfile(os.path.join(home, *part)) for part in _TOOLKIT_FILES):
+            return home
+    return None
+
+
+_TOOLKIT_FILES = (("bin", "nvcc"), ("include", "cuda_runtime.h"))  # what makes a folder a toolkit
+
+
+def _cuda_home_candidates():
+    """find_cuda_home's guesses, in its order (a generator: PATH is searched only when needed)."""
+    configured = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if configured:
+        yield Path(configured)
+    on_path = shutil.which("nvcc")
+    if on_path:
+        yield Path(on_path).parent.parent
+        yield Path(on_path).resolve().parent.parent
+    yield Path("/usr/local/cuda")
+
+
+def plan_cuda(extension: Extension | None = None) -> CudaPlan:
+    """Whether the extension's CUDA units are built here (extension None: any extension's)."""
+    import torch
+
+    if extension is not None and not extension.has_cuda_sources():
+        return CudaPlan(False, None, None, f"{extension.qualified_name} has no CUDA source")
+    if extension is not None and extension.cuda == "never":
+        return CudaPlan(False, None, None, f"{extension.qualified_name} is declared with cuda='never'")
+    if torch.version.cuda is None:
+        return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build")
+    cuda_home = find_cuda_home()
+    if cuda_home is None:
+        return CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
+    arch_list = (extension.cuda_archs if extension is not None else None) or cuda_arch_list()
+    if not arch_list:
+        return CudaPlan(False, None, cuda_home, "no CUDA device is visible and TORCH_CUDA_ARCH_LIST is not set")
+    return CudaPlan(True, arch_list, cuda_home, "")
+
+
+_probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
+
+
+def tool_version(binary: Path) -> str:
+    """First informative line of `binary --version`, cached per binary identity in the cache root."""
+    return _tool_probe(binary)[1]
+
+
+def _tool_probe(binary: Path) -> tuple[str, str]:
+    """binary's resolved path and its version line (the key names both). A process is started only
+    for a binary not probed before (in this cache root) with its current identity."""
+    resolved, identity = _cache.binary_identity(binary)
+    if identity not in _probed_versions:
+        _probed_versions.update(_cache.read_toolchain_probes(_cache.cache_root()))
+    if identity not in _probed_versions:
+        import subprocess
+
+        result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        release = [line for line in lines if "release" in line]  # nvcc's: its first lines are a banner
+        _probed_versions[identity] = (release or lines or [f"unknown (exit {result.returncode})"])[0]
+        _cache.remember_toolchain_probe(_cache.cache_root(), identity, _probed_versions[identity])
+    return resolved, _probed_versions[identity]
+
+
+def _tool_description(binary: Path) -> str:
+    return ": ".join(_tool_probe(binary))
+
+
+# ---------------------------------------------------------------------------------------------
+# The key
+# ---------------------------------------------------------------------------------------------
+
+
+def sources_sha256(extension: Extension, record_hashes: bool = True) -> str:
+    """sha256 over the declared sources (every one, whether or not this build compiles it, so that
+    one key names one set of sources). The headers they include are checked by the entry
+    (_cache.Entry._check_headers). record_hashes=False: without the cache root's hash record."""
+    known = _cache.known_file_hashes() if record_hashes else None
+    return _cache.hash_files(extension.paths(), Path(extension.root), known)
+
+
+def abi_components(extension: Extension, record_hashes: bool = True) -> dict:
+    """The key components a built .so must share with this process to be usable here
+    (_prebuilt.MATCH_FIELDS): no compiler is run to get them."""
+    return {**process_abi(), "version": extension.version, "sources_sha256": sources_sha256(extension, record_hashes)}
+
+
+def build_environment(cuda: CudaPlan) -> dict:
+    """The environment variables set here that change what a build produces (_core lists them; the
+    CUDA ones only where CUDA units are built), with their values."""
+    names = COMPILER_ENVIRONMENT + (CUDA_BUILD_ENVIRONMENT if cuda.enabled else ())
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def environment_tools(cuda: CudaPlan) -> list[Path]:
+    """The programs build_environment() names (nvcc's host compiler $CC, a $PYTORCH_NVCC), as found
+    on PATH: the key probes them like the compilers."""
+    environment = build_environment(cuda)
+    commands = [environment.get("CC", ""), *environment.get("PYTORCH_NVCC", "").split()[:1]]
+    return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
+
+
+def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> dict:
+    """Everything that can change the built .so. Any difference gives a different cache entry."""
+    return {
+        "name": extension.qualified_name,
+        **abi_components(extension),
+        "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
+        "backends": cuda.backends,
+        "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],
+        "include_dirs": list(extension.include_dirs),
+        "cflags": list(extension.cflags) + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cuda_cflags": list(extension.cuda_cflags) if cuda.enabled else [],
+        "ldflags": link_flags(extension),
+        "cxx": _tool_description(cxx) if cxx else None,
+        "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
+        "environment": build_environment(cuda),
+        "environment_tools": [_tool_description(tool) for tool in environment_tools(cuda)],
+    }
+
+
+def _key_folders(extension: Extension) -> list[str]:
+    """The folders whose contents decide which files the key reads: the sources' folders, the
+    include directories, every folder on PATH (the compilers, nvcc)."""
+    folders = {os.path.dirname(path) for path in extension.paths()} | set(extension.include_paths())
+    return sorted(folders) + [folder for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
+
+
+def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
+    """The files key_components reads (the sources it hashes; the compilers it probes, each file's
+    identity that of the file its links end at), the files that make each folder find_cuda_home
+    looks at a toolkit, and this module, which holds LDFLAGS."""
+    compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
+    compilers += [str(tool) for tool in environment_tools(cuda)]
+    toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]
+    return extension.paths() + compilers + toolkits + [__file__]
+
+
+class PlannedEntry:
+    """Where one extension's build for this process lives: its cache entry, what keyed it, and
+    what the key depends on (for the warm record: the settings, and the files and folders with
+    their identities)."""
+
+    def __init__(self, extension: Extension):
+        missing = [path for path in extension.paths() if not os.path.isfile(path)]
+        if missing:
+            raise BuildError(f"jitops: extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}")
+        self.extension = extension
+        # Everything the key depends on is read before the key is computed from it, the folders
+        # before the files found in them: a change meanwhile misses the warm record next time,
+        # rather than matching a key computed from what was there before.
+        self.settings = _warm.settings(extension)
+        self.dependencies = [(folder, identity_or_none(folder)) for folder in _key_folders(extension)]
+        self.cxx, self.cuda = find_cxx(), plan_cuda(extension)
+        self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]
+        self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
+        self.components = key_components(extension, self.cxx, self.cuda)
+        key = _cache.compute_key(self.components)
+        self.entry = _cache.Entry(_cache.cache_root(), extension.qualified_name, key, source_root=extension.root)

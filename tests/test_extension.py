@@ -1,0 +1,220 @@
+# SPDX-License-Identifier: MIT
+"""The Extension declaration and what is built around it: identity by (namespace, name), header
+dependencies from the compiler, modules layered without import cycles, public errors."""
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitops
+from jitops import _core, _errors
+from tiny_extension import NAMESPACE, tiny_extension
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+TIMEOUT_S = 300
+
+
+def run_child(code: str, cache: Path, *args: str) -> dict:
+    """code in a new process with its own cache; its last stdout line, parsed as JSON."""
+    env = {**__import__("os").environ, "JITOPS_CACHE_DIR": str(cache)}
+    env.pop("JITOPS_VERBOSE", None)
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + code, *args],
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------------
+
+
+def imported_modules(path: Path, module: str, package: str) -> set[str]:
+    """The jitops modules a file imports anywhere in it (inside functions too), resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("jitops")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            if not origin.startswith("jitops"):
+                continue
+            for alias in node.names:  # `from . import _cache` names a module; `from ._core import X` does not
+                candidate = f"{origin}.{alias.name}"
+                found.add(candidate if candidate in MODULES else origin)
+    return found - {module}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in (REPO / "jitops").rglob("*.py")}
+
+
+def test_jitops_modules_import_each_other_without_cycles():
+    graph = {}
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = imported_modules(path, name, package) & set(MODULES)
+    assert graph["jitops._core"] == set() and graph["jitops._errors"] == set(), "the core stands on nothing"
+    cycles = []
+
+    def visit(node, stack):
+        for target in sorted(graph[node]):
+            if target in stack:
+                cycles.append(stack[stack.index(target) :] + [target])
+            elif target not in done:
+                visit(target, stack + [target])
+        done.add(node)
+
+    done: set[str] = set()
+    for node in sorted(graph):
+        if node not in done:
+            visit(node, [node])
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_the_errors_users_catch_are_public():
+    assert jitops.BuildError is _errors.BuildError and jitops.CacheError is _errors.CacheError
+    with pytest.raises(jitops.BuildError, match="missing sources"):
+        from jitops import _loader
+
+        _loader.load(tiny_extension(TESTS / "no_such_folder"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The declaration
+# ---------------------------------------------------------------------------------------------
+
+
+def test_declaring_is_frozen_and_checks_its_arguments():
+    extension = tiny_extension()
+    assert extension.qualified_name == f"{NAMESPACE}.tiny" and extension.library_name == f"{NAMESPACE}_tiny"
+    with pytest.raises(AttributeError, match="frozen"):
+        extension.name = "other"
+    assert extension == tiny_extension() and hash(extension) == hash(tiny_extension())
+    with pytest.raises(ValueError, match="namespace must be a C identifier, got 'my-ns'"):
+        jitops.Extension("x", ["a.cpp"], namespace="my-ns", root=".")
+    with pytest.raises(ValueError, match="name must be a C identifier"):
+        jitops.Extension("x.y", ["a.cpp"], namespace="ns", root=".")
+    with pytest.raises(TypeError, match="sources must be a list of strings, got 'a.cpp'"):
+        jitops.Extension("x", "a.cpp", namespace="ns", root=".")
+    with pytest.raises(ValueError, match="sources is empty"):
+        jitops.Extension("x", [], namespace="ns", root=".")
+    with pytest.raises(ValueError, match="cuda must be one of"):
+        jitops.Extension("x", ["a.cpp"], namespace="ns", root=".", cuda="always")
+
+
+def test_every_op_declares_one_extension_in_the_jitops_namespace():
+    import jitops.ops
+
+    for op in jitops.available_ops():
+        extension = jitops.ops.extension(op)
+        assert (extension.namespace, extension.name) == ("jitops", op)
+        assert all((Path(extension.root) / source).is_file() for source in extension.sources), op
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity is (namespace, name)
+# ---------------------------------------------------------------------------------------------
+
+LOAD_IN_TWO_NAMESPACES = f"""
+import json, sys
+from jitops import _core, _loader
+from tiny_extension import tiny_extension
+first = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
+second = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
+print(json.dumps({{"libraries": [str(first.library), str(second.library)], "how": [first.how, second.how],
+                  "loaded": sorted(_core.loaded)}}))
+"""
+
+
+def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path):
+    cache = tmp_path / "cache"
+    cold = run_child(LOAD_IN_TWO_NAMESPACES, cache, str(TESTS / "tiny_ext"))
+    assert cold["how"] == ["built", "built"]
+    assert cold["loaded"] == [f"{NAMESPACE}.tiny", f"{NAMESPACE}_other.tiny"]
+    first, second = map(Path, cold["libraries"])
+    assert first.parent.name.startswith(f"{NAMESPACE}.tiny-") and second.parent.name.startswith(f"{NAMESPACE}_other.tiny-")
+    assert first.name == f"{NAMESPACE}_tiny.so" and second.name == f"{NAMESPACE}_other_tiny.so"
+    assert sorted(p.name.rpartition("-")[0] for p in cache.glob("warm-*.json")) == [
+        f"warm-{NAMESPACE}.tiny", f"warm-{NAMESPACE}_other.tiny"]
+    assert sorted(p.name.rpartition("-")[0] for p in cache.glob("*.lock")) == [f"{NAMESPACE}.tiny", f"{NAMESPACE}_other.tiny"]
+    for library in (first, second):
+        assert json.loads((library.parent / _core.MANIFEST_NAME).read_text())["name"] == library.parent.name.rpartition("-")[0]
+    warm = run_child(LOAD_IN_TWO_NAMESPACES, cache, str(TESTS / "tiny_ext"))
+    assert warm["how"] == ["cache", "cache"] and warm["libraries"] == cold["libraries"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Header dependencies from the compiler
+# ---------------------------------------------------------------------------------------------
+
+LOAD_TINY_WITH_INCLUDES = """
+import ctypes, json, sys
+from jitops import Extension, _loader
+root, include = sys.argv[1], sys.argv[2]
+sources = ["kernels/cpu/tiny.cpp", "kernels/cpu/tiny_second.cpp", "bindings/tiny.cpp"]
+loaded = _loader.load(Extension("tiny", sources, namespace="jitops_test", root=root, include_dirs=[include]))
+print(json.dumps({"how": loaded.how, "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(),
+                  "headers": json.load(open(loaded.library.parent / "manifest.json"))["headers"]}))
+"""
+
+
+def test_a_header_from_another_folder_is_tracked_and_an_unused_one_is_not(tmp_path):
+    root, include, cache = tmp_path / "tiny", tmp_path / "elsewhere", tmp_path / "cache"
+    shutil.copytree(TESTS / "tiny_ext", root)
+    include.mkdir()
+    (include / "tiny_offset.h").write_text("#define TINY_OFFSET 1\n")
+    (include / "unused.h").write_text("#define UNUSED 1\n")
+    source = root / "kernels" / "cpu" / "tiny.cpp"
+    source.write_text(source.read_text().replace('#include "../tiny.h"', '#include "../tiny.h"\n#include <tiny_offset.h>')
+                      .replace("return TINY_VALUE;", "return TINY_VALUE + TINY_OFFSET;"))
+    first = run_child(LOAD_TINY_WITH_INCLUDES, cache, str(root), str(include))
+    assert first["how"] == "built" and first["value"] == 43
+    # The headers each unit included, and no others: relative to the root where under it.
+    assert set(first["headers"]) == {"kernels/tiny.h", str(include / "tiny_offset.h")}, first["headers"]
+    (include / "unused.h").write_text("#define UNUSED 2\n")
+    assert run_child(LOAD_TINY_WITH_INCLUDES, cache, str(root), str(include))["how"] == "cache"
+    (include / "tiny_offset.h").write_text("#define TINY_OFFSET 2\n")
+    edited = run_child(LOAD_TINY_WITH_INCLUDES, cache, str(root), str(include))
+    assert edited["how"] == "built" and edited["value"] == 44
+
+
+LOAD_TWO_OPS_FROM = """
+import json, sys
+from jitops import Extension, _loader
+from jitops.ops.add2 import EXTENSION as add2
+from jitops.ops.bias_act import EXTENSION as bias_act
+how = {}
+for d in (add2, bias_act):  # the same declarations, over a copy of the sources
+    copy = Extension(d.name, d.sources, namespace=d.namespace, root=sys.argv[1], cflags=d.cflags,
+                     cuda_cflags=d.cuda_cflags, version=d.version)
+    how[d.name] = _loader.load(copy).how
+print(json.dumps(how))
+"""
+
+
+def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
+    root, cache = tmp_path / "sources", tmp_path / "cache"
+    for folder in ("kernels", "bindings"):
+        shutil.copytree(Path(_core.SOURCE_ROOT) / folder, root / folder)
+    first = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
+    assert (first["add2"], first["bias_act"]) == ("built", "built"), first["stderr"]
+    header = root / "kernels" / "bias_act.h"
+    header.write_text(header.read_text() + "\n// edited\n")
+    again = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
+    assert (again["add2"], again["bias_act"]) == ("cache", "built"), again["stderr"]
+    assert len([p for p in cache.glob("jitops.bias_act-*") if p.is_dir()]) == 1, "rebuilt in place: the key names the declared sources"
