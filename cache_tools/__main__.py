@@ -116,7 +116,9 @@ def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
     available = jitops.available_ops()
     unknown = sorted(set(ops) - set(available) - also_known)
     if unknown:
-        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(sorted(set(available) | also_known))}")
+        # Ours by name, then every other extension with entries here by <namespace>.<name>.
+        others = sorted(n for n in also_known if "." in n and n.split(".")[0] not in ("", "jitops"))
+        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(available + others)}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

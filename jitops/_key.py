@@ -170,6 +170,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> di
     """Everything that can change the built .so. Any difference gives a different cache entry."""
     return {
         "name": extension.qualified_name,
+        "root": extension.root,  # two trees of one extension may include different headers
         **abi_components(extension),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,

@@ -106,7 +106,7 @@ def test_dir_names_the_root_and_why(tmp_path):
 
 def test_list_shows_every_status(cache, add2_entry):
     ok_key = add2_entry.name.rpartition("-")[2]
-    with HeldLock(cache / f"add2-{'3' * 16}.lock", "flock"):
+    with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
         (cache / f"{_cache.TMP_PREFIX}add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = cli_json(cache, "list")
     assert statuses(rows) == {ok_key: "ok", "0" * 16: "stale", "1" * 16: "corrupt", "2" * 16 + "-abc": "orphan", "3" * 16 + "-xyz": "building"}
@@ -130,7 +130,7 @@ def test_verify_finds_the_corrupt_entry(cache):
     data = cli_json(cache, "verify", expect_rc=1)
     bad = [e for e in data["entries"] if not e["ok"]]
     assert [e["key"] for e in bad] == ["1" * 16] and "sha256" in bad[0]["problem"]
-    shutil.rmtree(cache / f"add2-{'1' * 16}")
+    shutil.rmtree(cache / f"jitops.add2-{'1' * 16}")
     assert cli_json(cache, "verify")["problems"] == 0
 
 
@@ -153,15 +153,15 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
 
 def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
     def record(name: str, content: bytes) -> Path:
-        path = cache / f"{_warm.RECORD_PREFIX}add2-{name}.json"
+        path = cache / f"{_warm.RECORD_PREFIX}jitops.add2-{name}.json"
         path.write_bytes(content)
         return path
 
     # What the CLI reads of a record is the entry folder it names (_warm.remember writes the rest).
     of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
-    of_stale = record("stale", json.dumps({"entry": f"add2-{'0' * 16}"}).encode())
+    of_stale = record("stale", json.dumps({"entry": f"jitops.add2-{'0' * 16}"}).encode())
     unreadable = record("unreadable", b"{not json")
-    elsewhere = record("elsewhere", json.dumps({"entry": f"../add2-{'0' * 16}"}).encode())
+    elsewhere = record("elsewhere", json.dumps({"entry": f"../jitops.add2-{'0' * 16}"}).encode())
 
     dry = cli_json(cache, "clear", "--stale", "--dry-run")
     # A dry run removes no entry, so only the records that already name nothing are listed.
@@ -192,9 +192,9 @@ def test_an_unknown_op_name_is_bad_usage_naming_the_ops(cache, args):
 
 
 def test_an_op_with_entries_in_the_cache_is_known_even_if_not_shipped(cache, add2_entry):
-    copy_entry(add2_entry, cache, "5" * 16).rename(cache / f"someones_op-{'5' * 16}")
+    copy_entry(add2_entry, cache, "5" * 16).rename(cache / f"someone.someones_op-{'5' * 16}")
     assert cli(cache, "clear", "someones_op").returncode == 0
-    assert not (cache / f"someones_op-{'5' * 16}").exists()
+    assert not (cache / f"someone.someones_op-{'5' * 16}").exists()
 
 
 def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
@@ -220,7 +220,7 @@ def test_locks_tells_live_from_stale_and_clears_only_stale(cache, tmp_path):
     for path in (stale_baton, live_baton):
         path.parent.mkdir(parents=True)
         path.write_text("")
-    entry_lock = cache / f"add2-{'5' * 16}.lock"
+    entry_lock = cache / f"jitops.add2-{'5' * 16}.lock"
     with HeldLock(live_baton, "open") as baton_holder, HeldLock(entry_lock, "flock") as builder:
         data = cli_json(cache, "locks", expect_rc=1)
         states = {row["path"]: row for row in data["locks"]}

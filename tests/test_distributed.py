@@ -68,7 +68,7 @@ def rank_results(out: Path) -> dict[int, dict]:
 def builds_in(logs: list[str], ops: list[str] = OPS) -> dict[str, int]:
     """How many times each op was compiled in the whole job (the loader's 'built' status lines)."""
     text = "".join(logs)
-    return {op: len(re.findall(rf"jitops: built {op} \(", text)) for op in ops}
+    return {op: len(re.findall(rf"jitops: built jitops\.{op} \(", text)) for op in ops}
 
 
 def verified_entries(cache: Path) -> dict[str, dict]:
@@ -76,7 +76,7 @@ def verified_entries(cache: Path) -> dict[str, dict]:
     found = {}
     for entry, manifest in _cache.list_entries(cache):
         assert entry.verified_library(touch=False, full_hash=True) is not None, entry
-        found[entry.op] = manifest
+        found[entry.name.partition(".")[2]] = manifest
     return found
 
 
@@ -92,7 +92,7 @@ def test_two_nodes_build_each_op_once_and_share_it(tmp_path):
     for op in OPS:  # the same build in both caches: one key, one library, one build time
         assert [node0[op][k] for k in ("key", "library_sha256", "built_at")] == [node1[op][k] for k in ("key", "library_sha256", "built_at")]
     # The builds were spread over the nodes: node 0 built add2, node 1 trilinear_interpolation.
-    assert "jitops: built add2 (" in logs[0] and "jitops: built trilinear_interpolation (" in logs[1], logs
+    assert "jitops: built jitops.add2 (" in logs[0] and "jitops: built jitops.trilinear_interpolation (" in logs[1], logs
 
 
 def test_a_node_with_another_key_builds_its_own(tmp_path):
@@ -107,7 +107,7 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
     assert [node.returncode for node in nodes] == [0, 0], logs
     assert all(r["ok"] for r in rank_results(out).values()) and len(rank_results(out)) == 4
     assert builds_in(logs, ["add2"]) == {"add2": 2}, logs
-    assert "jitops: built add2 (" in logs[0] and "jitops: built add2 (" in logs[1], logs
+    assert "jitops: built jitops.add2 (" in logs[0] and "jitops: built jitops.add2 (" in logs[1], logs
     node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
     assert node0["add2"]["key"] != node1["add2"]["key"]
     assert node1["add2"]["components"]["cxx"].startswith(str(wrapper))

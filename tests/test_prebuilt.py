@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import jitops
 from jitops import _cache, _core
 
 TIMEOUT_S = 300
@@ -54,7 +55,7 @@ def prebuilt_dir(tmp_path_factory) -> Path:
 
 
 def test_build_out_writes_library_and_manifest(prebuilt_dir):
-    (entry,) = prebuilt_dir.glob("add2-*")
+    (entry,) = prebuilt_dir.glob("jitops.add2-*")
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     assert _cache.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
@@ -68,14 +69,14 @@ def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "prebuilt"
-    assert "loading the prebuilt add2" in result.stderr and "ninja is not on PATH" in result.stderr
-    assert not (tmp_path / "empty_cache").exists() or not list((tmp_path / "empty_cache").glob("add2-*"))
+    assert "loading the prebuilt jitops.add2" in result.stderr and "ninja is not on PATH" in result.stderr
+    assert not (tmp_path / "empty_cache").exists() or not list((tmp_path / "empty_cache").glob("jitops.add2-*"))
 
 
 def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, prebuilt_dir):
     mismatched = tmp_path / "mismatched"
     shutil.copytree(prebuilt_dir, mismatched)
-    (entry,) = mismatched.glob("add2-*")
+    (entry,) = mismatched.glob("jitops.add2-*")
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
@@ -91,7 +92,7 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
 def test_tampered_prebuilt_is_never_loaded(tmp_path, prebuilt_dir):
     tampered = tmp_path / "tampered"
     shutil.copytree(prebuilt_dir, tampered)
-    (library,) = tampered.glob("add2-*/*.so")
+    (library,) = tampered.glob("jitops.add2-*/*.so")
     library.write_bytes(library.read_bytes() + b"planted")
     result = run(
         ["-c", RUN_ADD2], REPO,
@@ -124,7 +125,7 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     manifests = sorted(site.glob("jitops/prebuilt/*/manifest.json"))
     assert sorted(m.parent.name.rpartition("-")[0] for m in manifests) == sorted(
-        ["add2", "bias_act", "lltm", "trilinear_interpolation", "upfirdn2d"]
+        f"jitops.{op}" for op in jitops.available_ops()
     )
     # The installed package (on PYTHONPATH; run outside the checkout) with no compiler, no ninja
     # and an empty cache.
@@ -169,7 +170,7 @@ def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_di
     # vouches for it: refused like a cache root (only this user or root, no group/other write).
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
-    (entry,) = copy.glob("add2-*")
+    (entry,) = copy.glob("jitops.add2-*")
     env = dict(PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(copy))
     assert run(["-c", RUN_ADD2], REPO, **env).stdout.strip() == "prebuilt", "the control: the copy as made is loaded"
     loosen(entry)
@@ -182,9 +183,9 @@ def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_di
 def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, prebuilt_dir):
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
-    (entry,) = copy.glob("add2-*")
+    (entry,) = copy.glob("jitops.add2-*")
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
-    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "op": "lltm"})
+    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
     (entry / _core.MANIFEST_NAME).chmod(0o644)
     result = run(["-c", RUN_ADD2], REPO, PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
                  JITOPS_PREBUILT_DIR=str(copy))

@@ -87,7 +87,7 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
 
         # Whatever is published verifies; no loader can see anything else.
         for entry in entries(cache):
-            assert _cache.Entry(cache, "tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
+            assert _cache.Entry(cache, "jitops_test.tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
         # Every leftover is listed, as an orphan (its build is dead).
         rows = inventory.entry_rows(cache)
         leftovers = {str(p) for p in staging_dirs(cache)}

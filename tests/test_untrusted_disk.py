@@ -124,7 +124,7 @@ def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path
     for _ in range(2):
         stderr = load_tiny_failing(cache)
         assert f"the library {library} of the cache entry {library.parent} matches its sha256 but does not open" in stderr
-        assert "`jitops-cache clear tiny`" in stderr
+        assert "`jitops-cache clear jitops_test.tiny`" in stderr
 
 
 # Removes tiny's cache entry (the real `jitops-cache clear`, in a process of its own) just before
@@ -246,7 +246,7 @@ def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
     lock = cache / f"{entry.name}.lock"
     lock.mkdir()
     stderr = load_tiny_failing(cache)
-    assert f"cannot take the lock {lock} to build op 'tiny'" in stderr and f"rm -r {lock}" in stderr, stderr
+    assert f"cannot take the lock {lock} to build jitops_test.tiny" in stderr and f"rm -r {lock}" in stderr, stderr
     assert "Traceback" in stderr and "IsADirectoryError" not in stderr
     assert entries(cache) == [lock] and list(cache.glob(".tmp-*")) == [], "nothing built, nothing left"
 
