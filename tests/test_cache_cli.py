@@ -89,7 +89,7 @@ def cache(tmp_path, add2_entry) -> Path:
     corrupt = copy_entry(add2_entry, root, "1" * 16)
     (library,) = corrupt.glob("*.so")
     library.write_bytes(library.read_bytes()[:1000])  # corrupt: truncated
-    orphan = root / f"{_cache.TMP_PREFIX}add2-{'2' * 16}-abc"
+    orphan = root / f"{_cache.TMP_PREFIX}jitops.add2-{'2' * 16}-abc"
     orphan.mkdir()
     (orphan / "half.o").write_bytes(b"\0" * 5000)
     return root
@@ -107,7 +107,7 @@ def test_dir_names_the_root_and_why(tmp_path):
 def test_list_shows_every_status(cache, add2_entry):
     ok_key = add2_entry.name.rpartition("-")[2]
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
-        (cache / f"{_cache.TMP_PREFIX}add2-{'3' * 16}-xyz").mkdir()  # a build in progress
+        (cache / f"{_cache.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = cli_json(cache, "list")
     assert statuses(rows) == {ok_key: "ok", "0" * 16: "stale", "1" * 16: "corrupt", "2" * 16 + "-abc": "orphan", "3" * 16 + "-xyz": "building"}
     ok = next(r for r in rows if r["status"] == "ok")
