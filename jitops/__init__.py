@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import importlib
 
-from ._core import VERSION as __version__
+from ._core import VERSION
 from ._errors import BuildError, CacheError
 from ._extension import Extension
 
+__version__ = VERSION
 __all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load_all"]
 
 

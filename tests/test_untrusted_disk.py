@@ -17,7 +17,7 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 )
 
 import jitops
-from jitops import _build, _cache, _core, _key, _loader, _warm
+from jitops import _build, _cache, _core, _key, _warm
 from tiny_extension import tiny_extension
 
 
