@@ -275,8 +275,9 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
 @contextlib.contextmanager
 def entry_lock_taken(root: Path, row: inventory.Row):
     """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
-    Yields False when a build holds it. Orphans have no entry lock of their own."""
-    if row.status == inventory.ORPHAN:
+    Yields False when a build holds it. Orphans, and entries of the older layout (no namespace),
+    have no entry lock that a build takes."""
+    if row.status == inventory.ORPHAN or not row.namespace:
         yield True
         return
     fd = os.open(root / f"{row.namespace}.{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from dataclasses import asdict, dataclass, field
@@ -63,6 +64,10 @@ def entry_rows(root: Path) -> list[Row]:
     rows = []
     for entry, _ in _cache.list_entries(root):
         rows.append(_entry_row(entry))
+    for old in older_layout_entries(root):
+        op, _, key = old.name.rpartition("-")
+        rows.append(Row("", op, key, STALE, "left by an older jitops (entries are now <namespace>.<name>-<key>)",
+                        str(old), tree_size(old)))
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
         name, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")
@@ -234,6 +239,17 @@ def pids_holding_open(path: Path) -> list[int] | None:
         except OSError:
             continue  # gone, or another user's process
     return pids
+
+
+_OLDER_ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*-[0-9a-f]{16}")
+
+
+def older_layout_entries(root: Path) -> list[Path]:
+    """Entry folders named <op>-<key>, as jitops named them before extensions had namespaces:
+    never loaded now, so stale (removed by `clear --stale` and `prune`)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if _OLDER_ENTRY_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
 
 
 def orphan_dirs(root: Path) -> list[Path]:

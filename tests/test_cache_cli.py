@@ -262,3 +262,13 @@ def test_commands_other_than_build_never_compile(cache, tmp_path):
         result = cli(cache, *command, env_extra=env)
         assert result.returncode == 0, f"{command}: {result.stderr}"
     assert cli(cache, "verify", env_extra=env).returncode == 1  # the corrupt entry
+
+
+def test_entries_of_the_older_layout_are_stale_and_cleared(cache):
+    old = cache / f"add2-{'6' * 16}"  # as jitops named entries before extensions had namespaces
+    old.mkdir(mode=0o700)
+    (old / "jitops_add2.so").write_bytes(b"old")
+    rows = {r["key"]: r for r in cli_json(cache, "list")}
+    assert rows["6" * 16]["status"] == "stale" and "older jitops" in rows["6" * 16]["reason"]
+    assert cli(cache, "clear", "--stale").returncode == 0
+    assert not old.exists() and not (cache / f".add2-{'6' * 16}.lock").exists()
