@@ -62,13 +62,9 @@ if len(ops) > 1:
 else:
     jitops.ops.require(ops[0])
 seconds = time.perf_counter() - started
-try:
-    from jitops import _core
-    libraries = {op: str(_core.loaded[f"jitops.{op}"].library) for op in ops}
-except ImportError:  # a tree from before the Extension declaration (scripts/warm_ab.py times one)
-    from jitops import _loader
-    libraries = {op: str(_loader.load_op(op).library) for op in ops}
-report(seconds, libraries=libraries)
+from jitops._warm import loaded  # keyed "jitops.<op>", or "<op>" in a tree from before issue 24 (scripts/warm_ab.py)
+libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
+report(seconds, libraries=libraries, package=jitops.__file__)
 """
 
 # The op's source files, given to load() under names of their own (two may share a file stem, and
@@ -157,8 +153,10 @@ def child_env(**extra: str) -> dict:
     return {**env, **extra}
 
 
-def run_child(code: str, args: list[str], env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=1800)
+def run_child(code: str, args: list[str], env: dict, cwd: Path | None = None) -> dict:
+    """Run code in a new Python. `python -c` puts its working directory first on sys.path, ahead
+    of PYTHONPATH: a child meant to import another tree's jitops must run in that tree (cwd)."""
+    result = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"measurement failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

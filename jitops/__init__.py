@@ -8,10 +8,13 @@ the cache) the first time it is called; `jitops.load_all()` does every op at onc
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ._core import VERSION
-from ._errors import BuildError, CacheError
 from ._extension import Extension
+
+if TYPE_CHECKING:
+    from ._errors import BuildError, CacheError
 
 __version__ = VERSION
 __all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load_all"]
@@ -66,6 +69,11 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
 def __getattr__(name: str):
     # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. The
     # import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
+    if name in ("BuildError", "CacheError"):  # imported when first named: a warm start raises neither
+        from . import _errors
+
+        value = globals()[name] = getattr(_errors, name)
+        return value
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # The op's own module first (jitops.<op> and jitops.<op>_ref live in jitops/ops/<op>.py), so

@@ -300,20 +300,25 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     for line in result.stdout.splitlines():
         path = os.path.realpath(os.path.join(build_dir, line.strip()))
         if line.startswith("    ") and path not in skipped and not path.startswith(prefixes):
+            if not os.path.isfile(path):  # split by a ninja that misreads quotes in depfiles
+                raise BuildError(f"jitops: ninja's deps log of {build_dir} names {path!r}, no file: a path holding quotes "
+                                 "that this ninja misread? A newer ninja (pip install -U ninja) reads them")
             headers[path[len(root) :] if path.startswith(root) else path] = _cache.sha256_file(path)
     return dict(sorted(headers.items()))
 
 
 def _escape_build_paths(build_file: Path, paths: list[str]) -> None:
-    """Escape the source paths in torch's build.ninja as ninja reads them. torch escapes only a
-    space, so a cache root holding a `$` (read as a variable) or a `:` (ends a build's outputs)
-    could never build. Each path is a source of one build line, written as torch writes it."""
+    """Name the units' sources in torch's build.ninja relative to the build folder (ninja runs in
+    it), escaped as ninja reads them. torch escapes only a space, so a cache root holding a `$`
+    (read as a variable) or a `:` (ends a build's outputs) could never build; and the compilers
+    write a source's path into its depfile as given, where ninja 1.11 splits a path at quotes.
+    Each path is a source of one build line, written as torch writes it."""
     text = build_file.read_text(encoding="utf-8")
     for path in paths:
         if "\n" in path:
             raise BuildError(f"jitops: cannot build under {path!r}: ninja cannot name a path holding a newline; set JITOPS_CACHE_DIR to another directory")
         as_torch_wrote_it = path.replace(" ", "$ ")
-        escaped = path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+        escaped = os.path.relpath(path, build_file.parent).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
         if text.count(f" {as_torch_wrote_it}\n") != 1:
             raise BuildError(f"jitops: torch's build.ninja does not name the source {path} as expected; cannot escape it")
         text = text.replace(f" {as_torch_wrote_it}\n", f" {escaped}\n")

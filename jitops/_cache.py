@@ -14,15 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 from ._core import (
-    KEY_LENGTH, MANIFEST_NAME, configured_root, file_identity, identity_or_none, mark_used, private_dir_problem, warn,
-    write_json_atomic,
+    KEY_LENGTH, MANIFEST_NAME, configured_root, file_identity, identity_or_none, mark_used, parse_entry_name,
+    private_dir_problem, warn, write_json_atomic,
 )
 from ._errors import CacheError
 
@@ -205,10 +204,6 @@ def sha256_file(path: Path | str) -> str:
 
 class StaleEntry(CacheError):
     """A sound entry built from a header that has changed since: rebuilt in place, without a warning."""
-
-
-# <namespace>.<name>-<key>: what a cache entry's folder (and a prebuilt one's) is named.
-ENTRY_NAME = re.compile(rf"(?P<name>[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)-(?P<key>[0-9a-f]{{{KEY_LENGTH}}})")
 
 
 class Entry:
@@ -414,10 +409,10 @@ def list_entries(root: Path, name: str | None = None) -> list[tuple[Entry, dict 
     if not root.is_dir():
         return found
     for child in sorted(root.iterdir()):
-        match = ENTRY_NAME.fullmatch(child.name)
-        if not match or (name is not None and match["name"] != name) or not child.is_dir():
+        parsed = parse_entry_name(child.name)
+        if not parsed or (name is not None and parsed[0] != name) or not child.is_dir():
             continue
-        entry = Entry(root, match["name"], match["key"])
+        entry = Entry(root, *parsed)
         try:
             manifest = entry.read_manifest()
         except CacheError:

@@ -9,9 +9,9 @@ millisecond (BENCHMARKS.md, loader), a third of a warm start, and every op modul
 from __future__ import annotations
 
 import os
-import re
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from ._core import is_identifier
+
 CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
 CUDA_SUFFIXES = (".cu",)
 
@@ -28,7 +28,7 @@ class Extension:
     def __init__(self, name: str, sources, *, namespace: str, root: str, include_dirs=(), cflags=(),
                  cuda_cflags=(), ldflags=(), cuda: str = "auto", cuda_archs: str | None = None, version: str = "0"):
         for argument, value in (("name", name), ("namespace", namespace)):
-            if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+            if not is_identifier(value):
                 raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
         if cuda not in CUDA_POLICIES:
             raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")

@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 from pathlib import Path
 
 from ._core import (
-    IDENTITY_FIELDS, KEY_LENGTH, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root, cuda_arch_list,
-    cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, private_dir_problem,
-    process_abi, write_json_atomic,
+    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root, cuda_arch_list,
+    cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
+    private_dir_problem, process_abi, write_json_atomic,
 )
 from ._extension import Extension
 
@@ -57,18 +56,20 @@ def record_path(root: str, name: str, of_settings: str) -> str:
     return os.path.join(root, f"{RECORD_PREFIX}{name}-{digest}.json")
 
 
-# What a record's names may be: an entry folder directly inside the root (never "." or ".."), and
-# a plain library file name in it.
-_ENTRY_NAME = re.compile(rf"(?P<name>[A-Za-z_]\w*\.[A-Za-z_]\w*)-[0-9a-f]{{{KEY_LENGTH}}}", re.ASCII)
-_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.so")
-
-
 def record_entry(root: str, record: dict, name: str | None = None) -> str | None:
     """The entry folder a record names (<namespace>.<name>-<key> inside root: a record never
     points elsewhere), or None where it names none (or, given name, another extension's)."""
     entry = record.get("entry")
-    match = _ENTRY_NAME.fullmatch(entry) if isinstance(entry, str) else None
-    return os.path.join(root, entry) if match and name in (None, match["name"]) else None
+    parsed = parse_entry_name(entry) if isinstance(entry, str) else None
+    return os.path.join(root, entry) if parsed and name in (None, parsed[0]) else None
+
+
+_LIBRARY_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.+-")
+
+
+def _is_library_name(value) -> bool:
+    """A plain file name ending in .so (no folder, not hidden): all a record may name in its entry."""
+    return isinstance(value, str) and value.endswith(".so") and value[0] != "." and set(value) <= _LIBRARY_CHARACTERS
 
 
 def _is_identity(value) -> bool:
@@ -86,8 +87,7 @@ def _valid_record(record, of_settings: str) -> bool:
             isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and (item[1] is None or _is_identity(item[1]))
             for item in record["checked"]
         )
-        and isinstance(record.get("library"), str)
-        and _LIBRARY_NAME.fullmatch(record["library"]) is not None
+        and _is_library_name(record.get("library"))
         and _is_identity(record.get("library_identity"))
         and _is_identity(record.get("manifest_identity"))
         and isinstance(record.get("with_cuda"), bool)

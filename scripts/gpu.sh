@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its three parts at once, each with its own cache
 # (on 16 cores about 7.5 minutes; one after another they take 11). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -49,6 +49,8 @@ case "$1" in
     python3 benchmark.py trilinear_interpolation lltm upfirdn2d --json "$OUT/bench_others.json" 2>&1 | tee "$OUT/bench_others.log" ;;
   warm-ab)  # a warm start of the tree at $BEFORE (e.g. `git archive` of main) against this one, side by side
     python3 scripts/warm_ab.py "${BEFORE:?set BEFORE to the earlier tree}" . --rounds "${ROUNDS:-3}" 2>&1 | tee "$OUT/warm_ab.log" ;;
+  bias-act-ab)  # bias_act's training step in the trees under bench_trees/ and this one, side by side
+    python3 scripts/bias_act_ab.py bench_trees/* . --rounds "${ROUNDS:-3}" 2>&1 | tee "$OUT/bias_act_ab.log" ;;
   upfirdn2d)  # the tiled kernel against the general one, StyleGAN3's figures and the floor; its tests
     (cd examples && python3 upfirdn2d_sweep.py --json "$OUT/upfirdn2d_sweep.json" 2>&1 | tee "$OUT/upfirdn2d_sweep.log")
     part c tests/test_upfirdn2d.py; tail -n 3 "$OUT/pytest-c.log" ;;
@@ -72,5 +74,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|loader|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

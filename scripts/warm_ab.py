@@ -4,7 +4,8 @@
     python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [--rounds 5] [--repeats 7] [--ops add2,...]
 
 Each tree (a checkout, e.g. `git worktree add /tmp/before <commit>`) is imported from its own
-folder (PYTHONPATH, as a regular install is: no editable-install finder) into a cache of its own,
+folder (each child runs there with it on PYTHONPATH, as a regular install is imported: no
+editable-install finder; the script checks where jitops came from) into a cache of its own,
 which is first filled by one cold load. Then, round after round, alternating the trees so that a
 busy machine slows both alike: warm add2 (`jitops.ops.require`) and warm `load_all()` of the ops,
 each the median of --repeats new processes, timed as examples/load_time.py times them. Prints each
@@ -36,14 +37,16 @@ def main() -> None:
     args = parser.parse_args()
     loads = {"add2": "add2", "load_all": args.ops}
     with tempfile.TemporaryDirectory(prefix="jitops-warm-ab-") as tmp:
-        envs = [tree_env(tree.resolve(), Path(tmp) / f"cache{i}") for i, tree in enumerate(args.trees)]
-        for env in envs:
-            run_child(JITOPS_CHILD, [args.ops], env)  # the cold load: builds every op once
+        trees = [tree.resolve() for tree in args.trees]
+        envs = [tree_env(tree, Path(tmp) / f"cache{i}") for i, tree in enumerate(trees)]
+        for tree, env in zip(trees, envs):
+            cold = run_child(JITOPS_CHILD, [args.ops], env, cwd=tree)  # builds every op once
+            assert Path(cold["package"]).is_relative_to(tree), f"{tree} imported jitops from {cold['package']}"
         medians = {(i, name): [] for i in range(2) for name in loads}
         for round_ in range(args.rounds):
-            for i, env in enumerate(envs):
+            for i, (tree, env) in enumerate(zip(trees, envs)):
                 for name, ops in loads.items():
-                    runs = [run_child(JITOPS_CHILD, [ops], env) for _ in range(args.repeats)]
+                    runs = [run_child(JITOPS_CHILD, [ops], env, cwd=tree) for _ in range(args.repeats)]
                     assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
                     medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
             print(f"round {round_ + 1}: " + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),
