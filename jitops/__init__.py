@@ -10,8 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._core import VERSION
-from ._extension import Extension
+from ._core import VERSION, Extension
 
 if TYPE_CHECKING:
     from ._errors import BuildError, CacheError

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from . import _cache, _prebuilt
+from ._core import Extension
 from ._errors import BuildError
-from ._extension import Extension
 from ._key import CudaPlan, PlannedEntry, environment_tools
 
 # How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):

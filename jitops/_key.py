@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 from . import _cache, _warm
-from ._core import COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, cuda_arch_list, cxx_runtime, identity_or_none, process_abi
+from ._core import (
+    COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, Extension, cuda_arch_list, cxx_runtime, identity_or_none, process_abi,
+)
 from ._errors import BuildError
-from ._extension import Extension
 
 # Flags every extension is linked with. --as-needed: the library names only the libraries it takes
 # symbols from, so its dlopen does not walk all of torch's (some toolchains pass it by default).
@@ -23,8 +24,9 @@ LDFLAGS = ["-Wl,--as-needed"]
 def link_flags(extension: Extension) -> list[str]:
     """The extension's link flags, LDFLAGS, and the C++ runtime this process has loaded: a library
     then takes its C++ runtime from the process even where the compiler links its own copy
-    statically (a whole copy makes every dlopen slower: BENCHMARKS.md, loader). The library still
-    names the runtime by its soname, so it loads wherever that loads."""
+    statically (a whole copy makes every dlopen slower: docs/history/BENCHMARKS-history.md, issue
+    11's seventh pass). The library still names the runtime by its soname, so it loads wherever
+    that loads."""
     runtime = cxx_runtime()
     return list(extension.ldflags) + LDFLAGS + ([runtime] if runtime else [])
 

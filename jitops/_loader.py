@@ -16,9 +16,8 @@ import threading
 from pathlib import Path
 
 from . import _cache, _warm
-from ._core import LoadedLibrary, loaded
+from ._core import Extension, LoadedLibrary, loaded
 from ._errors import CacheError
-from ._extension import Extension
 from ._key import PlannedEntry
 
 _load_locks: dict[str, threading.Lock] = {}

@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 from . import _cache
-from ._core import PACKAGE_DIR, unsafe_path_problem, warn
+from ._core import PACKAGE_DIR, Extension, unsafe_path_problem, warn
 from ._errors import BuildError, CacheError
-from ._extension import Extension
 
 # What a prebuilt .so must share with the running process to be loaded: the torch build it links
 # against, the CUDA runtime torch uses, the Python and C++ ABIs, jitops' build recipe, the

@@ -23,11 +23,10 @@ import stat
 from pathlib import Path
 
 from ._core import (
-    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root, cuda_arch_list,
+    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, Extension, LoadedLibrary, configured_root, cuda_arch_list,
     cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
     private_dir_problem, process_abi, write_json_atomic,
 )
-from ._extension import Extension
 
 RECORD_FORMAT = 3  # bump when a record's meaning changes: older records then simply miss
 RECORD_PREFIX = "warm-"
@@ -82,11 +81,7 @@ def _valid_record(record, of_settings: str) -> bool:
     return (
         isinstance(record, dict)
         and record.get("settings") == of_settings
-        and isinstance(record.get("checked"), list)
-        and all(
-            isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and (item[1] is None or _is_identity(item[1]))
-            for item in record["checked"]
-        )
+        and isinstance(record.get("checked"), list)  # its items: checked as recorded_library reads them
         and _is_library_name(record.get("library"))
         and _is_identity(record.get("library_identity"))
         and _is_identity(record.get("manifest_identity"))
@@ -109,7 +104,9 @@ def recorded_library(extension: Extension, of_settings: str, seen: dict | None =
         entry = record_entry(root, record, extension.qualified_name) if isinstance(record, dict) else None
         if entry is None or not _valid_record(record, of_settings):
             return None
-        for path, identity in record["checked"]:
+        for path, identity in record["checked"]:  # a malformed item raises, or its identity differs
+            if type(path) is not str:  # os.stat would take a number as a file descriptor
+                return None
             if path not in seen:
                 seen[path] = identity_or_none(path)
             if seen[path] != identity:

@@ -16,8 +16,7 @@ import threading
 
 import torch
 
-from .._core import SOURCE_ROOT, VERSION
-from .._extension import Extension
+from .._core import SOURCE_ROOT, VERSION, Extension
 from .._warm import recall
 
 NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
