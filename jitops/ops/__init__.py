@@ -106,8 +106,8 @@ _assume_constant_result(require)
 
 # A small op's call must cost about what an eager torch op costs (tiny tensors are never slower
 # through jitops). An Autograd kernel written in Python runs on every dispatcher call of the
-# op, gradient or not: about 10 us, ten times a small op's own cost. So eager calls take the
-# cheapest correct road (call_op): below the autograd layer when nothing needs a gradient (what
+# op, gradient or not, and costs several times a small op's own time (BENCHMARKS.md, loader: per
+# call). So eager calls take the cheapest correct road (call_op): below the autograd layer when nothing needs a gradient (what
 # that kernel itself would do), else the op's autograd.Function directly. torch.compile and direct
 # torch.ops.jitops calls go through the Autograd kernel, which does the same. (The guard is the one
 # torch.library's own autograd kernels use.)
@@ -120,7 +120,7 @@ def register_autograd(op: str, backward, setup_context=None) -> OpAutograd:
     OpAutograd that kernel uses, for call_op.
 
     What torch.library.register_autograd does for an op defined in C++, minus its per-op
-    dataclass (about 0.6 ms to create: a warm load's whole budget goes on a few of them)."""
+    dataclass, whose creation would take a large share of a warm start."""
     autograd = OpAutograd(op, backward, setup_context)
     _library.impl(op, autograd.kernel, "Autograd", with_keyset=True)
     return autograd
@@ -129,8 +129,8 @@ def register_autograd(op: str, backward, setup_context=None) -> OpAutograd:
 class OpAutograd:
     """One op's autograd formula: its Autograd kernel, and the autograd.Function that applies it.
 
-    The Function is made on first use: creating it and resolving the op's overload take about
-    0.15 ms per op, on every warm start, for ops that may never see a gradient. It is written in
+    The Function is made on first use: creating it and resolving the op's overload would cost
+    every warm start, for ops that may never see a gradient. It is written in
     the classic style (forward takes ctx and calls setup_context itself): a Function that defines
     setup_context binds its arguments with inspect.signature on every call, which doubled a small
     op's cost."""

@@ -25,7 +25,7 @@ __all__ = ["bias_act", "bias_act_ref", "ACTIVATIONS"]
 
 class Activation:
     """One row of the table below. (A plain class: a NamedTuple is built with exec() at import,
-    about 0.1 ms of every warm start.)"""
+    on every warm start.)"""
 
     __slots__ = ("func", "default_alpha", "default_gain", "has_second_derivative")
 

@@ -100,7 +100,7 @@ __device__ Vec<scalar_t, kVec> bias_act_vector(const Vec<scalar_t, kVec>& xv, co
 
 // Each block step covers kUnroll * blockDim.x vectors: a thread issues all its loads before it
 // computes, so that enough bytes are in flight to reach the copy bandwidth (one load at a time
-// left the forward at 77-87% of it).
+// did not: docs/history/BENCHMARKS-history.md).
 template <Activation kAct, int kDerivative, int kVec, typename scalar_t>
 __global__ void bias_act_kernel(const scalar_t* __restrict x, const scalar_t* __restrict bias,
                                 const scalar_t* __restrict grad, scalar_t* __restrict out, Layout layout,
@@ -223,9 +223,9 @@ Scalars<acc_type<scalar_t>> scalars(const BiasActParams& params) {
 constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
 
 // One block per kThreads * kUnroll vectors, not a grid capped at a few blocks per SM: the loops
-// then run once, and the hardware spreads the blocks evenly. With the cap, fp16 at 64 Mi elements
-// ran 5-8 loop steps per block and the uneven last step left the kernels at 84-88% of the copy
-// bandwidth. (The loops still stride, for grids past the limit.)
+// then run once, and the hardware spreads the blocks evenly. With the cap, large tensors ran
+// several loop steps per block and the uneven last step cost bandwidth. (The loops still stride,
+// for grids past the limit.)
 inline int64_t blocks_for(int64_t vectors) {
   return std::min(std::max<int64_t>(1, ceil_div<int64_t>(vectors, int64_t{kThreads} * kUnroll)), kMaxGridX);
 }

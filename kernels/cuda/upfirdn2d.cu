@@ -121,9 +121,8 @@ constexpr int min_blocks() {
 // pairs of 16-bit values) into aligned places, so a row holds up to kVector - 1 columns more than
 // the tile needs. (With down 2 a warp's threads read every other float32 column: two shared-memory
 // wavefronts a read instead of one. An even/odd split of the rows avoided that, but ruled out
-// 16-byte copies, and the staging's instructions, not shared memory, bound the kernel: without the
-// split, float32's down 2 at 8x512x256x256 went from 0.56 to 0.45 ms on an H200, measured together
-// with the planes a block computes.)
+// 16-byte copies, and the staging's instructions, not shared memory, bound the kernel: down 2 is
+// faster without the split; docs/history/BENCHMARKS-history.md, issue 12's second pass.)
 template <typename T, typename scalar_t>
 struct TileLayout {
   using value_t = std::conditional_t<sizeof(scalar_t) == 2, scalar_t, float>;
@@ -145,7 +144,7 @@ struct TiledShape {
 
 // The cells e = thread, thread + kThreads, ... of a grid kCols wide, as (row, column) kept by
 // increments: a division per cell, and the address arithmetic around it, would make the staging
-// bound by the integer pipeline rather than by memory (as Nsight Compute showed: 68% ALU).
+// bound by the integer pipeline rather than by memory (as Nsight Compute showed).
 template <int kCols, int kThreads>
 struct CellCursor {
   static constexpr int kStepRows = kThreads / kCols, kStepCols = kThreads % kCols;
