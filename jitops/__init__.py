@@ -88,7 +88,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    names = set(globals())
+    names = set(globals()) | set(__all__)  # BuildError and CacheError, imported when first named
     for op in available_ops():
         names.update(getattr(importlib.import_module(f"{__name__}.ops.{op}"), "__all__", ()))
     return sorted(names)
