@@ -117,6 +117,15 @@ def test_declaring_is_frozen_and_checks_its_arguments():
         jitops.Extension("x", ["a.cpp"], namespace="ns", root=".", cuda="always")
 
 
+def test_only_namespace_name_key_is_an_entry_name():
+    """Entry folders, warm records and prebuilt folders are all recognised by this one rule."""
+    key = "0123456789abcdef"
+    assert _core.parse_entry_name(f"jitops.add2-{key}") == ("jitops.add2", key)
+    for name in [f"add2-{key}", f"jitops.add2-{key.upper()}", f"jitops.add2-{key[:-1]}", f"jitops.a.b-{key}",
+                 f"../x.add2-{key}", f"jitops.\u00e4dd-{key}", f"jitops.add2-{key}.tmp", f".tmp-jitops.add2-{key}-12-x", ""]:
+        assert _core.parse_entry_name(name) is None, name
+
+
 def test_every_op_declares_one_extension_in_the_jitops_namespace():
     import jitops.ops
 
