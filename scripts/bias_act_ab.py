@@ -14,15 +14,13 @@ round after round. Prints each figure's median over the rounds per tree.
 """
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from load_time import run_child  # noqa: E402 (a child that imports the tree it runs in)
+from warm_ab import run_in_tree, tree_env  # scripts/ is this script's folder, first on sys.path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -63,15 +61,14 @@ def main() -> None:
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     with tempfile.TemporaryDirectory(prefix="jitops-bias-act-ab-") as tmp:
-        envs = [{**os.environ, "PYTHONPATH": str(tree), "JITOPS_CACHE_DIR": f"{tmp}/cache{i}"} for i, tree in enumerate(trees)]
+        envs = [tree_env(tree, Path(tmp) / f"cache{i}") for i, tree in enumerate(trees)]
         builds = [subprocess.Popen([sys.executable, "-c", BUILD], env=env, cwd=tree) for tree, env in zip(trees, envs)]
         if any(build.wait() != 0 for build in builds):
             raise SystemExit("a tree's bias_act did not build")
         results = {tree: [] for tree in trees}
         for round_ in range(args.rounds):
             for tree, env in zip(trees, envs):
-                result = run_child(CHILD, [str(EXAMPLES), args.dtype], env, cwd=tree)
-                assert Path(result.pop("package")).is_relative_to(tree), f"{tree} imported another tree's jitops"
+                result = run_in_tree(CHILD, [str(EXAMPLES), args.dtype], tree, env)
                 results[tree].append(result)
                 print(f"round {round_ + 1} {tree.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()), file=sys.stderr, flush=True)
     names = list(results[trees[0]][0])

@@ -28,6 +28,15 @@ def tree_env(tree: Path, cache: Path) -> dict:
     return {**env, "PYTHONPATH": str(tree), "JITOPS_CACHE_DIR": str(cache)}
 
 
+def run_in_tree(code: str, args: list[str], tree: Path, env: dict) -> dict:
+    """run_child in the tree's folder (python -c puts it first on sys.path), checking that the
+    child's jitops came from that tree; its report without the package's path."""
+    result = run_child(code, args, env, cwd=tree)
+    package = result.pop("package")
+    assert Path(package).is_relative_to(tree), f"{tree} imported jitops from {package}"
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trees", nargs=2, type=Path, metavar="TREE")
@@ -40,13 +49,12 @@ def main() -> None:
         trees = [tree.resolve() for tree in args.trees]
         envs = [tree_env(tree, Path(tmp) / f"cache{i}") for i, tree in enumerate(trees)]
         for tree, env in zip(trees, envs):
-            cold = run_child(JITOPS_CHILD, [args.ops], env, cwd=tree)  # builds every op once
-            assert Path(cold["package"]).is_relative_to(tree), f"{tree} imported jitops from {cold['package']}"
+            run_in_tree(JITOPS_CHILD, [args.ops], tree, env)  # builds every op once
         medians = {(i, name): [] for i in range(2) for name in loads}
         for round_ in range(args.rounds):
             for i, (tree, env) in enumerate(zip(trees, envs)):
                 for name, ops in loads.items():
-                    runs = [run_child(JITOPS_CHILD, [ops], env, cwd=tree) for _ in range(args.repeats)]
+                    runs = [run_in_tree(JITOPS_CHILD, [ops], tree, env) for _ in range(args.repeats)]
                     assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
                     medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
             print(f"round {round_ + 1}: " + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),

@@ -107,8 +107,9 @@ _assume_constant_result(require)
 # A small op's call must cost about what an eager torch op costs (tiny tensors are never slower
 # through jitops). An Autograd kernel written in Python runs on every dispatcher call of the
 # op, gradient or not, and costs several times a small op's own time (BENCHMARKS.md, loader: per
-# call). So eager calls take the cheapest correct road (call_op): below the autograd layer when nothing needs a gradient (what
-# that kernel itself would do), else the op's autograd.Function directly. torch.compile and direct
+# call). So eager calls take the cheapest correct road (call_op): below the autograd layer when
+# nothing needs a gradient (what that kernel itself would do), else the op's autograd.Function
+# directly. torch.compile and direct
 # torch.ops.jitops calls go through the Autograd kernel, which does the same. (The guard is the one
 # torch.library's own autograd kernels use.)
 _below_autograd = torch._C._AutoDispatchBelowAutograd
@@ -130,10 +131,9 @@ class OpAutograd:
     """One op's autograd formula: its Autograd kernel, and the autograd.Function that applies it.
 
     The Function is made on first use: creating it and resolving the op's overload would cost
-    every warm start, for ops that may never see a gradient. It is written in
-    the classic style (forward takes ctx and calls setup_context itself): a Function that defines
-    setup_context binds its arguments with inspect.signature on every call, which doubled a small
-    op's cost."""
+    every warm start, for ops that may never see a gradient. It is written in the classic style
+    (forward takes ctx and calls setup_context itself): a Function that defines setup_context
+    binds its arguments with inspect.signature on every call, which doubled a small op's cost."""
 
     def __init__(self, op: str, backward, setup_context=None):
         self.op = op

@@ -12,8 +12,8 @@
 // H100 machine the previous layout (a vector and a scalar kernel per activation for all four
 // dtypes) built far slower. The kernels are instantiated by 8 units that compile in parallel
 // (bias_act_0.cu to bias_act_7.cu), (activation, dtype) pairs dealt to them by compile time
-// (docs/history/BENCHMARKS-history.md, issue 11 seventh pass); unit 0 also holds the fused backward's block count, unit 7 the
-// run-time-switch kernels. JITOPS_BIAS_ACT_CUDA(act, T) instantiates one pair.
+// (docs/history/BENCHMARKS-history.md, issue 11's seventh pass); unit 0 also holds the fused
+// backward's block count, unit 7 the run-time-switch kernels. JITOPS_BIAS_ACT_CUDA(act, T) instantiates one pair.
 #pragma once
 #include <algorithm>
 
