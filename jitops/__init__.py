@@ -38,16 +38,14 @@ def _op_names(ops: list[str] | None) -> list[str]:
 
 def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
     """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step.
-    (A job of many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
+    (Many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     from . import _warm
     from .ops import extension, require
 
     names = _op_names(ops)
-    # Ops already in the cache load here, one after another (a warm load is a few milliseconds,
-    # most of it a dlopen that holds the GIL); the rest build in parallel threads, each waiting on
-    # its own ninja.
+    # Cached ops load here one after another (a dlopen holds the GIL); the rest build in threads.
     to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
     for name in names:
         if _warm.recall(extension(name), seen=seen) is None:  # not a warm start: the long way
@@ -66,8 +64,8 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
 
 
 def __getattr__(name: str):
-    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. The
-    # import system probes for submodules (`ops`, `distributed`) with getattr before importing them.
+    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. (The import
+    # system probes for submodules with getattr before importing them.)
     if name in ("BuildError", "CacheError"):  # imported when first named: a warm start raises neither
         from . import _errors
 
@@ -75,8 +73,7 @@ def __getattr__(name: str):
         return value
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
-    # The op's own module first (jitops.<op> and jitops.<op>_ref live in jitops/ops/<op>.py), so
-    # that an op's first call imports that module alone; then the others.
+    # The op's own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
     ops = available_ops()
     own = name.removesuffix("_ref")
     for op in ([own] if own in ops else []) + [op for op in ops if op != own]:

@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Build one extension's library (the loader's steps 3 and 4; imported only on a cache miss).
 
-A build writes build.ninja with the writer torch's load() uses (so the flags, include paths and
-libraries are torch's) and runs ninja itself, in this process: ninja's step counter can then be
-shown live and its output kept as a log, without a child Python that imports torch again. The
-headers each unit included come from ninja's deps log, into the manifest.
+build.ninja is written by the writer behind torch's load() (torch's flags, include paths and
+libraries); ninja runs from this process, so its steps show live and its output is kept as a log.
+The headers each unit included come from ninja's deps log, into the manifest.
 """
 
 from __future__ import annotations
@@ -26,12 +25,9 @@ from ._core import Extension
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
 
-# How long a process waits for another one's build of the same entry (JITOPS_LOCK_TIMEOUT):
-# generous for a cold CUDA build on a busy machine, but finite.
+# Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
+# stopped as hung (JITOPS_BUILD_TIMEOUT): far beyond a cold CUDA build on a busy machine, but finite.
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
-
-# How long one build may run (JITOPS_BUILD_TIMEOUT) before it is stopped as hung: far beyond any
-# real cold build (seconds to minutes), so only a compiler that never returns reaches it.
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
 
@@ -58,17 +54,17 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
             "`jitops-cache build --out DIR` under this same torch.",
         )
         return library, backends, "prebuilt"
-    if cuda_toolkit_missing(cuda) and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
-        return *prebuilt, "prebuilt"  # a build here would be CPU-only; a prebuilt may have the CUDA kernels
+    # torch has CUDA but no toolkit is found: a build here would be CPU-only; a prebuilt may have the CUDA kernels.
+    toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
+    if toolkit_missing and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
+        return *prebuilt, "prebuilt"
     try:
         library, how = under_entry_lock(entry, "building", lambda: _build(planned))
         return library, cuda.backends, how
     except _BuildInterrupted:
         import signal
 
-        # Cleaned up on the way here (ninja stopped, staging removed, lock released); now end as
-        # SIGTERM would have.
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
         raise
     except BuildError as err:
         why = str(err).removeprefix("jitops: ")
@@ -76,15 +72,9 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         return library, backends, "prebuilt"
 
 
-def cuda_toolkit_missing(cuda: CudaPlan) -> bool:
-    """True when this torch has CUDA but no toolkit was found: a build would be CPU-only."""
-    return not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
-
-
 def seconds_from_env(name: str, default: float) -> float:
-    """A number of seconds from the environment variable `name`, else default. Only a finite
-    number above zero is a limit: anything else (0, -1, nan, inf) is refused, naming the variable,
-    rather than read as "stop at once" or "wait forever"."""
+    """Seconds from the environment variable `name`, else default. 0, -1, nan or inf is refused,
+    naming the variable, rather than read as "stop at once" or "wait forever"."""
     value = os.environ.get(name, "")
     if not value:
         return default
@@ -105,24 +95,19 @@ def lock_timeout() -> float:
     return seconds_from_env("JITOPS_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
 
 
-def _owner_path(entry: _cache.Entry) -> Path:
-    return entry.lock_path.with_suffix(".owner")
-
-
 def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
-    """The entry's library, made by make() (which publishes the entry and returns the library)
-    under the entry's file lock, unless another process published it first. Returns the library
-    and "built" or "cache". `doing` names make's work in errors ("building")."""
+    """(library, "built") made by make(), which publishes the entry, under the entry's file lock;
+    (library, "cache") where another process published it first. doing: make's work, for errors."""
     import filelock
 
-    timeout = lock_timeout()
+    timeout, owner = lock_timeout(), entry.lock_path.with_suffix(".owner")
     # A kernel (flock) lock: the OS drops it when its holder dies, so a killed build blocks no one.
     lock = filelock.FileLock(str(entry.lock_path), timeout=timeout, mode=0o600)
     try:
         lock.acquire()
     except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
         try:
-            holder = _owner_path(entry).read_text().strip()
+            holder = owner.read_text().strip()
         except OSError:
             holder = "unknown"
         raise BuildError(
@@ -134,7 +119,6 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
             f"jitops: cannot take the lock {entry.lock_path} to build {entry.name}: {err.strerror or err}; "
             f"remove whatever is at that path (`rm -r {entry.lock_path}`), or point JITOPS_CACHE_DIR elsewhere"
         ) from None
-    owner = _owner_path(entry)
     try:
         _write_private(owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
         # Another process may have published the entry while this one waited for the lock.
@@ -146,8 +130,7 @@ def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise
-        # make() has removed its staging directory; nothing was published and, for want of room,
-        # no log is kept.
+        # make() has removed its staging directory: nothing is published, and no log kept.
         raise BuildError(
             f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
             f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
@@ -166,9 +149,8 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) -> Path:
-    """Publish an entry built elsewhere (jitops.distributed), exactly as a local build would: the
-    library's sha256 checked against its manifest, written into a private staging directory, then
-    one atomic rename, under the entry's lock. Returns the library's path."""
+    """Publish an entry built elsewhere (jitops.distributed) as a local build would: its sha256
+    checked, a private staging folder, one atomic rename under the entry's lock. Returns the library."""
     if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
         raise BuildError(f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}")
     name = manifest.get("library")
@@ -230,22 +212,23 @@ def _build(planned: PlannedEntry) -> Path:
 
 
 def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, components: dict) -> tuple[Path, list[str]]:
-    """staging/build/build.ninja for the extension's units, written by torch's load() writer, and
-    the units' wrappers. torch names object files after the source's file name, which two sources
-    may share (kernels/cpu/x.cpp, bindings/x.cpp): a one-line wrapper in staging/src, named after
-    the source's path, gives each unit its own name."""
+    """staging/build/build.ninja, and the units' wrappers: torch names object files after a source's
+    file name, which two sources may share (kernels/cpu/x.cpp, bindings/x.cpp), so a one-line
+    wrapper in staging/src, named after the source's path, gives each unit its own name."""
     src = staging / "src"
     src.mkdir()
     wrappers = []
     for relative, path in zip(components["sources"], extension.paths(cuda.enabled)):
         wrapper = src / relative.replace(os.sep, "_")
-        wrapper.write_text(f'#include "{_header_name(Path(path).resolve())}"\n', encoding="utf-8")
+        source = str(Path(path).resolve())
+        if '"' in source or "\n" in source:  # #include "..." takes a path literally, up to a quote
+            raise BuildError(f"jitops: cannot compile {source!r}: a C++ #include cannot name a path holding a quote or a newline")
+        wrapper.write_text(f'#include "{source}"\n', encoding="utf-8")
         wrappers.append(str(wrapper))
     build_dir = staging / "build"
     build_dir.mkdir()
 
-    # The writer behind load() (private to torch, called by keyword; torch >= 2.10 has this
-    # signature): load() itself would also run ninja, with its output discarded or sent to stdout.
+    # torch's private writer, by keyword (torch >= 2.10): load() would run ninja without a log.
     from torch.utils import cpp_extension
 
     build_file = build_dir / "build.ninja"
@@ -254,18 +237,13 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
         _use_cuda_home(cpp_extension, cuda.cuda_home)
         cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
     try:
-        ldflags = cpp_extension._prepare_ldflags(
-            extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False,
-            is_standalone=False,
-        )
+        ldflags = cpp_extension._prepare_ldflags(extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled,
+                                                 with_sycl=False, verbose=False, is_standalone=False)
         cpp_extension._write_ninja_file_to_build_library(
-            path=str(build_file), name=extension.library_name, sources=wrappers,
-            extra_cflags=list(components["cflags"]), extra_cuda_cflags=cuda_cflags, extra_sycl_cflags=[],
-            extra_ldflags=ldflags, extra_include_paths=extension.include_paths(), with_cuda=cuda.enabled,
-            with_sycl=False, is_standalone=False,
-        )
-    except (AttributeError, TypeError) as err:
-        # A torch whose private writer moved or changed its signature: say so, not a traceback.
+            path=str(build_file), name=extension.library_name, sources=wrappers, extra_cflags=list(components["cflags"]),
+            extra_cuda_cflags=cuda_cflags, extra_sycl_cflags=[], extra_ldflags=ldflags,
+            extra_include_paths=extension.include_paths(), with_cuda=cuda.enabled, with_sycl=False, is_standalone=False)
+    except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
         import torch
 
         raise BuildError(
@@ -279,11 +257,10 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
 
 def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan,
                      targets: list[str] = (), skip: list[str] = ()) -> dict:
-    """The headers the units (ninja's `targets`, or all) included, from ninja's deps log (the
-    compilers' depfiles), each with its sha256: by name relative to the extension's root where
-    under it, else by absolute path. skip: files that are no headers (the units' wrappers). The
-    headers of torch, of the CUDA toolkit and of the compilers' installations are left out: the
-    key names their versions, and checking each on every load would cost hundreds of stat calls."""
+    """The headers the units (ninja's `targets`, or all) included, from ninja's deps log, each with
+    its sha256, named relative to the extension's root where under it. skip: the units' wrappers.
+    torch's, the CUDA toolkit's and the compilers' own headers are left out: the key names their
+    versions, and checking each on every load would cost hundreds of stat calls."""
     result = subprocess.run(["ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
@@ -308,11 +285,9 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
 
 
 def _escape_build_paths(build_file: Path, paths: list[str]) -> None:
-    """Name the units' sources in torch's build.ninja relative to the build folder (ninja runs in
-    it), escaped as ninja reads them. torch escapes only a space, so a cache root holding a `$`
-    (read as a variable) or a `:` (ends a build's outputs) could never build; and the compilers
-    write a source's path into its depfile as given, where ninja 1.11 splits a path at quotes.
-    Each path is a source of one build line, written as torch writes it."""
+    """Name the units' sources in build.ninja relative to the build folder, escaped as ninja reads
+    them: torch escapes only a space (a `$` or `:` in the cache root would break the build), and
+    the depfiles name a source as given, where ninja 1.11 splits a path at quotes."""
     text = build_file.read_text(encoding="utf-8")
     for path in paths:
         if "\n" in path:
@@ -325,17 +300,9 @@ def _escape_build_paths(build_file: Path, paths: list[str]) -> None:
     build_file.write_text(text, encoding="utf-8")
 
 
-def _header_name(source: Path) -> str:
-    """source as an #include "..." names it: taken literally up to the next quote (no escapes)."""
-    if '"' in str(source) or "\n" in str(source):
-        raise BuildError(f"jitops: cannot compile {str(source)!r}: a C++ #include cannot name a path holding a quote or a newline")
-    return str(source)
-
-
 def _use_cuda_home(cpp_extension, cuda_home: Path) -> None:
-    """Point torch's build code at the toolkit the key names. torch reads CUDA_HOME once, at
-    import, and keeps even a guess that is no toolkit (find_cuda_home); only then do they differ,
-    and then torch could not have built CUDA code with its own guess anyway."""
+    """Point torch's build code at the toolkit the key names. They differ only where torch's guess,
+    read once at import, is no toolkit (_key.find_cuda_home), which could not have built anyway."""
     if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != cuda_home.resolve():
         cpp_extension.CUDA_HOME = str(cuda_home)
 
@@ -360,16 +327,13 @@ def gencode_flags(arch_list: str) -> list[str]:
     return flags
 
 
-_NINJA_STEP = r"^\[(\d+)/(\d+)\]"
+_NINJA_STEP = r"^\[\d+/\d+\]"
 
 
 def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str | None:
-    """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else why not:
-    the first compiler error, or the timeout.
-
-    ninja stays in this process's group, so a terminal's Ctrl-C reaches it (and load_all's worker
-    threads) directly; it is also stopped with everything it started (_stop_ninja) on a timeout,
-    on KeyboardInterrupt here and on SIGTERM (an exception while a build runs on the main thread)."""
+    """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else the first
+    compiler error or the timeout. ninja stays in this process's group, so a terminal's Ctrl-C
+    reaches it directly; on a timeout, an exception or SIGTERM it is stopped (_stop_ninja)."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
     timeout = build_timeout()
     command = ["ninja", "-v"]
@@ -377,17 +341,10 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     if jobs.isdigit():
         command += ["-j", jobs]
     status = _BuildStatus(op, cuda, verbose)
-    proc = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", cwd=build_dir,
-    )
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", cwd=build_dir)
     timed_out = threading.Event()
-
-    def on_timeout() -> None:
-        timed_out.set()
-        _stop_ninja(proc)
-
-    watchdog = threading.Timer(timeout, on_timeout)
+    watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -396,9 +353,8 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
                 log.write(line)
                 if verbose:
                     sys.stderr.write(line)
-                step = re.match(_NINJA_STEP, line)
-                if step:
-                    status.step = f"[{step.group(1)}/{step.group(2)}]"
+                if step := re.match(_NINJA_STEP, line):
+                    status.step = step.group()
             returncode = proc.wait()
     except BaseException:
         _stop_ninja(proc)
@@ -437,11 +393,9 @@ class _BuildInterrupted(BaseException):
 
 @contextlib.contextmanager
 def _sigterm_raises():
-    """On the main thread, while a build runs: SIGTERM raises _BuildInterrupted, so that ninja,
-    the staging directory and the lock are cleaned up on the way out; build_or_prebuilt then
-    delivers the signal again, with the default handler back, so the process ends as SIGTERM would
-    have ended it. (In other threads, or where the program has a SIGTERM handler of its own,
-    nothing changes.)"""
+    """On the main thread of a program without a SIGTERM handler: SIGTERM raises _BuildInterrupted,
+    so ninja, the staging folder and the lock are cleaned up on the way out; build_or_prebuilt then
+    delivers the signal again, to end as SIGTERM would have."""
     import signal
 
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
@@ -459,10 +413,8 @@ def _sigterm_raises():
 
 
 def _load_check(library: Path, log_path: Path) -> str | None:
-    """Load the new library before publishing it: one with unresolved symbols, or whose
-    registrations torch refuses, is never published. None if it loads, else why not. (It stays
-    loaded: the published file is this one renamed, and dlopen knows a file by its inode, so
-    loading the published path later runs nothing twice.)"""
+    """None if the new library loads (unresolved symbols and refused registrations are never
+    published), else why not. It stays loaded: the published file is this one renamed (one inode)."""
     import torch
 
     try:
@@ -477,8 +429,7 @@ def _load_check(library: Path, log_path: Path) -> str | None:
 
 
 def _unit_seconds(build_dir: Path) -> dict[str, float]:
-    """Seconds per ninja step (object file or link), from ninja's own log: where a cold build's
-    time went, kept in the manifest."""
+    """Seconds per ninja step (object file or link), from ninja's log: where a cold build's time went."""
     steps = {}
     try:
         lines = (build_dir / ".ninja_log").read_text().splitlines()
@@ -513,22 +464,17 @@ def first_compiler_error(log: str) -> str:
 
 
 class _BuildStatus:
-    """One build's status on stderr: op, backends, elapsed seconds, ninja's step.
-
-    Builds in several threads (load_all, `jitops-cache build`) share stderr, so every write is a
-    whole line, under one lock. In a log, each build writes a line when it starts and a complete
-    line when it ends. On a terminal, one live line names every build in flight (redrawn by one
-    thread), and each build's complete line is printed above it as the build ends.
-    """
+    """One build's status on stderr: op, backends, elapsed seconds, ninja's step. Every write is a
+    whole line under one lock (builds run in threads). In a log: a line at the start and at the end.
+    On a terminal: one live line for every build in flight (one thread redraws it), and each
+    build's final line printed above it."""
 
     _lock = threading.Lock()
     _in_flight: list[_BuildStatus] = []
     _live_line = False  # whether a live line is on the terminal now
 
     def __init__(self, op: str, cuda: CudaPlan, verbose: bool):
-        self.op = op
-        self.started = time.time()
-        self.step = ""
+        self.op, self.started, self.step = op, time.time(), ""
         self.label = f"{op} ({'cpu+cuda' if cuda.enabled else f'cpu only: {cuda.reason}'})"
         self.live = sys.stderr.isatty() and not verbose
         with _BuildStatus._lock:
@@ -560,11 +506,8 @@ class _BuildStatus:
         cls._live_line = False
 
     def finish(self, ok: bool) -> None:
-        seconds = time.time() - self.started
-        if ok:
-            line = f"jitops: built {self.label} in {seconds:.1f}s {self.step}"
-        else:
-            line = f"jitops: FAILED to build {self.label} after {seconds:.1f}s {self.step}"
+        seconds = f"{time.time() - self.started:.1f}s {self.step}"
+        line = f"jitops: built {self.label} in {seconds}" if ok else f"jitops: FAILED to build {self.label} after {seconds}"
         with _BuildStatus._lock:
             _BuildStatus._in_flight.remove(self)
             self._write_line(line.rstrip())

@@ -1,12 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The build cache: where it lives, how entries are keyed, named, published, verified and read.
 
-Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module
-on machines whose toolchain is broken. The layout of a cache root is in docs/ARCHITECTURE.md.
-
-A hash recorded together with a file's identity (_core.file_identity) is trusted while the file
-keeps that identity; any change forces a full hash. So a load reads no source, header or library
-in full, yet an edited, truncated or replaced file is always hashed again.
+Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module on
+machines whose toolchain is broken. A hash recorded with a file's identity (_core.file_identity) is
+trusted while the file keeps it: a load reads no file in full unless it has changed.
 """
 
 from __future__ import annotations
@@ -31,9 +28,7 @@ FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
 
 
-# ---------------------------------------------------------------------------------------------
 # The root
-# ---------------------------------------------------------------------------------------------
 
 
 def _check_private_dir(path: Path) -> None:
@@ -44,8 +39,7 @@ def _check_private_dir(path: Path) -> None:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (0700, and so each missing parent, whatever the umask) or check an existing
-    one; return it."""
+    """Create `path` (0700, as each missing parent, whatever the umask) or check an existing one."""
     if not os.path.lexists(path):  # one system call when it exists, as it does on every warm load
         missing = []
         parent = Path(os.path.abspath(path))
@@ -66,16 +60,14 @@ _fallback_root: Path | None = None
 
 
 def fallback_root() -> Path:
-    """Where builds go when the configured root is refused: one per-user directory in the temp
-    dir, reused by every process (so a misconfigured root costs one build per op, not one per
-    process), created 0700 and checked like any root."""
+    """Where builds go when the configured root is refused: one per-user folder in the temp dir,
+    reused by every process, checked like any root."""
     return Path(tempfile.gettempdir()) / f"jitops-cache-{os.getuid()}"
 
 
 def cache_root() -> Path:
-    """The usable cache root. An unusable one is reported once and replaced by fallback_root(),
-    or, if that is refused too (say, planted by another user), by a private temporary directory
-    that is removed when this process exits."""
+    """The usable cache root. An unusable one is reported once and replaced by fallback_root(), or
+    if that is refused too (planted by another user), by a private temporary one removed at exit."""
     global _fallback_root
     if _fallback_root is not None:
         return _fallback_root
@@ -106,15 +98,12 @@ def _usable_root(root: Path) -> Path:
     return root
 
 
-# ---------------------------------------------------------------------------------------------
 # Keys and entries
-# ---------------------------------------------------------------------------------------------
 
 
 class RecordFile:
     """A JSON object in the cache root that only saves work: a lost, stale or unreadable record
-    costs recomputing what it held, never a wrong result (its users check what each entry was
-    computed from)."""
+    costs recomputing what it held, never a wrong result."""
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -138,8 +127,7 @@ class RecordFile:
 
 
 class KnownFileHashes(RecordFile):
-    """sha256 of files as some process last hashed them, each with the identity it had then
-    (<root>/file-hashes.json)."""
+    """sha256 of files as last hashed, each with the identity it had then (<root>/file-hashes.json)."""
 
     def sha256(self, path: str) -> str:
         identity = file_identity(path)
@@ -168,9 +156,21 @@ def known_file_hashes() -> KnownFileHashes:
     return _root_record(KnownFileHashes, FILE_HASHES_NAME, cache_root())
 
 
+def binary_identity(path: Path) -> tuple[str, str]:
+    """The binary's resolved path, and that path with its file identity: the identity changes
+    whenever the binary is replaced or rewritten."""
+    resolved = os.path.realpath(path)
+    return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
+
+
+def toolchain_probes() -> RecordFile:
+    """Each compiler's `--version` line, by its binary_identity (<root>/toolchain.json): a warm
+    load must start no process, and `c++ --version` costs one."""
+    return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, cache_root())
+
+
 def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
-    """sha256 over each file's name relative to relative_to and its sha256, so a rename changes
-    the hash too."""
+    """sha256 over each file's name relative to relative_to and its sha256 (a rename changes it)."""
     known = known or KnownFileHashes(None)
     prefix = os.path.join(str(relative_to), "")
     digest = hashlib.sha256()
@@ -208,8 +208,7 @@ class StaleEntry(CacheError):
 
 class Entry:
     """One `<namespace>.<name>-<key>` directory of a cache root (which may not exist yet).
-    source_root: the extension's root, against which the manifest's header names are resolved
-    (None where the entry is only inspected: its headers are then not checked)."""
+    source_root: the extension's root, for the manifest's header names (None: headers unchecked)."""
 
     def __init__(self, root: Path, name: str, key: str, source_root: str | None = None):
         self.root = Path(root)
@@ -221,12 +220,6 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"Entry({str(self.root)!r}, {self.name!r}, {self.key!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Entry) and (self.root, self.name, self.key) == (other.root, other.name, other.key)
-
-    def __hash__(self) -> int:
-        return hash((self.root, self.name, self.key))
 
     @property
     def path(self) -> Path:
@@ -255,16 +248,11 @@ class Entry:
         return manifest
 
     def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
-        """The entry's .so if its manifest matches this key, the .so its sha256 and every header
-        the build included its recorded sha256; else None where the entry is absent.
-
-        The .so is hashed in full unless it still has the identity recorded with its hash, or
-        always with full_hash=True. Raises CacheError when the entry is corrupt, or (private=True:
-        cache entries, not prebuilt ones) not ours alone; StaleEntry when a header changed.
-        touch=False leaves the entry alone (for inspecting); else a new identity is written into
-        the manifest and the entry marked as used. Sets verified_identities (the library's and
-        the manifest's identities as verified) and checked_headers, for the warm record.
-        """
+        """The entry's .so if its manifest matches this key, the .so its sha256 (hashed in full
+        unless its identity is the one recorded, or full_hash) and every header the build included
+        its recorded sha256; None where the entry is absent. Raises CacheError when it is corrupt
+        or (private: cache entries) not ours alone; StaleEntry when a header changed. touch=False
+        writes nothing. Sets verified_identities and checked_headers, for the warm record."""
         if not self.path.is_dir():
             return None
         if self.path.is_symlink():
@@ -303,8 +291,8 @@ class Entry:
         return library
 
     def _check_headers(self, headers) -> list[tuple[str, list[int] | None]]:
-        """Each header the build included (its manifest's "headers": name relative to the
-        extension's root, or absolute -> sha256), with the identity it had when found unchanged."""
+        """Each header the build included (manifest "headers": name relative to the extension's
+        root, or absolute -> sha256), with the identity it had when found unchanged."""
         if not isinstance(headers, dict):
             raise CacheError(f"{self.manifest_path} has no valid header list")
         if self.source_root is None or not headers:
@@ -336,7 +324,7 @@ class Entry:
 
 def verified_or_discarded(entry: Entry, full_hash: bool = False) -> Path | None:
     """The entry's verified library, or None: absent, stale or corrupt (then removed, with a
-    warning where corrupt). full_hash: hash the library even where its identity is unchanged."""
+    warning where corrupt)."""
     try:
         return entry.verified_library(full_hash=full_hash)
     except StaleEntry:
@@ -350,15 +338,13 @@ def verified_or_discarded(entry: Entry, full_hash: bool = False) -> Path | None:
 
 def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
     """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
-    for builds, received entries and ahead-of-time wheels alike. headers: see Entry._check_headers."""
+    for builds and ahead-of-time wheels. headers: see Entry._check_headers."""
     return {
         "name": entry.name,
         "key": entry.key,
         "components": components,
         "library": library.name,
         "library_sha256": sha256_file(library),
-        # Renaming the staging folder into place keeps the file's identity, so loads can trust
-        # this hash until the file changes.
         "library_identity": file_identity(library),
         "headers": headers,
         **extra,
@@ -366,32 +352,21 @@ def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, 
 
 
 def new_build_dir(entry: Entry) -> Path:
-    """A fresh private directory for one build attempt; only this process ever writes into it.
-    Its name carries this process's id, so a later build can tell an orphan (remove_orphans)."""
+    """A fresh private directory for one build attempt, named with this process's id so that a
+    later build can tell an orphan (remove_orphans)."""
     return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{entry.name}-{entry.key}-{os.getpid()}-", dir=entry.root))
 
 
 def remove_orphans(entry: Entry) -> None:
-    """Remove the staging folders that killed builds of this entry left behind. Called under the
-    entry's lock, which every build of it holds while its staging folder exists: a folder whose
-    process is gone is no one's."""
+    """Remove the staging folders killed builds of this entry left. Called under the entry's lock,
+    which a build holds while its staging folder exists: a folder whose process is gone is no one's."""
     prefix = f"{TMP_PREFIX}{entry.name}-{entry.key}-"
     with os.scandir(entry.root) as found:
         names = [f.name for f in found if f.name.startswith(prefix)]
     for name in names:
         pid = name[len(prefix) :].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not process_exists(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
             shutil.rmtree(entry.root / name, ignore_errors=True)
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:
@@ -402,7 +377,7 @@ def publish(entry: Entry, staging: Path, manifest: dict) -> None:
     os.rename(staging, entry.path)
 
 
-def list_entries(root: Path, name: str | None = None) -> list[tuple[Entry, dict | None]]:
+def list_entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[tuple[Entry, dict | None]]:
     """Every published entry under root (of the extension `name` alone, if given) with its
     manifest (None when unreadable)."""
     found = []
@@ -412,7 +387,7 @@ def list_entries(root: Path, name: str | None = None) -> list[tuple[Entry, dict 
         parsed = parse_entry_name(child.name)
         if not parsed or (name is not None and parsed[0] != name) or not child.is_dir():
             continue
-        entry = Entry(root, *parsed)
+        entry = Entry(root, *parsed, source_root=source_root)
         try:
             manifest = entry.read_manifest()
         except CacheError:
@@ -421,38 +396,8 @@ def list_entries(root: Path, name: str | None = None) -> list[tuple[Entry, dict 
     return found
 
 
-# ---------------------------------------------------------------------------------------------
-# Toolchain probes (`c++ --version` costs a process; a warm load must spawn none)
-# ---------------------------------------------------------------------------------------------
-
-
-def binary_identity(path: Path) -> tuple[str, str]:
-    """The binary's resolved path, and that path with its file identity: the identity changes
-    whenever the binary is replaced or rewritten."""
-    resolved = os.path.realpath(path)
-    return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
-
-
-def read_toolchain_probes(root: Path) -> dict:
-    try:
-        probes = json.loads((root / TOOLCHAIN_PROBES_NAME).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return probes if isinstance(probes, dict) else {}
-
-
-def remember_toolchain_probe(root: Path, identity: str, version: str) -> None:
-    probes = read_toolchain_probes(root)
-    probes[identity] = version
-    try:
-        write_json_atomic(root / TOOLCHAIN_PROBES_NAME, probes)
-    except OSError:
-        pass  # probing again next time is only slower
-
-
 def remove_tree(path: Path) -> None:
-    """Delete a directory so that no reader sees it half deleted: rename away, then delete. (A
-    file or link found where a directory should be goes too.)"""
+    """Delete a directory (or a file or link in its place) so that no reader sees it half deleted."""
     trash = path.parent / f"{TMP_PREFIX}removing-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
     os.rename(path, trash)
     if os.path.isdir(trash) and not os.path.islink(trash):

@@ -1,11 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""What every other module of the loader stands on: where sources and the cache are, which
-directories may hold libraries we load, what a file's identity is, what a library must share with
-this process, and the registry of the libraries this process has loaded.
-
-Also `Extension`, the declaration of one library that every other module takes. Standard library
-only at import (torch is imported inside the functions that need it, by which time the caller has
-imported it): a warm start imports this module and _warm, and nothing else of the loader.
+"""What every other module of the loader stands on: source and cache roots, the private-directory
+rule, file identity, what a library must share with this process, the registry of loaded libraries,
+and `Extension`, the declaration every other module takes. Standard library only at import (torch
+is imported inside the functions that need it): a warm start imports this module and _warm alone.
 """
 
 from __future__ import annotations
@@ -22,23 +19,21 @@ import warnings
 from pathlib import Path
 
 VERSION = "0.1.0"  # jitops.__version__
-# How jitops turns an Extension into a library (the build file, the flags it adds, the manifest):
-# part of every key instead of jitops' own version, so that a release that changes none of that
-# keeps every cache entry and every shipped prebuilt library valid.
+# How jitops turns an Extension into a library (build file, added flags, manifest): in every key
+# instead of jitops' version, so a release that changes none of that keeps entries and prebuilts valid.
 RECIPE = 1
 MANIFEST_NAME = "manifest.json"  # in each cache entry
 KEY_LENGTH = 16  # hex digits of sha256 in entry names (<namespace>.<name>-<key>)
-# An entry's last-used time (its folder's mtime) is set at most once a minute: precise enough for
-# least-recently-used pruning, and 64 ranks that start together do not all write it.
+# An entry's last-used time (its folder's mtime) is set at most once a minute: enough for pruning,
+# and 64 ranks that start together do not all write it.
 LAST_USED_RESOLUTION_S = 60.0
 # The Python ABI tag, from the import system rather than sysconfig (slow to import, and its lazy
 # variables are not thread-safe: load_all() plans in several threads).
 PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-# Environment variables that change what a build produces without changing which tools are found:
-# those torch's build-file writer and nvcc read for CUDA units, then the compiler's search paths.
+# Environment variables that change what a build produces (torch's build-file writer and nvcc for
+# CUDA units; the compiler's search paths), then every one a key depends on.
 CUDA_BUILD_ENVIRONMENT = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
-# Every environment variable a key depends on: those above and the ones the toolchain lookup reads.
 TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
 
 
@@ -65,9 +60,7 @@ def warn(message: str) -> None:
     warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)
 
 
-# ---------------------------------------------------------------------------------------------
 # The cache root, and which directories may hold libraries we load
-# ---------------------------------------------------------------------------------------------
 
 
 def torch_extensions_root() -> str:
@@ -89,16 +82,14 @@ def configured_root() -> tuple[str, str]:
 
 
 def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | None:
-    """Why `path` may not hold libraries we load (another user could write into it), or None.
-    info: its os.lstat(), where the caller has it."""
+    """Why `path` may not hold libraries we load (another user could write into it), or None."""
     return unsafe_path_problem(path, "cache directory", (os.getuid(),), directory=True, info=info)
 
 
 def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory: bool,
                         info: os.stat_result | None = None) -> str | None:
     """Why `path` (a directory, or a regular file) may not hold or be a library we load, or None:
-    a symbolic link, of the other kind, owned by none of `owners`, or writable by group or others.
-    what: how messages name it."""
+    a link, of the other kind, owned by none of `owners`, or writable by group or others."""
     info = info or os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         return f"{what} {path} is a symbolic link; refusing to follow it"
@@ -111,16 +102,13 @@ def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory
     return None
 
 
-# ---------------------------------------------------------------------------------------------
 # File identity: what says a file is unchanged without reading it
-# ---------------------------------------------------------------------------------------------
 
 
 def file_identity(path: str | Path) -> list[int]:
-    """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it. The status-change time
-    cannot be set back (touch, rsync -t and tar restore only the mtime) and moves on every write,
-    so an edit that keeps size, mtime and inode is still a change. A folder's identity changes when
-    an entry is added to or removed from it."""
+    """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it. The ctime cannot be set
+    back (touch, rsync -t, tar restore only the mtime), so an edit that keeps size, mtime and inode
+    is still a change. A folder's identity changes when an entry is added or removed."""
     info = os.stat(path)
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
 
@@ -135,8 +123,7 @@ def is_identifier(text) -> bool:
 
 def parse_entry_name(folder: str) -> tuple[str, str] | None:
     """(qualified name, key) of a cache entry's folder name, <namespace>.<name>-<key>; None for
-    any other name. (String methods, not a regular expression: compiling one on import is a
-    measurable part of a warm start.)"""
+    any other. (No regular expression: compiling one on import slows a warm start.)"""
     name, _, key = folder.rpartition("-")
     namespace, _, short = name.partition(".")
     if is_identifier(namespace) and is_identifier(short) and len(key) == KEY_LENGTH and set(key) <= _HEX_DIGITS:
@@ -147,17 +134,15 @@ def parse_entry_name(folder: str) -> tuple[str, str] | None:
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
-# The declaration. A hand-written frozen class rather than a dataclass: creating a frozen dataclass
-# costs a large share of a warm start (docs/history), and every op module declares one.
+# The declaration: hand-written, since creating a frozen dataclass is a large share of a warm start.
 CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
 CUDA_SUFFIXES = (".cu",)
 
 
 class Extension:
-    """One library: its name and TORCH_LIBRARY namespace (together, its identity in the cache and in
-    this process), its source files (relative to root; .cu files are CUDA units, built only with
-    CUDA), include directories, flags, CUDA policy and archs, and a version (bump it to rebuild
-    when something the key cannot see changes)."""
+    """One library: its name and TORCH_LIBRARY namespace (its identity), sources (relative to root;
+    .cu files are built only with CUDA), include directories, flags, CUDA policy and archs, and a
+    version (bump it to rebuild when something the key cannot see changes)."""
 
     __slots__ = ("name", "namespace", "root", "sources", "include_dirs", "cflags", "cuda_cflags", "ldflags",
                  "cuda", "cuda_archs", "version")
@@ -169,10 +154,8 @@ class Extension:
                 raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
         if cuda not in CUDA_POLICIES:
             raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")
-        values = {
-            "name": name, "namespace": namespace, "root": os.path.abspath(root), "cuda": cuda, "cuda_archs": cuda_archs,
-            "version": str(version),
-        }
+        values = {"name": name, "namespace": namespace, "root": os.path.abspath(root), "cuda": cuda,
+                  "cuda_archs": cuda_archs, "version": str(version)}
         for argument, value in (("sources", sources), ("include_dirs", include_dirs), ("cflags", cflags),
                                 ("cuda_cflags", cuda_cflags), ("ldflags", ldflags)):
             if isinstance(value, str) or not all(isinstance(item, str) for item in value):
@@ -197,8 +180,7 @@ class Extension:
 
     @property
     def qualified_name(self) -> str:
-        """<namespace>.<name>: the extension's identity in cache folder names, warm records, locks,
-        manifests and the registry of loaded libraries."""
+        """<namespace>.<name>: its identity in the cache, warm records, locks and the registry."""
         return f"{self.namespace}.{self.name}"
 
     @property
@@ -242,8 +224,8 @@ def write_json_atomic(path: Path | str, data: dict) -> None:
 
 
 def mark_used(entry: str, last_used: float) -> None:
-    """Note that a cache entry is in use, for least-recently-used pruning: its folder's mtime is
-    its last-used time (rewriting the manifest would change what warm records check)."""
+    """Mark a cache entry used, for pruning: its folder's mtime (not the manifest's: warm records
+    check that)."""
     if time.time() - last_used >= LAST_USED_RESOLUTION_S:
         try:
             os.utime(entry)
@@ -251,9 +233,7 @@ def mark_used(entry: str, last_used: float) -> None:
             pass  # a read-only cache still loads; pruning order is all that is lost
 
 
-# ---------------------------------------------------------------------------------------------
 # What a library must share with this process
-# ---------------------------------------------------------------------------------------------
 
 
 def process_abi() -> dict:
@@ -283,9 +263,8 @@ def cuda_arch_list() -> str:
 
 @functools.cache
 def _libc_dl() -> tuple:
-    """libc's dlopen, dlerror and dlinfo (None where libc has none), through ctypes.PyDLL (the GIL
-    stays held, as in ctypes' own dlopen), all looked up before any call: a lookup is a dlsym,
-    which would clear the error dlerror reports."""
+    """libc's dlopen, dlerror and dlinfo (or None), through ctypes.PyDLL (the GIL stays held, as
+    in ctypes' own dlopen), all looked up first: a lookup would clear the error dlerror reports."""
     import ctypes
 
     libc = ctypes.PyDLL(None)
@@ -299,10 +278,8 @@ def _libc_dl() -> tuple:
 
 @functools.cache
 def cxx_runtime() -> str | None:
-    """The C++ runtime (libstdc++.so.6) this process has loaded, by the path it was loaded from;
-    None where there is none. Libraries link against it (_key.link_flags), so keys depend on it.
-    dlopen(RTLD_NOLOAD) finds it without loading anything; dlinfo gives its link_map, whose
-    second field is the path."""
+    """The path of the C++ runtime (libstdc++.so.6) this process has loaded, or None: libraries
+    link against it (_key.link_flags). dlopen(RTLD_NOLOAD) finds it; dlinfo gives its link_map."""
     import ctypes
 
     dlopen, _, dlinfo = _libc_dl()
@@ -318,11 +295,9 @@ _RTLD_DI_LINKMAP = 2  # <dlfcn.h>
 
 
 def open_verified_library(library: str) -> None:
-    """torch.ops.load_library(library) with lazy binding: the same dlopen (which runs the library's
-    TORCH_LIBRARY registrations), but each function it calls is bound on first call, a third of a
-    small library's dlopen time. Only for a library a warm record names: that very file was loaded
-    with every symbol bound under the same settings. Anything else must fail to load, not fail on a
-    call: the loader opens those with torch.ops.load_library."""
+    """torch.ops.load_library(library) with lazy binding (a third of a small library's dlopen).
+    Only for a library a warm record names: that very file loaded with every symbol bound under the
+    same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it."""
     import torch
 
     path = os.path.realpath(library)  # as torch.ops.load_library records it
@@ -332,9 +307,7 @@ def open_verified_library(library: str) -> None:
     torch.ops.loaded_libraries.add(path)
 
 
-# ---------------------------------------------------------------------------------------------
 # The libraries this process has loaded
-# ---------------------------------------------------------------------------------------------
 
 
 class LoadedLibrary:

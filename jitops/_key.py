@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: MIT
 """What identifies a build: the toolchain found here, the key of an Extension, and the cache entry
-it names (PlannedEntry). Nothing here compiles; a compiler's `--version` is probed once per binary
-identity and cache root.
-"""
+it names (PlannedEntry). Nothing here compiles; a compiler's `--version` is probed once per binary."""
 
 from __future__ import annotations
 
@@ -22,18 +20,14 @@ LDFLAGS = ["-Wl,--as-needed"]
 
 
 def link_flags(extension: Extension) -> list[str]:
-    """The extension's link flags, LDFLAGS, and the C++ runtime this process has loaded: a library
-    then takes its C++ runtime from the process even where the compiler links its own copy
-    statically (a whole copy makes every dlopen slower: docs/history/BENCHMARKS-history.md, issue
-    11's seventh pass). The library still names the runtime by its soname, so it loads wherever
-    that loads."""
+    """The extension's link flags, LDFLAGS, and the C++ runtime this process has loaded, which a
+    compiler that links its own copy statically would put whole in every library, slowing each
+    dlopen (docs/history/BENCHMARKS-history.md, issue 11). The library names it by its soname."""
     runtime = cxx_runtime()
     return list(extension.ldflags) + LDFLAGS + ([runtime] if runtime else [])
 
 
-# ---------------------------------------------------------------------------------------------
 # The toolchain
-# ---------------------------------------------------------------------------------------------
 
 
 class CudaPlan:
@@ -61,10 +55,9 @@ def find_cxx() -> Path | None:
 
 
 def find_cuda_home() -> Path | None:
-    """The CUDA toolkit to build with: the first of torch's guesses, in torch's order
-    ($CUDA_HOME/$CUDA_PATH, the grandparent of the nvcc on PATH, /usr/local/cuda), plus the nvcc on
-    PATH with its links resolved, that holds bin/nvcc and include/cuda_runtime.h. (torch keeps its
-    first guess even where that is a wrapper script's folder; a build points torch at this one.)"""
+    """The CUDA toolkit to build with: the first of torch's guesses ($CUDA_HOME/$CUDA_PATH, the
+    nvcc on PATH, that nvcc with its links resolved, /usr/local/cuda) that holds bin/nvcc and
+    include/cuda_runtime.h. (torch keeps its first guess even where it is no toolkit.)"""
     for home in _cuda_home_candidates():
         if all(os.path.isfile(os.path.join(home, *part)) for part in _TOOLKIT_FILES):
             return home
@@ -105,64 +98,55 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
-_probed_versions: dict[str, str] = {}  # this process's copy of the cache root's probes
-
-
 def tool_version(binary: Path) -> str:
     """First informative line of `binary --version`, cached per binary identity in the cache root."""
     return _tool_probe(binary)[1]
-
-
-def _tool_probe(binary: Path) -> tuple[str, str]:
-    """binary's resolved path and its version line (the key names both). A process is started only
-    for a binary not probed before (in this cache root) with its current identity."""
-    resolved, identity = _cache.binary_identity(binary)
-    if identity not in _probed_versions:
-        _probed_versions.update(_cache.read_toolchain_probes(_cache.cache_root()))
-    if identity not in _probed_versions:
-        import subprocess
-
-        result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
-        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-        release = [line for line in lines if "release" in line]  # nvcc's: its first lines are a banner
-        _probed_versions[identity] = (release or lines or [f"unknown (exit {result.returncode})"])[0]
-        _cache.remember_toolchain_probe(_cache.cache_root(), identity, _probed_versions[identity])
-    return resolved, _probed_versions[identity]
 
 
 def _tool_description(binary: Path) -> str:
     return ": ".join(_tool_probe(binary))
 
 
-# ---------------------------------------------------------------------------------------------
+def _tool_probe(binary: Path) -> tuple[str, str]:
+    """binary's resolved path and its version line (the key names both). A process is started only
+    for a binary not probed before (in this cache root) with its current identity."""
+    resolved, identity = _cache.binary_identity(binary)
+    probes = _cache.toolchain_probes()
+    if not isinstance(probes.records.get(identity), str):
+        import subprocess
+
+        result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        release = [line for line in lines if "release" in line]  # nvcc's: its first lines are a banner
+        probes.records[identity] = (release or lines or [f"unknown (exit {result.returncode})"])[0]
+        probes.changed = True
+        probes.save()
+    return resolved, probes.records[identity]
+
+
 # The key
-# ---------------------------------------------------------------------------------------------
 
 
 def sources_sha256(extension: Extension, record_hashes: bool = True) -> str:
-    """sha256 over the declared sources (every one, whether or not this build compiles it, so that
-    one key names one set of sources). The headers they include are checked by the entry
-    (_cache.Entry._check_headers). record_hashes=False: without the cache root's hash record."""
+    """sha256 over every declared source, compiled here or not (the entry checks the headers they
+    include). record_hashes=False: without the cache root's hash record."""
     known = _cache.known_file_hashes() if record_hashes else None
     return _cache.hash_files(extension.paths(), Path(extension.root), known)
 
 
 def abi_components(extension: Extension, record_hashes: bool = True) -> dict:
-    """The key components a built .so must share with this process to be usable here
-    (_prebuilt.MATCH_FIELDS): no compiler is run to get them."""
+    """The key components a built .so must share with this process (_prebuilt.MATCH_FIELDS)."""
     return {**process_abi(), "version": extension.version, "sources_sha256": sources_sha256(extension, record_hashes)}
 
 
 def build_environment(cuda: CudaPlan) -> dict:
-    """The environment variables set here that change what a build produces (_core lists them; the
-    CUDA ones only where CUDA units are built), with their values."""
+    """The environment variables set here that change what a build produces, with their values."""
     names = COMPILER_ENVIRONMENT + (CUDA_BUILD_ENVIRONMENT if cuda.enabled else ())
     return {name: os.environ[name] for name in names if name in os.environ}
 
 
 def environment_tools(cuda: CudaPlan) -> list[Path]:
-    """The programs build_environment() names (nvcc's host compiler $CC, a $PYTORCH_NVCC), as found
-    on PATH: the key probes them like the compilers."""
+    """The programs build_environment() names ($CC, $PYTORCH_NVCC), as found on PATH."""
     environment = build_environment(cuda)
     commands = [environment.get("CC", ""), *environment.get("PYTORCH_NVCC", "").split()[:1]]
     return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
@@ -189,16 +173,15 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> di
 
 
 def _key_folders(extension: Extension) -> list[str]:
-    """The folders whose contents decide which files the key reads: the sources' folders, the
-    include directories, every folder on PATH (the compilers, nvcc)."""
+    """The folders whose contents decide which files the key reads: the sources', the include
+    directories, every folder on PATH."""
     folders = {os.path.dirname(path) for path in extension.paths()} | set(extension.include_paths())
     return sorted(folders) + [folder for folder in os.environ.get("PATH", "").split(os.pathsep) if folder]
 
 
 def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
-    """The files key_components reads (the sources it hashes; the compilers it probes, each file's
-    identity that of the file its links end at), the files that make each folder find_cuda_home
-    looks at a toolkit, and this module, which holds LDFLAGS."""
+    """The files key_components reads (sources, compilers), those that make each folder
+    find_cuda_home looks at a toolkit, and this module, which holds LDFLAGS."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
     compilers += [str(tool) for tool in environment_tools(cuda)]
     toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]
@@ -206,18 +189,16 @@ def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[s
 
 
 class PlannedEntry:
-    """Where one extension's build for this process lives: its cache entry, what keyed it, and
-    what the key depends on (for the warm record: the settings, and the files and folders with
-    their identities)."""
+    """One extension's build for this process: its cache entry, what keyed it, and what the key
+    depends on (for the warm record: the settings, and the files and folders with their identities)."""
 
     def __init__(self, extension: Extension):
         missing = [path for path in extension.paths() if not os.path.isfile(path)]
         if missing:
             raise BuildError(f"jitops: extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}")
         self.extension = extension
-        # Everything the key depends on is read before the key is computed from it, the folders
-        # before the files found in them: a change meanwhile misses the warm record next time,
-        # rather than matching a key computed from what was there before.
+        # Everything the key depends on is read before the key, folders before the files in them:
+        # a change meanwhile misses the warm record next time rather than matching a stale key.
         self.settings = _warm.settings(extension)
         self.dependencies = [(folder, identity_or_none(folder)) for folder in _key_folders(extension)]
         self.cxx, self.cuda = find_cxx(), plan_cuda(extension)

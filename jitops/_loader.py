@@ -1,13 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Find or build an Extension's library and load it, in this order (docs/ARCHITECTURE.md):
-
-1. loaded in this process already      -> return it
-2. warm record (_warm.py)               -> load the library it names: stat calls, no key computed
-   verified cache entry                 -> load it (no lock, no ninja, no subprocess)
-3. build under the entry's file lock    -> _build.py
-4. prebuilt fallback                    -> a matching library from JITOPS_PREBUILT_DIR or the package
-5. otherwise one BuildError naming the extension, what is missing or the first compiler error,
-   and the path of the full log.
+"""Find or build an Extension's library and load it: from this process's registry, a warm record
+(_warm), a verified cache entry, a build (_build) or a prebuilt library, in the order
+docs/ARCHITECTURE.md ("Resolution order") gives.
 """
 
 from __future__ import annotations
@@ -25,9 +19,8 @@ _load_locks_guard = threading.Lock()
 
 
 def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | None:
-    """The extension's library, loaded into this process: from memory, the cache, or a fresh build.
-    cached_only=True stops after step 2: None where it would have to be built (or taken prebuilt),
-    so that a caller can load warm extensions at once and hand only the rest to threads."""
+    """The extension's library, loaded into this process. cached_only=True stops after step 2: None
+    where it would have to be built (or taken prebuilt), for a caller to hand those to threads."""
     name = extension.qualified_name
     if name in loaded:
         return loaded[name]
@@ -72,10 +65,8 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
 
 
 def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool:
-    """After a cache entry's verified library failed to open: True where finding or building it
-    again may succeed (removed meanwhile by `jitops-cache clear` or prune; or its bytes no longer
-    match their sha256, when it is discarded with a warning). A library that matches its sha256
-    and still does not open is an error naming it and the way out."""
+    """After a verified library failed to open: True where it was removed meanwhile or no longer
+    matches its sha256 (then discarded, with a warning). A sound one that does not open is an error."""
     if not library.exists() or _cache.verified_or_discarded(entry, full_hash=True) is None:
         return True
     raise CacheError(
@@ -85,8 +76,7 @@ def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool
 
 
 def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> None:
-    """The warm record of a library just verified (or built: then its identities are those its
-    manifest was published with, and its headers those the build recorded)."""
+    """Write the warm record of a library just verified or built."""
     entry = planned.entry
     if entry.verified_identities is None:
         try:

@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Prebuilt libraries: what the loader takes when it cannot compile (JITOPS_PREBUILT_DIR, or the
-ones an ahead-of-time wheel ships in jitops/prebuilt/), laid out as cache entries are."""
+"""Prebuilt libraries, laid out as cache entries: what the loader takes when it cannot compile."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from . import _cache
 from ._core import PACKAGE_DIR, Extension, unsafe_path_problem, warn
 from ._errors import BuildError, CacheError
 
-# What a prebuilt .so must share with the running process to be loaded: the torch build it links
-# against, the CUDA runtime torch uses, the Python and C++ ABIs, jitops' build recipe, the
-# extension's version and its very sources (the headers are checked by the entry itself).
+# What a prebuilt .so must share with the running process (the entry itself checks the headers).
 MATCH_FIELDS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "version", "sources_sha256")
 PACKAGE_PREBUILT_DIR = Path(PACKAGE_DIR) / "prebuilt"
 
@@ -23,14 +20,6 @@ def prebuilt_dirs() -> list[Path]:
     the ones shipped inside the installed package."""
     configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
     return configured + [PACKAGE_PREBUILT_DIR]
-
-
-def prebuilt_entries(extension: Extension) -> list[_cache.Entry]:
-    entries = []
-    for directory in prebuilt_dirs():
-        for entry, _ in _cache.list_entries(directory, extension.qualified_name):
-            entries.append(_cache.Entry(directory, entry.name, entry.key, source_root=extension.root))
-    return entries
 
 
 def mismatch(components: dict, wanted: dict) -> list[str]:
@@ -44,10 +33,10 @@ def mismatch(components: dict, wanted: dict) -> list[str]:
 
 def find_prebuilt(extension: Extension, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
     """A verified prebuilt .so of the extension matching `wanted` (the running key components), its
-    manifest, and why every other candidate was refused. Candidates with CUDA kernels first where
-    the running torch has CUDA."""
+    manifest, and why each other candidate was refused. With CUDA kernels first, where torch has CUDA."""
     refused, matches = [], []
-    for entry in prebuilt_entries(extension):
+    candidates = [e for d in prebuilt_dirs() for e, _ in _cache.list_entries(d, extension.qualified_name, extension.root)]
+    for entry in candidates:
         try:
             library = entry.verified_library(touch=False, private=False)
             problem = untrusted_prebuilt(entry, library) if library else "removed while being read"
@@ -70,9 +59,8 @@ def find_prebuilt(extension: Extension, wanted: dict) -> tuple[Path | None, dict
 
 
 def untrusted_prebuilt(entry: _cache.Entry, library: Path) -> str | None:
-    """Why someone other than this user or root could have put code into a prebuilt entry, or None:
-    its directory, the entry's folder, its manifest and its library must each be theirs and writable
-    by no one else. The package's own prebuilt folder is as trusted as the package's code beside it."""
+    """Why someone other than this user or root could have put code into a prebuilt entry, or None.
+    The package's own prebuilt folder is as trusted as the package's code beside it."""
     if entry.root == PACKAGE_PREBUILT_DIR:
         return None
     owners = (os.getuid(), 0)
@@ -93,9 +81,8 @@ _warned: set[str] = set()
 
 def prebuilt_or_error(extension: Extension, components: dict, why: str, required: bool,
                       advice: str = "") -> tuple[Path, list[str]] | None:
-    """A prebuilt .so matching the running process, with the backends it was built for. `why` says
-    why building is not an option. required=True: no match is an error naming that reason, what
-    each refused prebuilt differs in, and `advice`; else None."""
+    """A prebuilt .so matching the running process, and its backends. why: why building is not an
+    option. No match: None, or (required) an error naming why, each refusal and advice."""
     library, manifest, refused = find_prebuilt(extension, components)
     if library is None:
         if not required:

@@ -1,17 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Warm records: a new process loads a library it has used before with stat calls and one dlopen.
 
-Once the loader has verified an extension's library (from the cache, or built), it writes a warm
-record, <cache root>/warm-<namespace>.<name>-<hash of the settings>.json: the settings of the
-process (the declaration, torch, Python, its C++ runtime, the environment the toolchain lookup
-reads, the GPUs' archs), the library and its manifest with the identities they were verified with,
-and the identity of every file and folder the key was computed from or found through (sources,
-the headers the build included, compilers, the folders on PATH), each read before the key was
-computed. A later process in the same settings that finds every identity unchanged loads that
-library without computing the key: nothing the key depends on has changed, so the key is the same
-and the library is the very file that was verified. Anything else is a miss, and the loader goes
-the long way and writes a new record: a record only saves work, never a reason to load another
-library.
+A record (written after a verified load) holds the process's settings, the library and manifest
+with the identities they were verified with, and the identity of every file and folder the key was
+computed from, each read before the key. Where all still hold, the key would be the same, so the
+library is loaded without computing it; anything else is a miss (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -33,8 +26,7 @@ RECORD_PREFIX = "warm-"
 
 
 def settings(extension: Extension) -> str:
-    """What, besides the files and folders in _key.PlannedEntry.dependencies, decides the
-    extension's key in this process (the inputs of the key not read from files), as text."""
+    """The inputs of the extension's key in this process not read from files, as text."""
     import torch
 
     return repr(
@@ -50,14 +42,13 @@ def settings(extension: Extension) -> str:
 
 
 def record_path(root: str, name: str, of_settings: str) -> str:
-    """name: Extension.qualified_name."""
     digest = hashlib.sha256(of_settings.encode()).hexdigest()[:16]
     return os.path.join(root, f"{RECORD_PREFIX}{name}-{digest}.json")
 
 
 def record_entry(root: str, record: dict, name: str | None = None) -> str | None:
-    """The entry folder a record names (<namespace>.<name>-<key> inside root: a record never
-    points elsewhere), or None where it names none (or, given name, another extension's)."""
+    """The entry folder inside root a record names (never elsewhere), or None where it names none
+    (or, given name, another extension's)."""
     entry = record.get("entry")
     parsed = parse_entry_name(entry) if isinstance(entry, str) else None
     return os.path.join(root, entry) if parsed and name in (None, parsed[0]) else None
@@ -92,9 +83,8 @@ def _valid_record(record, of_settings: str) -> bool:
 
 def recorded_library(extension: Extension, of_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:
     """The library the extension's warm record for these settings names, the record, and the
-    entry's last-used time, while nothing the record lists has changed and the cache root and
-    entry are still ours alone; else None. seen: identities already read by this caller, by path
-    (load_all checks shared headers and the folders on PATH once for all its extensions)."""
+    entry's last-used time, while nothing the record lists has changed and the root and entry are
+    ours alone; else None. seen: identities this caller read already, by path (load_all's)."""
     seen = {} if seen is None else seen
     root, _ = configured_root()
     try:
@@ -125,9 +115,8 @@ def recorded_library(extension: Extension, of_settings: str, seen: dict | None =
 
 
 def _read(path: str) -> bytes:
-    """A small regular file's bytes, with os.read (open() builds a buffered file object, a tenth of
-    a warm start's record check). Opened without blocking and without following a link: a FIFO or
-    a device planted at a record's path is refused (ValueError), not waited on."""
+    """A small regular file's bytes, with os.read (a buffered file object is slower). A link, FIFO
+    or device planted at a record's path is refused, not followed or waited on."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -139,7 +128,7 @@ def _read(path: str) -> bytes:
 
 def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | None:
     """The extension's library loaded as its warm record says (or as loaded before in this
-    process); None where there is no valid record and the loader must go the long way."""
+    process); None where the loader must go the long way."""
     name = extension.qualified_name
     if name in loaded:
         return loaded[name]
@@ -149,9 +138,7 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     library, record, last_used = found
     try:
         open_verified_library(library)
-    except OSError:
-        # Removed since it was checked (`jitops-cache clear`, prune), or it does not open: the long
-        # way finds, verifies (and, if corrupt, rebuilds) the entry again, or says what is wrong.
+    except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)
     return loaded.setdefault(name, LoadedLibrary(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
@@ -159,10 +146,9 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
 
 def remember(name: str, of_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,
              verified_identities: tuple, with_cuda: bool, cuda_reason: str) -> None:
-    """Write a warm record (see the module's docstring). of_settings: settings() as read when the
-    key was computed; checked: each file and folder the key depends on, with the identity it had
-    before the key was computed; verified_identities: the library's and its manifest's identities
-    as verified. A record that cannot be written costs only time."""
+    """Write a warm record (see the module's docstring): of_settings and checked (each file and
+    folder with its identity) as read before the key was computed; verified_identities: the
+    library's and its manifest's. A record that cannot be written costs only time."""
     root, _ = configured_root()
     if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
         return  # a fallback cache (the configured one was refused): no warm start from there

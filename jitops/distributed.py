@@ -4,30 +4,16 @@
     dist.init_process_group(...)
     jitops.distributed.load_all()   # every rank calls it once; then the ops load from the local cache
 
-A "node" here is a cache: the ranks on one host that share a cache root (JITOPS_CACHE_DIR or its
-default). Every rank computes its key for each op and whether its cache has the entry already;
-the keys are all-gathered, and every rank derives the same plan from them:
-
-- ranks that disagree on an op's key (another GPU arch, another torch, another compiler) are
-  separate groups for that op, each with its own build: no rank ever loads a library built for
-  another key;
-- for each (op, key), one rank provides the entry: one from a node whose cache has it already,
-  else a building rank, chosen so that the builds spread over the nodes (and over the ranks of a
-  node) first;
-- the provider sends the entry (its manifest and .so, a few MB) to one rank of every other node
-  that lacks it, point to point over the process group (gloo or NCCL); the receiver checks its
-  sha256 and publishes it into its node's cache under the entry's lock, exactly as a local build
-  would (jitops._build.publish_received);
-- then every rank loads the ops from its node's cache.
-
-Each outcome is broadcast from the providing rank, so a failed build raises the same error on
-every rank, and a collective that fails (a rank killed, the process group's timeout) names the op
-it was exchanging and the ranks that were building which ops. Ops used without this call still load lazily, per node.
+A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their
+keys and derive one plan (`plan`): for each (op, key), one rank provides the entry (from its cache,
+or by building it: the builds spread over the nodes) and sends it to one rank of every other node
+that lacks it, which publishes it under the entry's lock as a local build would
+(`_build.publish_received`). Each outcome is broadcast, so a failure raises on every rank. README
+("Across nodes") says what a user sees.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -86,8 +72,7 @@ def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
 
 def load_all(ops: list[str] | None = None, group=None) -> None:
     """Build or load every op (or those named) on every rank of `group` (default: the whole job),
-    compiling each op once in the job rather than once per node. A collective: every rank of the
-    group calls it, after torch.distributed.init_process_group."""
+    each compiled once in the job. A collective, after torch.distributed.init_process_group."""
     import torch.distributed as dist
 
     names = _op_names(ops)
@@ -102,8 +87,7 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
     dist.all_gather_object(gathered, _local_state(entries), group=group)
     transfers = plan(names, dict(zip(ranks, gathered)))
 
-    # This rank's builds, in parallel (each waits on its own ninja); a failure is kept, to be
-    # broadcast with the op's outcome below.
+    # This rank's builds, in parallel; a failure is broadcast with the op's outcome below.
     mine = [t for t in transfers if t.build and t.source == rank]
     errors: dict[str, str] = {}
     if mine:
@@ -117,12 +101,12 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
             builders.setdefault(t.source, []).append(t.op)
     failures, not_published = [], []
     for t in transfers:
-        outcome, payload = [None], b""
+        outcome, payload = [None], [None]
         if rank == t.source:
             outcome[0] = errors.get(t.op, "")
             if not outcome[0] and t.receivers:
                 try:
-                    payload = _entry_payload(t, entries[t.op])
+                    payload[0] = _entry_payload(t, entries[t.op])
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
         _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
@@ -130,11 +114,11 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
             failures.append(f"rank {t.source} failed to {'build' if t.build else 'provide'} op {t.op!r}: {outcome[0]}")
         elif rank == t.source:
             for receiver in t.receivers:
-                _collective(t, builders, lambda receiver=receiver: _send_bytes(payload, receiver, group))
+                _collective(t, builders, lambda receiver=receiver: dist.send_object_list(payload, receiver, group=group))
         elif rank in t.receivers:
-            payload = _collective(t, builders, lambda: _receive_bytes(t.source, group))
+            _collective(t, builders, lambda: dist.recv_object_list(payload, t.source, group=group))
             try:
-                _build.publish_received(entries[t.op], *_unpack(payload))
+                _build.publish_received(entries[t.op], *payload[0])
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish op {t.op!r} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
@@ -150,10 +134,8 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
 
 
 def _collective(t: Transfer, builders: dict[int, list[str]], call):
-    """call(), its failure re-raised naming the op being exchanged and the other ranks that were to
-    build: every rank takes part in every exchange, so a rank still building (or killed while
-    building, or hung in a compiler) stalls the first exchange after the builds, whichever op that
-    exchange is for."""
+    """call(), its failure re-raised naming the op and the ranks that were building: a rank killed or
+    hung while building stalls the first exchange after the builds, whichever op that is for."""
     try:
         return call()
     except Exception as err:
@@ -164,53 +146,10 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
         ) from err
 
 
-# The entry on the wire: an 8-byte length of the manifest's JSON, the JSON, then the .so's bytes.
-
-
-def _entry_payload(t: Transfer, entry: _cache.Entry) -> bytes:
+def _entry_payload(t: Transfer, entry: _cache.Entry) -> tuple[dict, bytes]:
+    """What the provider sends each receiver (pickled by torch.distributed, as all_gather_object
+    does): the entry's manifest and its library's bytes."""
     library = entry.verified_library(touch=False)
     if library is None:
         raise BuildError(f"jitops.distributed.load_all: op {t.op!r} is missing from rank {t.source}'s cache")
-    manifest = json.dumps(entry.read_manifest()).encode()
-    return len(manifest).to_bytes(8, "little") + manifest + library.read_bytes()
-
-
-def _unpack(payload: bytes) -> tuple[dict, bytes]:
-    """(manifest, library bytes) of an _entry_payload."""
-    length = int.from_bytes(payload[:8], "little")
-    return json.loads(payload[8 : 8 + length]), payload[8 + length :]
-
-
-def _device(group):
-    """Where the process group's tensors must live: CUDA for NCCL, else the CPU."""
-    import torch
-    import torch.distributed as dist
-
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
-
-
-def _send_bytes(data: bytes, dst: int, group) -> None:
-    import torch
-    import torch.distributed as dist
-
-    device = _device(group)
-    dist.send(torch.tensor([len(data)], dtype=torch.int64, device=device), dst, group=group)
-    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device), dst, group=group)
-
-
-def _receive_bytes(src: int, group) -> bytes:
-    import torch
-    import torch.distributed as dist
-
-    device = _device(group)
-    size = torch.empty(1, dtype=torch.int64, device=device)
-    dist.recv(size, src, group=group)
-    received = bytearray(int(size.item()))
-    data = torch.frombuffer(received, dtype=torch.uint8)  # shares `received`'s memory
-    if device.type == "cpu":
-        dist.recv(data, src, group=group)
-    else:
-        on_device = torch.empty(len(received), dtype=torch.uint8, device=device)
-        dist.recv(on_device, src, group=group)
-        data.copy_(on_device)
-    return bytes(received)
+    return entry.read_manifest(), library.read_bytes()
