@@ -29,8 +29,6 @@ TMP_PREFIX = ".tmp-"
 
 
 # The root
-
-
 def _check_private_dir(path: Path) -> None:
     """Refuse a directory another user could write into: loading a .so from it runs their code."""
     problem = private_dir_problem(str(path))
@@ -99,8 +97,6 @@ def _usable_root(root: Path) -> Path:
 
 
 # Keys and entries
-
-
 class RecordFile:
     """A JSON object in the cache root that only saves work: a lost, stale or unreadable record
     costs recomputing what it held, never a wrong result."""
@@ -218,9 +214,6 @@ class Entry:
         self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
         self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
 
-    def __repr__(self) -> str:
-        return f"Entry({str(self.root)!r}, {self.name!r}, {self.key!r})"
-
     @property
     def path(self) -> Path:
         return self.root / f"{self.name}-{self.key}"
@@ -274,14 +267,12 @@ class Entry:
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
         self.checked_headers = self._check_headers(manifest.get("headers", {}))
-        updates = {}
-        if full_hash or identity != manifest.get("library_identity"):
-            if sha256_file(library) != manifest.get("library_sha256"):
-                raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
-            updates["library_identity"] = identity
-        if touch and updates:
+        moved = identity != manifest.get("library_identity")
+        if (full_hash or moved) and sha256_file(library) != manifest.get("library_sha256"):
+            raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
+        if touch and moved:  # the hash holds for the new identity too: record it
             try:
-                write_json_atomic(self.manifest_path, {**manifest, **updates})
+                write_json_atomic(self.manifest_path, {**manifest, "library_identity": identity})
                 manifest_identity = identity_or_none(str(self.manifest_path))  # the one just written
             except OSError:
                 pass  # a read-only cache still loads (the manifest as read); it hashes the library again next time

@@ -61,8 +61,6 @@ def warn(message: str) -> None:
 
 
 # The cache root, and which directories may hold libraries we load
-
-
 def torch_extensions_root() -> str:
     """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions (as
     torch's get_default_build_root says, without importing cpp_extension and setuptools)."""
@@ -103,8 +101,6 @@ def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory
 
 
 # File identity: what says a file is unchanged without reading it
-
-
 def file_identity(path: str | Path) -> list[int]:
     """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it. The ctime cannot be set
     back (touch, rsync -t, tar restore only the mtime), so an edit that keeps size, mtime and inode
@@ -234,8 +230,6 @@ def mark_used(entry: str, last_used: float) -> None:
 
 
 # What a library must share with this process
-
-
 def process_abi() -> dict:
     """What a built .so must share with this process, apart from its sources (key components)."""
     import torch
@@ -308,8 +302,6 @@ def open_verified_library(library: str) -> None:
 
 
 # The libraries this process has loaded
-
-
 class LoadedLibrary:
     """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
 

@@ -28,16 +28,12 @@ def link_flags(extension: Extension) -> list[str]:
 
 
 # The toolchain
-
-
 class CudaPlan:
     """Whether this build compiles the CUDA units, for which archs, and if not, why not."""
 
     def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str):
-        self.enabled = enabled
-        self.arch_list = arch_list
-        self.cuda_home = cuda_home
-        self.reason = reason  # why CUDA is off; empty when enabled
+        # reason: why CUDA is off; empty when enabled
+        self.enabled, self.arch_list, self.cuda_home, self.reason = enabled, arch_list, cuda_home, reason
 
     @property
     def nvcc(self) -> Path | None:
@@ -125,8 +121,6 @@ def _tool_probe(binary: Path) -> tuple[str, str]:
 
 
 # The key
-
-
 def sources_sha256(extension: Extension, record_hashes: bool = True) -> str:
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
     include). record_hashes=False: without the cache root's hash record."""

@@ -27,12 +27,9 @@ def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | Non
     with _load_locks_guard:
         lock = _load_locks.setdefault(name, threading.Lock())
     with lock:
-        if name not in loaded:
-            found = _load_uncached(extension, cached_only)
-            if found is None:
-                return None
+        if name not in loaded and (found := _load_uncached(extension, cached_only)) is not None:
             loaded[name] = found
-        return loaded[name]
+        return loaded.get(name)
 
 
 def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | None:

@@ -29,16 +29,9 @@ def settings(extension: Extension) -> str:
     """The inputs of the extension's key in this process not read from files, as text."""
     import torch
 
-    return repr(
-        (
-            RECORD_FORMAT,
-            repr(extension),
-            sorted(process_abi().items()),
-            cxx_runtime(),
-            [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT],
-            (extension.cuda_archs or cuda_arch_list()) if torch.version.cuda else None,
-        )
-    )
+    archs = (extension.cuda_archs or cuda_arch_list()) if torch.version.cuda else None
+    environment = [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT]
+    return repr((RECORD_FORMAT, repr(extension), sorted(process_abi().items()), cxx_runtime(), environment, archs))
 
 
 def record_path(root: str, name: str, of_settings: str) -> str:
@@ -152,16 +145,9 @@ def remember(name: str, of_settings: str, checked: list[tuple[str, list[int] | N
     root, _ = configured_root()
     if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
         return  # a fallback cache (the configured one was refused): no warm start from there
-    record = {
-        "settings": of_settings,
-        "checked": checked,
-        "entry": os.path.basename(entry),
-        "library": os.path.basename(library),
-        "library_identity": verified_identities[0],
-        "manifest_identity": verified_identities[1],
-        "with_cuda": with_cuda,
-        "cuda_reason": cuda_reason,
-    }
+    record = {"settings": of_settings, "checked": checked, "entry": os.path.basename(entry),
+              "library": os.path.basename(library), "library_identity": verified_identities[0],
+              "manifest_identity": verified_identities[1], "with_cuda": with_cuda, "cuda_reason": cuda_reason}
     try:
         write_json_atomic(record_path(root, name, of_settings), record)
     except OSError:

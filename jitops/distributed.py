@@ -33,15 +33,12 @@ class Transfer:
         self.op, self.key, self.source, self.build, self.receivers = op, key, source, build, receivers
 
 
-def _node() -> str:
-    """This rank's node: its host and the cache root it shares with the other ranks there."""
-    return f"{socket.gethostname()}:{os.path.realpath(_cache.cache_root())}"
-
-
 def _local_state(entries: dict) -> dict:
-    """What this rank tells the others: its node, its key for each op, the ops its cache has."""
+    """What this rank tells the others: its node (host and cache root), its key for each op, and
+    the ops its cache has."""
+    node = f"{socket.gethostname()}:{os.path.realpath(_cache.cache_root())}"
     cached = [op for op, entry in entries.items() if _cache.verified_or_discarded(entry) is not None]
-    return {"node": _node(), "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
+    return {"node": node, "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
 
 
 def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
