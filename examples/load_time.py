@@ -23,6 +23,12 @@ jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
 
 times a warm load's steps one by one instead (median over new processes, the cache warmed first):
 where the milliseconds go on this machine.
+
+    python examples/load_time.py --installed [--ops ...] [--repeats 11]
+
+times the jitops installed in this Python as users have it (`pip install .`, not editable), from
+a folder outside the checkout: one cold load_all into an empty cache, then warm add2 and warm
+load_all, each in --repeats new processes (median and range).
 """
 
 import argparse
@@ -217,6 +223,19 @@ def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> d
     return results
 
 
+def installed(ops: list[str], repeats: int, tmp: Path) -> None:
+    env = {k: v for k, v in child_env(JITOPS_CACHE_DIR=str(tmp / "cache")).items() if k != "PYTHONPATH"}
+    cold = run_child(JITOPS_CHILD, [",".join(ops)], env, cwd=tmp)
+    if Path(cold["package"]).resolve().parent == (HERE.parent / "jitops").resolve():
+        raise SystemExit(f"jitops came from the checkout ({cold['package']}): `pip install .` it first")
+    print(f"jitops {cold['package']}\ncold load_all of {len(ops)} ops: {cold['seconds']:.2f} s")
+    for name, load in (("add2", "add2"), ("load_all", ",".join(ops))):
+        warm = [run_child(JITOPS_CHILD, [load], env, cwd=tmp) for _ in range(repeats)]
+        ms = sorted(w["seconds"] * 1e3 for w in warm)
+        print(f"warm {name}: median {statistics.median(ms):.2f} ms of {repeats} new processes, range {ms[0]:.2f}-{ms[-1]:.2f} ms, "
+              f"spawned {max(w['spawned'] for w in warm)}, locks {max(w['locks'] for w in warm)}")
+
+
 def phases(op: str, repeats: int, tmp: Path) -> None:
     env = child_env(JITOPS_CACHE_DIR=str(tmp / "cache"))
     run_child(JITOPS_CHILD, [op], env)  # build, or load: the cache is warm from here on
@@ -255,6 +274,7 @@ def main() -> None:
     parser.add_argument("--baseline-repeats", type=int, default=3, help="new processes per warm plain load() figure")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--phases", metavar="OP", help="time the steps of OP's warm load instead")
+    parser.add_argument("--installed", action="store_true", help="time the installed jitops's cold and warm loads instead")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     import jitops
@@ -264,6 +284,10 @@ def main() -> None:
             phases(args.phases, args.repeats, Path(tmp))
         return
     ops = args.ops.split(",") if args.ops else jitops.available_ops()
+    if args.installed:
+        with tempfile.TemporaryDirectory(prefix="jitops-load-time-") as tmp:
+            installed(ops, args.repeats, Path(tmp))
+        return
     with tempfile.TemporaryDirectory(prefix="jitops-load-time-") as tmp:
         results = measure(ops, args.repeats, args.baseline_repeats, Path(tmp))
     print_tables(results)
