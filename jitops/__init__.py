@@ -21,7 +21,7 @@ __all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load_all"]
 
 def available_ops() -> list[str]:
     """Names of the ops this installation ships (one module in jitops/ops/ each)."""
-    from .ops import available_ops
+    from .ops import available_ops  # jitops.ops imports torch; `import jitops` does not
 
     return available_ops()
 
@@ -39,9 +39,9 @@ def _op_names(ops: list[str] | None) -> list[str]:
 def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
     """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step.
     (Many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor  # only load_all uses threads
 
-    from . import _warm
+    from . import _warm  # here, not at import: `import jitops` imports neither torch nor the loader
     from .ops import extension, require
 
     names = _op_names(ops)
@@ -49,7 +49,7 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
     to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
     for name in names:
         if _warm.recall(extension(name), seen=seen) is None:  # not a warm start: the long way
-            from ._loader import load
+            from ._loader import load  # only on a miss, as in jitops.ops.require
 
             if load(extension(name), cached_only=True) is None:
                 to_build.append(name)

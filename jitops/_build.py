@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -62,8 +63,6 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         library, how = under_entry_lock(entry, "building", lambda: _build(planned))
         return library, cuda.backends, how
     except _BuildInterrupted:
-        import signal
-
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
         raise
     except BuildError as err:
@@ -98,7 +97,7 @@ def lock_timeout() -> float:
 def under_entry_lock(entry: _cache.Entry, doing: str, make) -> tuple[Path, str]:
     """(library, "built") made by make(), which publishes the entry, under the entry's file lock;
     (library, "cache") where another process published it first. doing: make's work, for errors."""
-    import filelock
+    import filelock  # only a build takes a lock
 
     timeout, owner = lock_timeout(), entry.lock_path.with_suffix(".owner")
     # A kernel (flock) lock: the OS drops it when its holder dies, so a killed build blocks no one.
@@ -229,7 +228,7 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
     build_dir.mkdir()
 
     # torch's private writer, by keyword (torch >= 2.10): load() would run ninja without a log.
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # slow to import (setuptools): builds only
 
     build_file = build_dir / "build.ninja"
     cuda_cflags = list(components["cuda_cflags"])
@@ -244,7 +243,7 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
             extra_cuda_cflags=cuda_cflags, extra_sycl_cflags=[], extra_ldflags=ldflags,
             extra_include_paths=extension.include_paths(), with_cuda=cuda.enabled, with_sycl=False, is_standalone=False)
     except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
-        import torch
+        import torch  # loaded by the caller already: this module imports without it
 
         raise BuildError(
             f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
@@ -264,7 +263,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     result = subprocess.run(["ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     # A compiler's installation: the folder above its bin/, where that holds its C++ headers.
     installs = [os.path.dirname(os.path.dirname(os.path.realpath(c))) for c in [cxx, *environment_tools(cuda)] if c]
@@ -375,8 +374,6 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
 def _stop_ninja(proc: subprocess.Popen) -> None:
     """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
     runs (each in a process group of its own) and exits; SIGKILL if it has not within 5 s."""
-    import signal
-
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
@@ -396,8 +393,6 @@ def _sigterm_raises():
     """On the main thread of a program without a SIGTERM handler: SIGTERM raises _BuildInterrupted,
     so ninja, the staging folder and the lock are cleaned up on the way out; build_or_prebuilt then
     delivers the signal again, to end as SIGTERM would have."""
-    import signal
-
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
@@ -415,7 +410,7 @@ def _sigterm_raises():
 def _load_check(library: Path, log_path: Path) -> str | None:
     """None if the new library loads (unresolved symbols and refused registrations are never
     published), else why not. It stays loaded: the published file is this one renamed (one inode)."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     try:
         torch.ops.load_library(str(library))

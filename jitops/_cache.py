@@ -78,7 +78,7 @@ def cache_root() -> Path:
         _fallback_root = _usable_root(fallback_root())
         warn(f"{problem}; using the per-user fallback cache {_fallback_root}. Set JITOPS_CACHE_DIR to a directory you own.")
     except (OSError, CacheError) as err:
-        import atexit
+        import atexit  # only for the last-resort temporary root
 
         _fallback_root = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
         atexit.register(shutil.rmtree, _fallback_root, ignore_errors=True)

@@ -232,7 +232,7 @@ def mark_used(entry: str, last_used: float) -> None:
 # What a library must share with this process
 def process_abi() -> dict:
     """What a built .so must share with this process, apart from its sources (key components)."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     return {
         "recipe": RECIPE,
@@ -246,7 +246,7 @@ def process_abi() -> dict:
 
 def cuda_arch_list() -> str:
     """TORCH_CUDA_ARCH_LIST, else the visible GPUs' compute capabilities ("8.0;9.0"), else ""."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if not arch_list and torch.cuda.is_available():
@@ -259,7 +259,7 @@ def cuda_arch_list() -> str:
 def _libc_dl() -> tuple:
     """libc's dlopen, dlerror and dlinfo (or None), through ctypes.PyDLL (the GIL stays held, as
     in ctypes' own dlopen), all looked up first: a lookup would clear the error dlerror reports."""
-    import ctypes
+    import ctypes  # only where a library is opened
 
     libc = ctypes.PyDLL(None)
     dlopen, dlerror, dlinfo = libc.dlopen, libc.dlerror, getattr(libc, "dlinfo", None)
@@ -274,7 +274,7 @@ def _libc_dl() -> tuple:
 def cxx_runtime() -> str | None:
     """The path of the C++ runtime (libstdc++.so.6) this process has loaded, or None: libraries
     link against it (_key.link_flags). dlopen(RTLD_NOLOAD) finds it; dlinfo gives its link_map."""
-    import ctypes
+    import ctypes  # only where a library is opened
 
     dlopen, _, dlinfo = _libc_dl()
     handle = dlopen(b"libstdc++.so.6", os.RTLD_LAZY | os.RTLD_NOLOAD)
@@ -292,7 +292,7 @@ def open_verified_library(library: str) -> None:
     """torch.ops.load_library(library) with lazy binding (a third of a small library's dlopen).
     Only for a library a warm record names: that very file loaded with every symbol bound under the
     same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     path = os.path.realpath(library)  # as torch.ops.load_library records it
     dlopen, dlerror, _ = _libc_dl()

@@ -77,7 +77,7 @@ def _cuda_home_candidates():
 
 def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     """Whether the extension's CUDA units are built here (extension None: any extension's)."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     if extension is not None and not extension.has_cuda_sources():
         return CudaPlan(False, None, None, f"{extension.qualified_name} has no CUDA source")
@@ -109,7 +109,7 @@ def _tool_probe(binary: Path) -> tuple[str, str]:
     resolved, identity = _cache.binary_identity(binary)
     probes = _cache.toolchain_probes()
     if not isinstance(probes.records.get(identity), str):
-        import subprocess
+        import subprocess  # only for a binary not probed before
 
         result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]

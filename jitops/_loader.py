@@ -46,7 +46,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             from . import _build  # imported only on a miss: its imports cost a warm load's budget
 
             library, backends, how = _build.build_or_prebuilt(planned)
-        import torch
+        import torch  # loaded by the caller already: this module imports without it
 
         try:
             torch.ops.load_library(str(library))  # runs the library's TORCH_LIBRARY registrations

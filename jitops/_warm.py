@@ -27,7 +27,7 @@ RECORD_PREFIX = "warm-"
 
 def settings(extension: Extension) -> str:
     """The inputs of the extension's key in this process not read from files, as text."""
-    import torch
+    import torch  # loaded by the caller already: this module imports without it
 
     archs = (extension.cuda_archs or cuda_arch_list()) if torch.version.cuda else None
     environment = [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT]

@@ -70,14 +70,14 @@ def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
 def load_all(ops: list[str] | None = None, group=None) -> None:
     """Build or load every op (or those named) on every rank of `group` (default: the whole job),
     each compiled once in the job. A collective, after torch.distributed.init_process_group."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # imported by the call, not by `import jitops.distributed`
 
     names = _op_names(ops)
     if not dist.is_initialized():
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    from .ops import extension
+    from .ops import extension  # as jitops.load_all does: the op modules import torch
 
     entries = {op: PlannedEntry(extension(op)).entry for op in names}  # this rank's key for each op
     gathered: list = [None] * len(ranks)
