@@ -112,6 +112,10 @@ class RecordFile:
             except (OSError, ValueError):
                 pass
 
+    def put(self, key: str, value) -> None:
+        self.records[key] = value
+        self.changed = True
+
     def save(self) -> None:
         if self.path is None or not self.changed:
             return
@@ -133,8 +137,7 @@ class KnownFileHashes(RecordFile):
         digest = sha256_file(path)
         # Recorded with the identity read before hashing: a write during the hash changes the
         # identity, so the next load hashes again rather than trusting a torn read.
-        self.records[path] = [identity, digest]
-        self.changed = True
+        self.put(path, [identity, digest])
         return digest
 
 
@@ -336,6 +339,7 @@ def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, 
         "components": components,
         "library": library.name,
         "library_sha256": sha256_file(library),
+        # Renaming the staging folder into place keeps the file's identity: loads can trust this hash.
         "library_identity": file_identity(library),
         "headers": headers,
         **extra,

@@ -114,8 +114,7 @@ def _tool_probe(binary: Path) -> tuple[str, str]:
         result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         release = [line for line in lines if "release" in line]  # nvcc's: its first lines are a banner
-        probes.records[identity] = (release or lines or [f"unknown (exit {result.returncode})"])[0]
-        probes.changed = True
+        probes.put(identity, (release or lines or [f"unknown (exit {result.returncode})"])[0])
         probes.save()
     return resolved, probes.records[identity]
 
