@@ -14,9 +14,10 @@ from ._core import VERSION, Extension
 
 if TYPE_CHECKING:
     from ._errors import BuildError, CacheError
+    from ._torch_load import load, load_inline
 
 __version__ = VERSION
-__all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load_all"]
+__all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load", "load_all", "load_inline"]
 
 
 def available_ops() -> list[str]:
@@ -70,6 +71,11 @@ def __getattr__(name: str):
         from . import _errors
 
         value = globals()[name] = getattr(_errors, name)
+        return value
+    if name in ("load", "load_inline"):  # torch's load()/load_inline() through jitops: imported when first named
+        from . import _torch_load
+
+        value = globals()[name] = getattr(_torch_load, name)
         return value
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")

@@ -138,20 +138,22 @@ CUDA_SUFFIXES = (".cu",)
 class Extension:
     """One library: its name and TORCH_LIBRARY namespace (its identity), sources (relative to root;
     .cu files are built only with CUDA), include directories, flags, CUDA policy and archs, and a
-    version (bump it to rebuild when something the key cannot see changes)."""
+    version (bump it to rebuild when something the key cannot see changes). python_module: the
+    library is also a pybind11 module (PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)), named `name`."""
 
     __slots__ = ("name", "namespace", "root", "sources", "include_dirs", "cflags", "cuda_cflags", "ldflags",
-                 "cuda", "cuda_archs", "version")
+                 "cuda", "cuda_archs", "version", "python_module")
 
     def __init__(self, name: str, sources, *, namespace: str, root: str, include_dirs=(), cflags=(),
-                 cuda_cflags=(), ldflags=(), cuda: str = "auto", cuda_archs: str | None = None, version: str = "0"):
+                 cuda_cflags=(), ldflags=(), cuda: str = "auto", cuda_archs: str | None = None, version: str = "0",
+                 python_module: bool = False):
         for argument, value in (("name", name), ("namespace", namespace)):
             if not is_identifier(value):
                 raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
         if cuda not in CUDA_POLICIES:
             raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")
         values = {"name": name, "namespace": namespace, "root": os.path.abspath(root), "cuda": cuda,
-                  "cuda_archs": cuda_archs, "version": str(version)}
+                  "cuda_archs": cuda_archs, "version": str(version), "python_module": bool(python_module)}
         for argument, value in (("sources", sources), ("include_dirs", include_dirs), ("cflags", cflags),
                                 ("cuda_cflags", cuda_cflags), ("ldflags", ldflags)):
             if isinstance(value, str) or not all(isinstance(item, str) for item in value):
@@ -181,8 +183,8 @@ class Extension:
 
     @property
     def library_name(self) -> str:
-        """The library's file name, without .so."""
-        return f"{self.namespace}_{self.name}"
+        """The library's file name, without .so (a Python module's is its name: Python imports it by that)."""
+        return self.name if self.python_module else f"{self.namespace}_{self.name}"
 
     def paths(self, cuda: bool = True) -> list[str]:
         """The absolute paths of its sources (the CUDA ones only with cuda=True)."""

@@ -162,6 +162,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> di
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
         "environment": build_environment(cuda),
         "environment_tools": [_tool_description(tool) for tool in environment_tools(cuda)],
+        **({"python_module": True} if extension.python_module else {}),  # only where set: other keys stay as they were
     }
 
 

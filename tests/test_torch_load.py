@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: MIT
+"""jitops.load and jitops.load_inline as drop-ins for torch.utils.cpp_extension's: the same
+parameters, the same results, real builds in new processes, warm loads without a spawn or a lock,
+and clear errors for what jitops does not do."""
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils import cpp_extension
+
+import jitops
+
+REPO = Path(__file__).resolve().parent.parent
+TUTORIAL = REPO / "examples" / "baseline_add2"
+TIMEOUT_S = 600
+
+# Counts what a warm load must not do (as examples/load_time.py does).
+PRELUDE = """
+import json, sys, torch, filelock
+SPAWNED, LOCKS = [], []
+sys.addaudithook(lambda event, args: event in ("subprocess.Popen", "os.posix_spawn", "os.fork") and SPAWNED.append(event))
+_acquire = filelock.BaseFileLock.acquire
+filelock.BaseFileLock.acquire = lambda self, *a, **k: (LOCKS.append(1), _acquire(self, *a, **k))[1]
+import jitops
+"""
+
+# torch's tutorial add2 (torch/extension.h, PYBIND11_MODULE), called with exactly the arguments
+# torch's load() takes, positionally.
+TUTORIAL_CHILD = PRELUDE + """
+module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + "/add2_cpu.cpp"], ["-O2"], None, None,
+                     None, None, None, False, False)
+x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
+module.add2(out, x, y)
+ok = bool(torch.equal(out, x + y))
+print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS)}))
+"""
+
+INLINE_CHILD = PRELUDE + """
+module = jitops.load_inline("twice", "torch::Tensor twice(torch::Tensor x) { return x * 2; }", functions=["twice"])
+path = jitops.load_inline("thrice", 'TORCH_LIBRARY(jitops_test_inline, m) { m.def("thrice(Tensor x) -> Tensor", '
+                          '[](const at::Tensor& x) { return x * 3; }); }', is_python_module=False)
+x = torch.rand(100)
+print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": path,
+                  "thrice": bool(torch.equal(torch.ops.jitops_test_inline.thrice(x), x * 3)),
+                  "spawned": len(SPAWNED), "locks": len(LOCKS)}))
+"""
+
+
+def run_child(code: str, cache: Path, *args: str) -> dict:
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(cache)}
+    env.pop("JITOPS_VERBOSE", None)
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("ours, torchs", [(jitops.load, cpp_extension.load), (jitops.load_inline, cpp_extension.load_inline)],
+                         ids=["load", "load_inline"])
+def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
+    mine = [(p.name, p.default, p.kind) for p in inspect.signature(ours).parameters.values()]
+    theirs = [(p.name, p.default, p.kind) for p in inspect.signature(torchs).parameters.values()]
+    assert mine == theirs
+
+
+def test_tutorial_add2_builds_once_then_loads_warm(tmp_path):
+    cold = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(TUTORIAL))
+    assert cold["ok"] and cold["name"] == "tutorial_add2" and cold["spawned"] > 0
+    warm = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(TUTORIAL))
+    assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0), "a warm load spawns nothing and takes no lock"
+    assert len([p for p in (tmp_path / "cache").glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, "one entry"
+
+
+def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
+    cold = run_child(INLINE_CHILD, tmp_path / "cache")
+    assert cold["twice"] and cold["thrice"]
+    assert Path(cold["path"]).is_file() and Path(cold["path"]).is_relative_to(tmp_path / "cache")
+    warm = run_child(INLINE_CHILD, tmp_path / "cache")
+    assert warm["twice"] and warm["thrice"] and warm["path"] == cold["path"]
+    assert (warm["spawned"], warm["locks"]) == (0, 0)
+
+
+@pytest.mark.parametrize("arguments, named", [
+    ({"is_standalone": True}, "is_standalone"),
+    ({"with_sycl": True}, "with_sycl"),
+    ({"extra_sycl_cflags": ["-O2"]}, "extra_sycl_cflags"),
+    ({"build_directory": "/tmp/x"}, "build_directory"),
+    ({"extra_cflags": "-O2"}, "extra_cflags"),
+])
+def test_what_jitops_does_not_do_is_refused_naming_the_argument(tmp_path, monkeypatch, arguments, named):
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises((ValueError, TypeError), match=named):
+        jitops.load("refused", [str(TUTORIAL / "add2.cpp")], **arguments)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("jitops_load.*")), "nothing built"
+
+
+def test_load_inline_refuses_sycl_and_a_name_that_is_no_identifier(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="sycl_sources"):
+        jitops.load_inline("x", "", sycl_sources=["int x;"])
+    with pytest.raises(ValueError, match="name must be a C identifier"):
+        jitops.load_inline("../escape", "int x;")
+    assert not (tmp_path / "cache").exists(), "nothing written"
