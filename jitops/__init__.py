@@ -10,14 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._core import VERSION, Extension
+from ._core import VERSION
+from .extension import Extension
 
 if TYPE_CHECKING:
-    from ._errors import BuildError, CacheError
+    from ._errors import BuildError, CacheError, NamespaceConflict
     from ._torch_load import load, load_inline
 
 __version__ = VERSION
-__all__ = ["BuildError", "CacheError", "Extension", "available_ops", "load", "load_all", "load_inline"]
+__all__ = ["BuildError", "CacheError", "Extension", "NamespaceConflict", "available_ops", "load", "load_all", "load_inline"]
 
 
 def available_ops() -> list[str]:
@@ -67,7 +68,7 @@ def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> No
 def __getattr__(name: str):
     # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. (The import
     # system probes for submodules with getattr before importing them.)
-    if name in ("BuildError", "CacheError"):  # imported when first named: a warm start raises neither
+    if name in ("BuildError", "CacheError", "NamespaceConflict"):  # imported when first named: a warm start raises neither
         from . import _errors
 
         value = globals()[name] = getattr(_errors, name)

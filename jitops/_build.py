@@ -20,11 +20,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _cache, _prebuilt
-from ._core import Extension
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
+
+if TYPE_CHECKING:
+    from .extension import Extension
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
 # stopped as hung (JITOPS_BUILD_TIMEOUT): far beyond a cold CUDA build on a busy machine, but finite.
@@ -47,6 +50,18 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     how it was got ("built", "cache" where another process published it meanwhile, "prebuilt")."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     lock_timeout(), build_timeout()  # a bad setting is an error of its own, not a reason to fall back
+    # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
+    library, manifest, _ = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
+    if library is not None:
+        return library, list(manifest["components"].get("backends", [])), "prebuilt"
+    if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
+        library, backends = _prebuilt.prebuilt_or_error(
+            extension, components, required=True,
+            why=f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {entry.path} for this key",
+            advice="Build it where compiling is allowed (`jitops-cache build`, or a first run), with this same "
+            "torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD.",
+        )
+        return library, backends, "prebuilt"
     missing = missing_tools(planned.cxx)
     if missing:
         library, backends = _prebuilt.prebuilt_or_error(

@@ -26,6 +26,7 @@ BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
+INLINE_SOURCES = "inline"  # jitops.load_inline's sources, one folder per content
 
 
 # The root
@@ -63,10 +64,16 @@ def fallback_root() -> Path:
     return Path(tempfile.gettempdir()) / f"jitops-cache-{os.getuid()}"
 
 
-def cache_root() -> Path:
+def cache_root(cache_dir: str | None = None) -> Path:
     """The usable cache root. An unusable one is reported once and replaced by fallback_root(), or
-    if that is refused too (planted by another user), by a private temporary one removed at exit."""
+    if that is refused too (planted by another user), by a private temporary one removed at exit.
+    cache_dir: an extension's own root (jitops.load's build_directory), used as given or refused."""
     global _fallback_root
+    if cache_dir is not None:
+        try:
+            return _usable_root(Path(cache_dir))
+        except (OSError, CacheError) as err:
+            raise CacheError(f"jitops: cannot use the cache directory {cache_dir} (build_directory): {err}") from err
     if _fallback_root is not None:
         return _fallback_root
     root = Path(configured_root()[0])

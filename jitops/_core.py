@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What every other module of the loader stands on: source and cache roots, the private-directory
-rule, file identity, what a library must share with this process, the registry of loaded libraries,
-and `Extension`, the declaration every other module takes. Standard library only at import (torch
-is imported inside the functions that need it): a warm start imports this module and _warm alone.
+rule, file identity, what a library must share with this process, and the registry of loaded
+libraries. Standard library only at import (torch is imported inside the functions that need it).
 """
 
 from __future__ import annotations
@@ -130,71 +129,7 @@ def parse_entry_name(folder: str) -> tuple[str, str] | None:
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
-# The declaration: hand-written, since creating a frozen dataclass is a large share of a warm start.
-CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
-CUDA_SUFFIXES = (".cu",)
-
-
-class Extension:
-    """One library: its name and TORCH_LIBRARY namespace (its identity), sources (relative to root;
-    .cu files are built only with CUDA), include directories, flags, CUDA policy and archs, and a
-    version (bump it to rebuild when something the key cannot see changes). python_module: the
-    library is also a pybind11 module (PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)), named `name`."""
-
-    __slots__ = ("name", "namespace", "root", "sources", "include_dirs", "cflags", "cuda_cflags", "ldflags",
-                 "cuda", "cuda_archs", "version", "python_module")
-
-    def __init__(self, name: str, sources, *, namespace: str, root: str, include_dirs=(), cflags=(),
-                 cuda_cflags=(), ldflags=(), cuda: str = "auto", cuda_archs: str | None = None, version: str = "0",
-                 python_module: bool = False):
-        for argument, value in (("name", name), ("namespace", namespace)):
-            if not is_identifier(value):
-                raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
-        if cuda not in CUDA_POLICIES:
-            raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")
-        values = {"name": name, "namespace": namespace, "root": os.path.abspath(root), "cuda": cuda,
-                  "cuda_archs": cuda_archs, "version": str(version), "python_module": bool(python_module)}
-        for argument, value in (("sources", sources), ("include_dirs", include_dirs), ("cflags", cflags),
-                                ("cuda_cflags", cuda_cflags), ("ldflags", ldflags)):
-            if isinstance(value, str) or not all(isinstance(item, str) for item in value):
-                raise TypeError(f"Extension {name!r}: {argument} must be a list of strings, got {value!r}")
-            values[argument] = tuple(value)
-        if not values["sources"]:
-            raise ValueError(f"Extension {name!r}: sources is empty")
-        for argument, value in values.items():
-            object.__setattr__(self, argument, value)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Extension is frozen: cannot set {name}")
-
-    def __repr__(self) -> str:
-        return "Extension(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__) + ")"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Extension) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
-
-    @property
-    def qualified_name(self) -> str:
-        """<namespace>.<name>: its identity in the cache, warm records, locks and the registry."""
-        return f"{self.namespace}.{self.name}"
-
-    @property
-    def library_name(self) -> str:
-        """The library's file name, without .so (a Python module's is its name: Python imports it by that)."""
-        return self.name if self.python_module else f"{self.namespace}_{self.name}"
-
-    def paths(self, cuda: bool = True) -> list[str]:
-        """The absolute paths of its sources (the CUDA ones only with cuda=True)."""
-        return [os.path.join(self.root, s) for s in self.sources if cuda or not s.endswith(CUDA_SUFFIXES)]
-
-    def has_cuda_sources(self) -> bool:
-        return any(s.endswith(CUDA_SUFFIXES) for s in self.sources)
-
-    def include_paths(self) -> list[str]:
-        return [os.path.join(self.root, d) for d in self.include_dirs]
+CUDA_SUFFIXES = (".cu",)  # sources built only with CUDA
 
 
 def identity_or_none(path: str | Path) -> list[int] | None:
@@ -307,11 +242,33 @@ def open_verified_library(library: str) -> None:
 class LoadedLibrary:
     """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
 
-    def __init__(self, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+        self.extension = extension  # the declaration it was loaded for
         self.library = library
         self.with_cuda = with_cuda
         self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
         self.how = how  # "cache", "built" or "prebuilt"
+        self._module = None
+
+    @property
+    def ops(self):
+        """torch.ops.<namespace>: the ops its TORCH_LIBRARY block registered."""
+        import torch  # loaded by the caller already: this module imports without it
+
+        return getattr(torch.ops, self.extension.namespace)
+
+    @property
+    def module(self):
+        """Its pybind11 module (None unless the extension is a python_module), imported by its
+        path, never through sys.path: each key has its own file, so two builds never clash."""
+        if self._module is None and self.extension.python_module:
+            import importlib.util  # only for pybind11 modules
+
+            spec = importlib.util.spec_from_file_location(self.extension.name, self.library)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._module = module
+        return self._module
 
 
 loaded: dict[str, LoadedLibrary] = {}  # by Extension.qualified_name ("<namespace>.<name>")

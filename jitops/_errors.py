@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The errors jitops raises for what users can fix (exported as jitops.BuildError, jitops.CacheError)."""
+"""The errors jitops raises for what users can fix (exported as jitops.BuildError, jitops.CacheError, jitops.NamespaceConflict)."""
 
 
 class BuildError(RuntimeError):
@@ -8,3 +8,8 @@ class BuildError(RuntimeError):
 
 class CacheError(RuntimeError):
     """The cache root is unusable (permissions, ownership) or an entry is malformed."""
+
+
+class NamespaceConflict(RuntimeError):
+    """A library would register a torch.ops namespace that another declaration already holds in
+    this process (two versions of one package): raised before dlopen, which would abort."""

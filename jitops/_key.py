@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _cache, _warm
 from ._core import (
-    COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, Extension, cuda_arch_list, cxx_runtime, identity_or_none, process_abi,
+    COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, cuda_arch_list, cxx_runtime, identity_or_none, process_abi,
 )
 from ._errors import BuildError
+
+if TYPE_CHECKING:
+    from .extension import Extension
 
 # Flags every extension is linked with. --as-needed: the library names only the libraries it takes
 # symbols from, so its dlopen does not walk all of torch's (some toolchains pass it by default).
@@ -200,4 +204,4 @@ class PlannedEntry:
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
         self.components = key_components(extension, self.cxx, self.cuda)
         key = _cache.compute_key(self.components)
-        self.entry = _cache.Entry(_cache.cache_root(), extension.qualified_name, key, source_root=extension.root)
+        self.entry = _cache.Entry(_cache.cache_root(extension.cache_dir), extension.qualified_name, key, source_root=extension.root)

@@ -7,12 +7,17 @@ docs/ARCHITECTURE.md ("Resolution order") gives.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from . import _cache, _warm
-from ._core import Extension, LoadedLibrary, loaded
+from ._core import LoadedLibrary, loaded
 from ._errors import CacheError
 from ._key import PlannedEntry
+from ._warm import already_loaded
+
+if TYPE_CHECKING:
+    from .extension import Extension
 
 _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
@@ -22,12 +27,12 @@ def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | Non
     """The extension's library, loaded into this process. cached_only=True stops after step 2: None
     where it would have to be built (or taken prebuilt), for a caller to hand those to threads."""
     name = extension.qualified_name
-    if name in loaded:
-        return loaded[name]
+    if (found := already_loaded(extension)) is not None:
+        return found
     with _load_locks_guard:
         lock = _load_locks.setdefault(name, threading.Lock())
     with lock:
-        if name not in loaded and (found := _load_uncached(extension, cached_only)) is not None:
+        if already_loaded(extension) is None and (found := _load_uncached(extension, cached_only)) is not None:
             loaded[name] = found
         return loaded.get(name)
 
@@ -58,7 +63,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     if how != "prebuilt":
         _remember(planned, library, with_cuda, reason)
-    return LoadedLibrary(library, with_cuda, reason, how)
+    return LoadedLibrary(planned.extension, library, with_cuda, reason, how)
 
 
 def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool:
@@ -80,5 +85,5 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
             entry.verified_library(touch=False)
         except CacheError:
             return
-    _warm.remember(entry.name, planned.settings, planned.dependencies + entry.checked_headers, str(entry.path),
+    _warm.remember(planned.extension, planned.settings, planned.dependencies + entry.checked_headers, str(entry.path),
                    str(library), entry.verified_identities, with_cuda, reason)

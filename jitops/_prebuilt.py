@@ -1,25 +1,55 @@
 # SPDX-License-Identifier: MIT
-"""Prebuilt libraries, laid out as cache entries: what the loader takes when it cannot compile."""
+"""Prebuilt libraries, laid out as cache entries: those a package ships (its Extension's
+prebuilt_dir, loaded before building) and those in JITOPS_PREBUILT_DIR (when it cannot compile)."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _cache
-from ._core import PACKAGE_DIR, Extension, unsafe_path_problem, warn
+from ._core import unsafe_path_problem, warn
 from ._errors import BuildError, CacheError
+
+if TYPE_CHECKING:
+    from .extension import Extension
 
 # What a prebuilt .so must share with the running process (the entry itself checks the headers).
 MATCH_FIELDS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "version", "sources_sha256")
-PACKAGE_PREBUILT_DIR = Path(PACKAGE_DIR) / "prebuilt"
 
 
-def prebuilt_dirs() -> list[Path]:
-    """Where prebuilt libraries are looked for: JITOPS_PREBUILT_DIR (os.pathsep-separated), then
-    the ones shipped inside the installed package."""
-    configured = [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
-    return configured + [PACKAGE_PREBUILT_DIR]
+def prebuilt_dirs(extension: Extension | None, shipped_only: bool = False) -> list[Path]:
+    """Where the extension's prebuilt libraries are looked for: the folder its package ships
+    (prebuilt_dir), then JITOPS_PREBUILT_DIR (os.pathsep-separated), unless shipped_only."""
+    shipped = [Path(extension.prebuilt_dir)] if extension is not None and extension.prebuilt_dir else []
+    configured = [] if shipped_only else [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
+    return shipped + configured
+
+
+_ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"  # a TORCH_CUDA_ARCH_LIST entry: 8.6, 9.0a, 9.0+PTX
+
+
+def missing_archs(arch_list: str | None, capabilities: list[tuple[int, int]]) -> list[str]:
+    """The visible GPUs (compute capabilities) a library built for arch_list has no code for. A GPU
+    runs SASS of its major and a minor up to its own (an "a" arch only on its very GPU), or PTX of
+    an arch up to its own, which the driver compiles."""
+    built = [re.fullmatch(_ARCH, arch) for arch in (arch_list or "").replace(";", " ").split()]
+    built = [(int(m[1]), int(m[2]), m[3], bool(m[4])) for m in built if m]
+    return [
+        f"{major}.{minor}" for major, minor in capabilities
+        if not any((b_major == major and b_minor <= minor and (not suffix or b_minor == minor))
+                   or (ptx and (b_major, b_minor) <= (major, minor)) for b_major, b_minor, suffix, ptx in built)
+    ]
+
+
+def visible_capabilities() -> list[tuple[int, int]]:
+    import torch  # loaded by the caller already: this module imports without it
+
+    if not torch.cuda.is_available():
+        return []
+    return sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
 
 
 def mismatch(components: dict, wanted: dict) -> list[str]:
@@ -31,24 +61,32 @@ def mismatch(components: dict, wanted: dict) -> list[str]:
     ]
 
 
-def find_prebuilt(extension: Extension, wanted: dict) -> tuple[Path | None, dict | None, list[str]]:
-    """A verified prebuilt .so of the extension matching `wanted` (the running key components), its
-    manifest, and why each other candidate was refused. With CUDA kernels first, where torch has CUDA."""
+def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False) -> tuple[Path | None, dict | None, list[str]]:
+    """A verified prebuilt .so of the extension matching `wanted` (the running key components) with
+    code for every visible GPU, its manifest, and why each other candidate was refused. With CUDA
+    kernels first, where torch has CUDA."""
     refused, matches = [], []
-    candidates = [e for d in prebuilt_dirs() for e, _ in _cache.list_entries(d, extension.qualified_name, extension.root)]
+    capabilities = visible_capabilities()
+    candidates = [e for d in prebuilt_dirs(extension, shipped_only)
+                  for e, _ in _cache.list_entries(d, extension.qualified_name, extension.root)]
     for entry in candidates:
         try:
             library = entry.verified_library(touch=False, private=False)
-            problem = untrusted_prebuilt(entry, library) if library else "removed while being read"
+            problem = untrusted_prebuilt(entry, library, extension) if library else "removed while being read"
             manifest = entry.read_manifest()
         except (CacheError, OSError) as err:
             problem = str(err)
         if problem is not None:
             refused.append(f"{entry.path}: {problem}; not loaded")
             continue
-        differences = mismatch(manifest.get("components", {}), wanted)
+        components = manifest.get("components", {})
+        differences = mismatch(components, wanted)
+        lacking = missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in components.get("backends", []) else []
         if differences:
             refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
+        elif lacking:
+            refused.append(f"{entry.path} has no code for the visible GPU(s) of compute capability {', '.join(lacking)} "
+                           f"(built for {components.get('cuda_arch_list')})")
         else:
             matches.append((library, manifest))
     if not matches:
@@ -58,10 +96,10 @@ def find_prebuilt(extension: Extension, wanted: dict) -> tuple[Path | None, dict
     return library, manifest, refused
 
 
-def untrusted_prebuilt(entry: _cache.Entry, library: Path) -> str | None:
+def untrusted_prebuilt(entry: _cache.Entry, library: Path, extension: Extension) -> str | None:
     """Why someone other than this user or root could have put code into a prebuilt entry, or None.
-    The package's own prebuilt folder is as trusted as the package's code beside it."""
-    if entry.root == PACKAGE_PREBUILT_DIR:
+    A package's own prebuilt folder is as trusted as the package's code beside it."""
+    if extension.prebuilt_dir and entry.root == Path(extension.prebuilt_dir):
         return None
     owners = (os.getuid(), 0)
     for path, what, directory in (
@@ -88,7 +126,8 @@ def prebuilt_or_error(extension: Extension, components: dict, why: str, required
         if not required:
             return None
         refusals = "".join(f"\n  - {reason}" for reason in refused) or (
-            "\n  - none found in " + ", ".join(str(d) for d in prebuilt_dirs())
+            "\n  - none found in " + (", ".join(str(d) for d in prebuilt_dirs(extension)) or "any folder: "
+                                        "JITOPS_PREBUILT_DIR is not set")
         )
         raise BuildError(
             f"jitops: cannot build {extension.qualified_name!r}: {why}\nand no prebuilt library matches this "

@@ -7,16 +7,14 @@ the same parameters in the same order and the same results, built and loaded by 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
 
-from ._core import Extension, is_identifier
+from ._core import is_identifier
+from .extension import Extension
 
-NAMESPACE = "jitops_load"  # the cache namespace of every library these calls build
-_modules: dict[str, object] = {}  # qualified name -> the Python module imported from its library
-_declared: dict[str, Extension] = {}  # qualified name -> the declaration loaded in this process
+NAMESPACE = "jitops_load"  # the cache namespace of every library these calls build (C++ picks its torch.ops one)
 
 
 def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
@@ -25,15 +23,15 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
     """torch.utils.cpp_extension.load, through jitops: the pybind11 module (is_python_module=True),
     else the library's path after its TORCH_LIBRARY registrations ran. keep_intermediates has no
     effect (jitops keeps the build log, not the object files); verbose=True streams the compiler's
-    output (as JITOPS_VERBOSE=1)."""
-    _refuse_unsupported(extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl, is_standalone=is_standalone,
-                        build_directory=build_directory)
+    output (as JITOPS_VERBOSE=1). build_directory: where this extension's cache entries live,
+    with the same key, lock and checks as in jitops' cache root."""
+    _refuse_unsupported(extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl, is_standalone=is_standalone)
     paths = [os.path.abspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
     if not paths:
         raise ValueError("load: sources is empty")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
     extension = _extension(name, root, [os.path.relpath(p, root) for p in paths], extra_cflags, extra_cuda_cflags,
-                           extra_ldflags, extra_include_paths, with_cuda, is_python_module)
+                           extra_ldflags, extra_include_paths, with_cuda, is_python_module, build_directory)
     return _load(extension, with_cuda, verbose)
 
 
@@ -45,8 +43,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
     after their content under the cache root, then built as load() builds files. use_pch has no
     effect (jitops does not build precompiled headers)."""
-    _refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl,
-                        build_directory=build_directory)
+    _refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl)
     if not is_identifier(name):  # it names a folder before the Extension checks it
         raise ValueError(f"name must be a C identifier, got {name!r}")
     cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
@@ -58,9 +55,9 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     if functions is not None:
         cpp.append(_pybind_block(functions, with_pytorch_error_handling))
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
-    root = _write_once(name, files)
+    root = _write_once(name, files, build_directory)
     extension = _extension(name, root, sorted(files), extra_cflags, extra_cuda_cflags, extra_ldflags,
-                           extra_include_paths, with_cuda if cuda else False, is_python_module)
+                           extra_include_paths, with_cuda if cuda else False, is_python_module, build_directory)
     return _load(extension, with_cuda if cuda else None, verbose)
 
 
@@ -68,12 +65,12 @@ def _refuse_unsupported(**arguments) -> None:
     """What jitops cannot do is an error naming the argument, never silently ignored."""
     for argument, value in arguments.items():
         if value:  # every one of them defaults to None or False
-            why = {"build_directory": "jitops keeps its entries in its cache root (JITOPS_CACHE_DIR)",
-                   "is_standalone": "jitops builds libraries, not executables"}.get(argument, "jitops builds no SYCL code")
+            why = "jitops builds libraries, not executables" if argument == "is_standalone" else "jitops builds no SYCL code"
             raise ValueError(f"{argument}={value!r} is not supported: {why}")
 
 
-def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module) -> Extension:
+def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module,
+               build_directory) -> Extension:
     for argument, value in (("extra_cflags", cflags), ("extra_cuda_cflags", cuda_cflags), ("extra_ldflags", ldflags),
                             ("extra_include_paths", include_paths)):
         if isinstance(value, str):
@@ -83,16 +80,12 @@ def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths,
     include_dirs = [os.path.abspath(path) for path in include_paths or []]
     return Extension(name, sources, namespace=NAMESPACE, root=root, include_dirs=include_dirs,
                      cflags=cflags or [], cuda_cflags=cuda_cflags or [], ldflags=ldflags or [],
-                     cuda="never" if with_cuda is False else "auto", python_module=bool(python_module))
+                     cuda="never" if with_cuda is False else "auto", python_module=bool(python_module),
+                     cache_dir=build_directory)
 
 
 def _load(extension: Extension, with_cuda, verbose):
     name = extension.qualified_name
-    if _declared.get(name, extension) != extension:
-        raise ValueError(
-            f"name: {extension.name!r} is already loaded in this process from other sources or flags "
-            f"({_declared[name].root}); give this extension another name"
-        )
     if with_cuda and extension.has_cuda_sources():
         from ._key import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
 
@@ -101,26 +94,15 @@ def _load(extension: Extension, with_cuda, verbose):
             from ._errors import BuildError
 
             raise BuildError(f"jitops: with_cuda=True, but {name} cannot be built with CUDA here: {plan.reason}")
-    from ._loader import load  # a drop-in call is a script's explicit load: the whole loader is fine
-
     verbose_before = os.environ.get("JITOPS_VERBOSE")
     if verbose:
         os.environ["JITOPS_VERBOSE"] = "1"
     try:
-        loaded = load(extension)
+        loaded = extension.load()
     finally:
         if verbose and verbose_before is None:
             del os.environ["JITOPS_VERBOSE"]
-    _declared[name] = extension
-    if not extension.python_module:
-        return str(loaded.library)
-    if name not in _modules:
-        # By its path (never sys.path): each key has its own file, so no name clash with another build.
-        spec = importlib.util.spec_from_file_location(extension.name, loaded.library)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _modules[name] = module
-    return _modules[name]
+    return loaded.module if extension.python_module else str(loaded.library)
 
 
 def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
@@ -136,13 +118,13 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
 
 
-def _write_once(name: str, files: dict[str, str]) -> str:
+def _write_once(name: str, files: dict[str, str], build_directory) -> str:
     """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>):
     written once, atomically, and never changed, so its files' identities stay valid for warm loads."""
-    from ._cache import cache_root, ensure_private_dir
+    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
 
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    parent = ensure_private_dir(cache_root() / "inline")
+    parent = ensure_private_dir(cache_root(build_directory and os.path.abspath(build_directory)) / INLINE_SOURCES)
     folder = parent / f"{name}-{digest}"
     if not folder.is_dir():
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent))

@@ -14,15 +14,49 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._core import (
-    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, Extension, LoadedLibrary, configured_root, cuda_arch_list,
-    cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
+    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root,
+    cuda_arch_list, cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
     private_dir_problem, process_abi, write_json_atomic,
 )
+from ._errors import NamespaceConflict
+
+if TYPE_CHECKING:
+    from .extension import Extension
 
 RECORD_FORMAT = 3  # bump when a record's meaning changes: older records then simply miss
 RECORD_PREFIX = "warm-"
+
+
+# Namespaces whose libraries choose their own TORCH_LIBRARY namespace in C++ (jitops.load's).
+UNCLAIMED_NAMESPACES = {"jitops_load"}
+
+
+def already_loaded(extension) -> LoadedLibrary | None:
+    """The extension's library if this process loaded it, else None. Where the process loaded
+    another declaration of its name, or of its namespace from another package (root or version),
+    a NamespaceConflict before any dlopen: torch would abort the process from a static initialiser."""
+    found = loaded.get(extension.qualified_name)
+    if found is not None and (found.extension is extension or found.extension == extension):
+        return found
+    if found is not None:
+        others = [found]
+    elif extension.namespace in UNCLAIMED_NAMESPACES:
+        others = []
+    else:
+        others = [other for other in loaded.values() if other.extension.namespace == extension.namespace
+                  and (other.extension.root, other.extension.version) != (extension.root, extension.version)]
+    if others:
+        other = others[0]
+        raise NamespaceConflict(
+            f"jitops: cannot load {extension.qualified_name} (version {extension.version}, from {extension.root}): "
+            f"this process loaded {other.extension.qualified_name} (version {other.extension.version}, from "
+            f"{other.extension.root}, library {other.library}) into the same torch.ops namespace "
+            f"{extension.namespace!r}. One process holds one version of a namespace: import one copy of the package."
+        )
+    return None
 
 
 def settings(extension: Extension) -> str:
@@ -32,6 +66,11 @@ def settings(extension: Extension) -> str:
     archs = (extension.cuda_archs or cuda_arch_list()) if torch.version.cuda else None
     environment = [os.environ.get(name) for name in TOOLCHAIN_ENVIRONMENT]
     return repr((RECORD_FORMAT, repr(extension), sorted(process_abi().items()), cxx_runtime(), environment, archs))
+
+
+def extension_root(extension: Extension) -> str:
+    """The cache root holding the extension's entries: its own cache_dir, else the configured one."""
+    return extension.cache_dir or configured_root()[0]
 
 
 def record_path(root: str, name: str, of_settings: str) -> str:
@@ -79,7 +118,7 @@ def recorded_library(extension: Extension, of_settings: str, seen: dict | None =
     entry's last-used time, while nothing the record lists has changed and the root and entry are
     ours alone; else None. seen: identities this caller read already, by path (load_all's)."""
     seen = {} if seen is None else seen
-    root, _ = configured_root()
+    root = extension_root(extension)
     try:
         if private_dir_problem(root) or not os.access(root, os.W_OK | os.X_OK):
             return None  # the long way says why, and falls back
@@ -123,8 +162,8 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     """The extension's library loaded as its warm record says (or as loaded before in this
     process); None where the loader must go the long way."""
     name = extension.qualified_name
-    if name in loaded:
-        return loaded[name]
+    if (found := already_loaded(extension)) is not None:
+        return found
     found = recorded_library(extension, settings(extension), seen)
     if found is None:
         return None
@@ -134,21 +173,21 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)
-    return loaded.setdefault(name, LoadedLibrary(Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
+    return loaded.setdefault(name, LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
 
 
-def remember(name: str, of_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,
+def remember(extension: Extension, of_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,
              verified_identities: tuple, with_cuda: bool, cuda_reason: str) -> None:
     """Write a warm record (see the module's docstring): of_settings and checked (each file and
     folder with its identity) as read before the key was computed; verified_identities: the
     library's and its manifest's. A record that cannot be written costs only time."""
-    root, _ = configured_root()
+    root = extension_root(extension)
     if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
         return  # a fallback cache (the configured one was refused): no warm start from there
     record = {"settings": of_settings, "checked": checked, "entry": os.path.basename(entry),
               "library": os.path.basename(library), "library_identity": verified_identities[0],
               "manifest_identity": verified_identities[1], "with_cuda": with_cuda, "cuda_reason": cuda_reason}
     try:
-        write_json_atomic(record_path(root, name, of_settings), record)
+        write_json_atomic(record_path(root, extension.qualified_name, of_settings), record)
     except OSError:
         pass

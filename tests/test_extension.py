@@ -36,9 +36,14 @@ def run_child(code: str, cache: Path, *args: str) -> dict:
 
 
 def imported_modules(path: Path, module: str, package: str) -> set[str]:
-    """The jitops modules a file imports anywhere in it (inside functions too), resolved."""
+    """The jitops modules a file imports anywhere in it (inside functions too), resolved. Imports
+    under `if TYPE_CHECKING:` never run (annotations only), so they are left out."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in list(ast.walk(tree)):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("jitops")}
         elif isinstance(node, ast.ImportFrom):
@@ -88,6 +93,7 @@ def test_jitops_modules_import_each_other_without_cycles():
 
 def test_the_errors_users_catch_are_public():
     assert jitops.BuildError is _errors.BuildError and jitops.CacheError is _errors.CacheError
+    assert jitops.NamespaceConflict is _errors.NamespaceConflict
     with pytest.raises(jitops.BuildError, match="missing sources"):
         from jitops import _loader
 
@@ -165,6 +171,66 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
         assert json.loads((library.parent / _core.MANIFEST_NAME).read_text())["name"] == library.parent.name.rpartition("-")[0]
     warm = run_child(LOAD_IN_TWO_NAMESPACES, cache, str(TESTS / "tiny_ext"))
     assert warm["how"] == ["cache", "cache"] and warm["libraries"] == cold["libraries"]
+
+
+LOAD_TWO_VERSIONS = f"""
+import ctypes, json, sys, torch
+import jitops
+from jitops import _core
+from tiny_extension import tiny_extension
+first = tiny_extension(sys.argv[1]).load()
+errors = []
+for other in (tiny_extension(sys.argv[2]), tiny_extension(sys.argv[1], name="tiny_renamed"),
+              jitops.Extension("tiny", first.extension.sources, namespace="{NAMESPACE}", root=sys.argv[1], version="2")):
+    try:
+        other.load()
+    except jitops.NamespaceConflict as err:
+        errors.append(str(err))
+print(json.dumps({{"errors": errors, "loaded": sorted(_core.loaded), "libraries": sorted(torch.ops.loaded_libraries),
+                  "value": ctypes.CDLL(str(first.library)).jitops_tiny_value()}}))
+"""
+
+
+def test_two_versions_of_one_namespace_raise_before_dlopen_and_the_process_lives_on(tmp_path):
+    """The same namespace from another copy of the package (another root) or another version: a
+    NamespaceConflict naming both, before the second library is opened (torch would abort the
+    process from a static initialiser on a second TORCH_LIBRARY block); the first one keeps working."""
+    first, other = tmp_path / "package", tmp_path / "other_copy"
+    shutil.copytree(TESTS / "tiny_ext", first)
+    shutil.copy(first / "kernels/cpu/tiny.cpp", first / "kernels/cpu/tiny_renamed.cpp")
+    shutil.copy(first / "bindings/tiny.cpp", first / "bindings/tiny_renamed.cpp")
+    shutil.copytree(TESTS / "tiny_ext", other)
+    result = run_child(LOAD_TWO_VERSIONS, tmp_path / "cache", str(first), str(other))
+    assert len(result["errors"]) == 2, result
+    assert str(first) in result["errors"][0] and str(other) in result["errors"][0]
+    assert "version 2" in result["errors"][1] and "version 0" in result["errors"][1]
+    # The same root and version under another name is the same package splitting its namespace: loaded.
+    assert result["loaded"] == [f"{NAMESPACE}.tiny", f"{NAMESPACE}.tiny_renamed"]
+    assert not any(str(other) in library for library in result["libraries"]), "the conflicting library was never opened"
+    assert result["value"] == 42
+
+
+DISABLE_BUILD = """
+import json, sys
+import jitops
+from tiny_extension import tiny_extension
+try:
+    print(json.dumps({"how": tiny_extension().load().how}))
+except jitops.BuildError as err:
+    print(json.dumps({"error": str(err)}))
+"""
+
+
+def test_disable_build_fails_at_once_naming_the_extension_and_what_is_missing(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JITOPS_DISABLE_BUILD", "1")
+    refused = run_child(DISABLE_BUILD, cache)
+    assert f"{NAMESPACE}.tiny" in refused["error"] and "JITOPS_DISABLE_BUILD" in refused["error"]
+    assert "has no entry" in refused["error"] and not list(cache.glob(f"{NAMESPACE}.*")), "nothing was compiled"
+    monkeypatch.delenv("JITOPS_DISABLE_BUILD")
+    assert run_child(DISABLE_BUILD, cache)["how"] == "built"
+    monkeypatch.setenv("JITOPS_DISABLE_BUILD", "1")
+    assert run_child(DISABLE_BUILD, cache)["how"] == "cache", "what is in the cache still loads"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -127,14 +127,17 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     assert sorted(m.parent.name.rpartition("-")[0] for m in manifests) == sorted(
         f"jitops.{op}" for op in jitops.available_ops()
     )
-    # The installed package (on PYTHONPATH; run outside the checkout) with no compiler, no ninja
-    # and an empty cache.
-    result = run(
-        ["-c", RUN_ADD2], tmp_path,
-        PYTHONPATH=str(site), PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "prebuilt" and str(site / "jitops" / "prebuilt") in result.stderr
+    # The installed package (on PYTHONPATH; run outside the checkout) with an empty cache: the
+    # shipped library is loaded before building, with a toolchain or without one, and nothing compiles.
+    for path in (no_tools_path(tmp_path), os.environ["PATH"]):
+        result = run(
+            ["-c", RUN_ADD2 + "print(_core.loaded['jitops.add2'].library)"], tmp_path,
+            PYTHONPATH=str(site), PATH=path, CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        )
+        assert result.returncode == 0, result.stderr
+        how, library = result.stdout.split()
+        assert how == "prebuilt" and Path(library).is_relative_to(site / "jitops" / "prebuilt")
+        assert "building" not in result.stderr and not list((tmp_path / "cache").glob("jitops.*")), "nothing compiled"
 
 
 def chmod_entry_folder(entry: Path) -> None:
@@ -190,3 +193,21 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     result = run(["-c", RUN_ADD2], REPO, PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
                  JITOPS_PREBUILT_DIR=str(copy))
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("arch_list, gpus, missing", [
+    ("8.0;9.0", [(9, 0)], []),
+    ("8.0;9.0", [(8, 6), (8, 9)], []),  # SASS runs on its major with a minor up to the GPU's
+    ("8.0;9.0", [(12, 0)], ["12.0"]),  # a newer major: no SASS runs, no PTX to compile
+    ("8.6", [(8, 0)], ["8.0"]),  # a higher minor does not run on a lower one
+    ("8.0 9.0+PTX", [(10, 0), (12, 0), (8, 6)], []),  # PTX up to the GPU's arch is compiled by the driver
+    ("9.0+PTX", [(8, 9)], ["8.9"]),
+    ("9.0a", [(9, 0)], []),
+    ("9.0a", [(9, 1)], ["9.1"]),  # an arch-specific target runs on exactly its GPU
+    ("", [(9, 0)], ["9.0"]),
+    (None, [], []),  # no GPU visible: nothing to cover
+])
+def test_a_prebuilt_covers_a_gpu_only_with_code_it_can_run(arch_list, gpus, missing):
+    from jitops import _prebuilt
+
+    assert _prebuilt.missing_archs(arch_list, gpus) == missing

@@ -6,6 +6,7 @@ and clear errors for what jitops does not do."""
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +31,10 @@ import jitops
 """
 
 # torch's tutorial add2 (torch/extension.h, PYBIND11_MODULE), called with exactly the arguments
-# torch's load() takes, positionally.
+# torch's load() takes, positionally, building into a build_directory as StyleGAN's get_plugin does.
 TUTORIAL_CHILD = PRELUDE + """
 module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + "/add2_cpu.cpp"], ["-O2"], None, None,
-                     None, None, None, False, False)
+                     None, None, sys.argv[2], False, False)
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
@@ -67,12 +68,16 @@ def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
     assert mine == theirs
 
 
-def test_tutorial_add2_builds_once_then_loads_warm(tmp_path):
-    cold = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(TUTORIAL))
+def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_path):
+    plugin = tmp_path / "plugin-0123abcd"  # get_plugin's folder: the sources copied in, built there
+    shutil.copytree(TUTORIAL, plugin)
+    cold = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(plugin), str(plugin))
     assert cold["ok"] and cold["name"] == "tutorial_add2" and cold["spawned"] > 0
-    warm = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(TUTORIAL))
+    warm = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(plugin), str(plugin))
     assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0), "a warm load spawns nothing and takes no lock"
-    assert len([p for p in (tmp_path / "cache").glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, "one entry"
+    assert len([p for p in plugin.glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, "one entry, in build_directory"
+    assert not list((tmp_path / "cache").glob("jitops_load.*")), "nothing in the cache root"
+    assert list(plugin.glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
 
 
 def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
@@ -88,7 +93,6 @@ def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
     ({"is_standalone": True}, "is_standalone"),
     ({"with_sycl": True}, "with_sycl"),
     ({"extra_sycl_cflags": ["-O2"]}, "extra_sycl_cflags"),
-    ({"build_directory": "/tmp/x"}, "build_directory"),
     ({"extra_cflags": "-O2"}, "extra_cflags"),
 ])
 def test_what_jitops_does_not_do_is_refused_naming_the_argument(tmp_path, monkeypatch, arguments, named):

@@ -16,8 +16,10 @@ import threading
 
 import torch
 
-from .._core import SOURCE_ROOT, VERSION, Extension
-from .._warm import recall
+import os
+
+from .._core import PACKAGE_DIR, SOURCE_ROOT, VERSION
+from ..extension import Extension
 
 NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
 # -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC
@@ -25,13 +27,14 @@ NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
 # floating-point exceptions.
 CFLAGS = ("-O3", "-fno-trapping-math")
 CUDA_CFLAGS = ("-O3",)
+PREBUILT_DIR = os.path.join(PACKAGE_DIR, "prebuilt")  # filled by an ahead-of-time wheel (setup.py)
 
 
 def op_extension(name: str, *sources: str) -> Extension:
     """The Extension of one of jitops' own ops: its sources (relative to the source root holding
     kernels/ and bindings/) with the flags and version every op here shares."""
     return Extension(name, sources, namespace=NAMESPACE, root=SOURCE_ROOT, cflags=CFLAGS, cuda_cflags=CUDA_CFLAGS,
-                     version=VERSION)
+                     version=VERSION, prebuilt_dir=PREBUILT_DIR)
 
 
 def available_ops() -> list[str]:
@@ -65,14 +68,7 @@ _without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
 def require(op: str) -> bool:
     """Load op's library and its Python-side registrations, once per process."""
     if op not in _ready:
-        declared = extension(op)
-        # A warm start (the usual case) goes no further than _warm; the rest of the loader is
-        # imported only when it has to find, build or fetch the library.
-        loaded = recall(declared)
-        if loaded is None:
-            from .._loader import load
-
-            loaded = load(declared)
+        loaded = extension(op).load()
         if not loaded.with_cuda:
             _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.
