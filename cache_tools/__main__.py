@@ -20,10 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jitops
 from jitops import _cache, _core
 from jitops._errors import BuildError, CacheError
 
-from . import inventory
+from . import inventory, registry
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -100,35 +101,42 @@ def cmd_dir(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def selected_rows(ops: list[str]) -> tuple[Path, list[inventory.Row]]:
+def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, list[inventory.Row]]:
     """The cache's rows of the named ops (all rows for none), each named `op` or
-    `<namespace>.<op>`. A name that is neither an op this jitops ships nor one with entries in the
-    cache is a typo: a usage error, not "0 entries"."""
+    `<namespace>.<op>`, of one owner with --package. A name that is neither declared here nor
+    one with entries in the cache is a typo: a usage error, not "0 entries"."""
     root, _ = configured_root()
     rows = inventory.entry_rows(root)
     check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
-    return root, [row for row in rows if not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops]
+    check_package(package, {row.owner for row in rows})
+    return root, [row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops)
+                  and package in (None, row.owner)]
 
 
 def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
-    import jitops
-
-    available = jitops.available_ops()
-    unknown = sorted(set(ops) - set(available) - also_known)
+    """Each name an op of ours, or <namespace>.<name> of an extension declared here or in the cache."""
+    ours = [name.partition(".")[2] for name, (owner, _) in registry.declared().items() if owner == registry.OWN]
+    others = [name for name, (owner, _) in registry.declared().items() if owner != registry.OWN]
+    unknown = sorted(set(ops) - set(ours) - set(others) - also_known)
     if unknown:
-        # Ours by name, then every other extension with entries here by <namespace>.<name>.
-        others = sorted(n for n in also_known if "." in n and n.split(".")[0] not in ("", "jitops"))
-        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(available + others)}")
+        known = sorted(set(others) | {n for n in also_known if "." in n and n.split(".")[0] not in ("", "jitops")})
+        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(ours + known)}")
+
+
+def check_package(package: str | None, also_known: set[str] = frozenset()) -> None:
+    if package is not None and package not in set(registry.packages()) | also_known:
+        raise UsageError(f"unknown package {package!r}; packages with extensions: {', '.join(registry.packages())}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    root, rows = selected_rows(args.ops)
+    root, rows = selected_rows(args.ops, args.package)
 
     def human():
         print_table(
-            ["NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
+            ["OWNER", "NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
             [
                 [
+                    r.owner,
                     r.namespace,
                     r.op,
                     "+".join(r.backends) or "-",
@@ -167,8 +175,8 @@ def lock_timeout_or_why() -> float | str:
 def cmd_info(args: argparse.Namespace) -> int:
     from jitops import _prebuilt
 
-    root, reason = configured_root()
-    rows = inventory.entry_rows(root)
+    root, rows = selected_rows([], args.package)
+    reason = configured_root()[1]
     by_status = {s: sum(1 for r in rows if r.status == s) for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)}
     data = {
         "root": str(root),
@@ -178,7 +186,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "by_status": by_status,
         "environment": environment_summary(),
         "lock_timeout_s": lock_timeout_or_why(),
-        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
     }
 
     def human():
@@ -206,9 +214,12 @@ def environment_summary() -> dict:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    root, _ = configured_root()
+    root, rows = selected_rows([], args.package)
+    chosen = {row.path for row in rows}
     results = []
     for entry, _ in _cache.list_entries(root):
+        if str(entry.path) not in chosen:
+            continue
         try:
             entry.verified_library(touch=False, full_hash=True)
             results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
@@ -295,10 +306,17 @@ def entry_lock_taken(root: Path, row: inventory.Row):
 def cmd_clear(args: argparse.Namespace) -> int:
     if not (args.ops or args.stale or args.all):
         raise UsageError("say what to clear: OP names, --stale or --all")
-    root, rows = selected_rows(args.ops)
+    root, rows = selected_rows(args.ops, args.package)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
-    return remove_rows(args, root, rows)
+    status = remove_rows(args, root, rows)
+    inline = root / _cache.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
+    if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
+        if not args.dry_run:
+            _cache.remove_tree(inline)
+        if not args.json:
+            print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
+    return status
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -306,7 +324,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise UsageError("give --max-size SIZE, --older-than AGE, or both")
     import time
 
-    root, rows = selected_rows([])
+    root, rows = selected_rows([], args.package)
     rows = [r for r in rows if r.status != inventory.BUILDING]
     # Stale, corrupt and orphan entries go first, then the least recently used.
     useless = [r for r in rows if r.status != inventory.OK]
@@ -363,25 +381,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(op["available"] for op in report["ops"]) else EXIT_PROBLEM
 
 
+def chosen_extensions(names: list[str], package: str | None) -> list[tuple[str, jitops.Extension]]:
+    """(owner, Extension) of each name (`op` of ours, else <namespace>.<name>), or of every
+    extension declared here (of one package with --package)."""
+    check_op_names(names)
+    check_package(package)
+    chosen = []
+    for qualified, (owner, extension) in registry.declared().items():
+        short = qualified.partition(".")[2] if owner == registry.OWN else qualified
+        if (not names or short in names or qualified in names) and package in (None, owner):
+            chosen.append((owner, extension))
+    return chosen
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    import jitops
-    from jitops.ops import NAMESPACE
+    from concurrent.futures import ThreadPoolExecutor
 
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
-    ops = args.ops or jitops.available_ops()
-    check_op_names(ops)
-    try:
-        jitops.load_all(ops)
-        failure = None
-    except RuntimeError as err:
-        failure = str(err)
+    chosen = chosen_extensions(args.ops, args.package)
+    with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:  # builds run in parallel, as load_all's
+        futures = [(owner, extension, pool.submit(extension.load)) for owner, extension in chosen]
+    errors = [f"  {extension.qualified_name}: {f.exception()}" for _, extension, f in futures if f.exception()]
+    failure = f"{len(errors)} of {len(chosen)} failed:\n" + "\n".join(errors) if errors else None
     results = []
-    for op in ops:
-        loaded = _core.loaded.get(f"{NAMESPACE}.{op}")  # what load_all loaded, and how
-        if loaded is None:
+    for owner, extension, future in futures:
+        if future.exception() is not None:
             continue
-        result = {"op": op, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
+        loaded = future.result()
+        op = extension.name if owner == registry.OWN else extension.qualified_name
+        result = {"op": op, "owner": owner, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
         if args.out:
             result["prebuilt"] = str(export_prebuilt(loaded.library.parent, Path(args.out)))
         results.append(result)
@@ -436,12 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name, handler, help_text):
+    def command(name, handler, help_text, package=True):
         p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         p.set_defaults(handler=handler)
+        if package:
+            p.add_argument("--package", metavar="PKG", help="only the extensions of this owner (`list` shows owners)")
         return p
 
-    command("dir", cmd_dir, "the cache root in use and why")
+    command("dir", cmd_dir, "the cache root in use and why", package=False)
     command("list", cmd_list, "one row per cache entry, with its status").add_argument("ops", nargs="*", metavar="OP")
     command("info", cmd_info, "totals, the environment, the lock timeout")
     command("verify", cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
@@ -454,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--max-size", type=parse_size, metavar="SIZE", help="evict until the cache is at most SIZE (e.g. 2G)")
     prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
-    locks = command("locks", cmd_locks, "lock files under torch's extension root, live or stale")
+    locks = command("locks", cmd_locks, "lock files under torch's extension root, live or stale", package=False)
     locks.add_argument("--clear-stale", action="store_true", help="remove stale torch FileBaton locks")
     command("doctor", cmd_doctor, "environment report; exit 1 when an op cannot be had")
     build = command("build", cmd_build, "build ops now, in parallel")

@@ -12,8 +12,10 @@ import sys
 
 from pathlib import Path
 
-from jitops import _cache, _core
+from jitops import _cache, _core, _warm
 from jitops._errors import CacheError
+
+from . import registry
 
 
 def _cuda_major(version: str | None) -> str | None:
@@ -24,7 +26,6 @@ def _cuda_major(version: str | None) -> str | None:
 def report() -> dict:
     import torch
 
-    import jitops
     from jitops import _build, _key, _prebuilt
 
     cxx = _key.find_cxx()
@@ -62,12 +63,14 @@ def report() -> dict:
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
-        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs()],
+        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "ops": [],
     }
     missing = _build.missing_tools(cxx)
-    for op in jitops.available_ops():
-        data["ops"].append(_op_report(op, cxx, missing))
+    for qualified, (owner, declared) in registry.declared().items():
+        data["ops"].append({"owner": owner, **_op_report(declared, cxx, missing)})
+        if owner != registry.OWN:
+            data["ops"][-1]["op"] = qualified
     return data
 
 
@@ -94,14 +97,12 @@ def _nearest_existing(path):
     return path
 
 
-def _op_report(op: str, cxx, missing: list[str]) -> dict:
+def _op_report(declared, cxx, missing: list[str]) -> dict:
     from jitops import _key, _prebuilt
-    from jitops.ops import extension
 
-    declared = extension(op)
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
-    entry = _cache.Entry(Path(_core.configured_root()[0]), declared.qualified_name, _cache.compute_key(components), declared.root)
+    entry = _cache.Entry(Path(_warm.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root)
     try:
         cached = entry.verified_library(touch=False) is not None
     except (CacheError, OSError):
@@ -117,7 +118,7 @@ def _op_report(op: str, cxx, missing: list[str]) -> dict:
     else:
         how, reason = "unavailable", "; ".join(missing + refused) or "no prebuilt library found"
     return {
-        "op": op,
+        "op": declared.name,
         "how": how,
         "available": how != "unavailable",
         "detail": reason,

@@ -12,7 +12,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache, _prebuilt, _warm
+from jitops import _cache, _core, _prebuilt, _warm
+
+from . import registry
 
 # An entry's status, as `jitops-cache list` shows it.
 OK, STALE, CORRUPT, BUILDING, ORPHAN = "ok", "stale", "corrupt", "building", "orphan"
@@ -26,6 +28,7 @@ class Row:
 
     namespace: str
     op: str
+    owner: str
     key: str
     status: str
     reason: str  # why the status is not ok; empty when it is
@@ -47,16 +50,19 @@ _running: dict[str, dict] = {}
 
 
 def running_components(name: str) -> dict | None:
-    """The running torch/CUDA/Python/source components for the extension <namespace>.<name>
-    (None for one that is not declared here)."""
+    """The running torch/CUDA/Python/source components for the extension <namespace>.<name>: all
+    of them for one a package declares, the process's alone for a script's (jitops.load: its
+    sources are known only to the script), None for any other."""
     from jitops import _key
-    from jitops.ops import NAMESPACE, available_ops, extension
 
-    namespace, _, op = name.partition(".")
-    if namespace != NAMESPACE or op not in available_ops():
-        return None
     if name not in _running:
-        _running[name] = _key.abi_components(extension(op), record_hashes=False)  # inspecting writes nothing
+        if name in registry.declared():
+            extension = registry.declared()[name][1]
+            _running[name] = _key.abi_components(extension, record_hashes=False)  # inspecting writes nothing
+        elif registry.owner(name) == registry.DROP_IN:
+            _running[name] = _core.process_abi()
+        else:
+            return None
     return _running[name]
 
 
@@ -66,7 +72,7 @@ def entry_rows(root: Path) -> list[Row]:
         rows.append(_entry_row(entry))
     for old in older_layout_entries(root):
         op, _, key = old.name.rpartition("-")
-        rows.append(Row("", op, key, STALE, "left by an older jitops (entries are now <namespace>.<name>-<key>)",
+        rows.append(Row("", op, "-", key, STALE, "left by an older jitops (entries are now <namespace>.<name>-<key>)",
                         str(old), tree_size(old)))
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
@@ -74,7 +80,7 @@ def entry_rows(root: Path) -> list[Row]:
         building = lock is not None and flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, op = name.rpartition(".")
-        rows.append(Row(namespace, op, rest, status, reason, str(temporary), tree_size(temporary)))
+        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), tree_size(temporary)))
     return rows
 
 
@@ -88,7 +94,7 @@ def _entry_row(entry: _cache.Entry) -> Row:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
         wanted = running_components(entry.name)
-        differences = None if wanted is None else _prebuilt.mismatch(manifest.get("components", {}), wanted)
+        differences = None if wanted is None else _prebuilt.mismatch(manifest.get("components", {}), wanted, list(wanted))
         if wanted is None:
             status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
@@ -100,6 +106,7 @@ def _entry_row(entry: _cache.Entry) -> Row:
     return Row(
         namespace=namespace,
         op=op,
+        owner=registry.owner(entry.name),
         key=entry.key,
         status=status,
         reason=reason,

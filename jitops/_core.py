@@ -20,7 +20,7 @@ from pathlib import Path
 VERSION = "0.1.0"  # jitops.__version__
 # How jitops turns an Extension into a library (build file, added flags, manifest): in every key
 # instead of jitops' version, so a release that changes none of that keeps entries and prebuilts valid.
-RECIPE = 1
+RECIPE = 2
 MANIFEST_NAME = "manifest.json"  # in each cache entry
 KEY_LENGTH = 16  # hex digits of sha256 in entry names (<namespace>.<name>-<key>)
 # An entry's last-used time (its folder's mtime) is set at most once a minute: enough for pruning,
@@ -47,6 +47,7 @@ def _find_source_root() -> str:
 
 SOURCE_ROOT = _find_source_root()
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on every extension's include path
 # A warning skips jitops' own frames (the package, and cache_tools/ beside it in a checkout).
 _OWN_CODE = (os.path.join(PACKAGE_DIR, ""), os.path.join(os.path.dirname(PACKAGE_DIR), "cache_tools", ""))
 

@@ -151,6 +151,7 @@ def environment_tools(cuda: CudaPlan) -> list[Path]:
 
 def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> dict:
     """Everything that can change the built .so. Any difference gives a different cache entry."""
+    namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
     return {
         "name": extension.qualified_name,
         "root": extension.root,  # two trees of one extension may include different headers
@@ -159,8 +160,8 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> di
         "backends": cuda.backends,
         "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],
         "include_dirs": list(extension.include_dirs),
-        "cflags": list(extension.cflags) + (["-DWITH_CUDA"] if cuda.enabled else []),
-        "cuda_cflags": list(extension.cuda_cflags) if cuda.enabled else [],
+        "cflags": list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cuda_cflags": list(extension.cuda_cflags) + namespace if cuda.enabled else [],
         "ldflags": link_flags(extension),
         "cxx": _tool_description(cxx) if cxx else None,
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,

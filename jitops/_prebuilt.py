@@ -52,11 +52,12 @@ def visible_capabilities() -> list[tuple[int, int]]:
     return sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
 
 
-def mismatch(components: dict, wanted: dict) -> list[str]:
-    """How a prebuilt's key components differ from the running ones, one 'field X, here Y' each."""
+def mismatch(components: dict, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
+    """How a prebuilt's key components differ from the running ones (in `fields`), one 'field X,
+    here Y' each."""
     return [
         f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
-        for field in MATCH_FIELDS
+        for field in fields
         if components.get(field) != wanted.get(field)
     ]
 

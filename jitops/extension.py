@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ._core import CUDA_SUFFIXES, LoadedLibrary, is_identifier
+from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier
 from ._warm import recall
 
 CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
@@ -91,4 +91,5 @@ class Extension:
         return any(s.endswith(CUDA_SUFFIXES) for s in self.sources)
 
     def include_paths(self) -> list[str]:
-        return [os.path.join(self.root, d) for d in self.include_dirs]
+        """Its include directories, absolute, then jitops' own (<jitops/library.h>)."""
+        return [os.path.join(self.root, d) for d in self.include_dirs] + [INCLUDE_DIR]
