@@ -304,8 +304,8 @@ def entry_lock_taken(root: Path, row: inventory.Row):
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    if not (args.ops or args.stale or args.all):
-        raise UsageError("say what to clear: OP names, --stale or --all")
+    if not (args.ops or args.stale or args.all or args.package):
+        raise UsageError("say what to clear: OP names, --package PKG, --stale or --all")
     root, rows = selected_rows(args.ops, args.package)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
