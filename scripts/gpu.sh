@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|issue25|drop-in|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its three parts at once, each with its own cache
 # (on 16 cores about 7.5 minutes; one after another they take 11). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -40,6 +40,12 @@ case "$1" in
     python3 -m pip install -q . --no-deps --no-build-isolation
     python3 examples/load_time.py --installed --repeats "${REPEATS:-11}" 2>&1 | tee "$OUT/load_time_installed.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
+  drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
+    (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
+  issue25)  # the drop-in, downstream-package, namespace and prebuilt tests with CUDA, then the drop-in timing
+    JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-25 pytest tests/test_torch_load.py tests/test_downstream.py tests/test_extension.py \
+      tests/test_prebuilt.py > "$OUT/pytest-issue25.log" 2>&1; tail -n 3 "$OUT/pytest-issue25.log"
+    bash "$0" drop-in ;;
   phases) for op in ${OPS:-add2}; do python3 examples/load_time.py --phases $op --repeats 9 2>&1 | tee -a "$OUT/phases.log"; done ;;
   dlopen) python3 scripts/dlopen_floor.py --ops "${OPS:-}" --link-variants="${LINK_VARIANTS:-}" 2>&1 | tee "$OUT/dlopen_floor.log" ;;
   bench)
@@ -78,5 +84,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|issue25|drop-in|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

@@ -109,3 +109,31 @@ def test_load_inline_refuses_sycl_and_a_name_that_is_no_identifier(tmp_path, mon
     with pytest.raises(ValueError, match="name must be a C identifier"):
         jitops.load_inline("../escape", "int x;")
     assert not (tmp_path / "cache").exists(), "nothing written"
+
+
+CUDA_INLINE_CHILD = PRELUDE + """
+cuda = '''
+__global__ void sin_add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = sinf(a[i]) + b[i];
+}
+torch::Tensor sin_add(torch::Tensor a, torch::Tensor b) {
+  auto out = torch::empty_like(a);
+  int64_t n = a.numel();
+  sin_add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
+}'''
+module = jitops.load_inline("sin_add", "torch::Tensor sin_add(torch::Tensor a, torch::Tensor b);", cuda_sources=cuda,
+                            functions=["sin_add"], with_cuda=True)
+a, b = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+print(json.dumps({"ok": bool(torch.allclose(module.sin_add(a, b), torch.sin(a) + b, atol=1e-5)),
+                  "spawned": len(SPAWNED), "locks": len(LOCKS)}))
+"""
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_load_inline_with_cuda_sources_builds_and_runs_on_the_gpu(tmp_path):
+    cold = run_child(CUDA_INLINE_CHILD, tmp_path / "cache")
+    assert cold["ok"] and cold["spawned"] > 0
+    warm = run_child(CUDA_INLINE_CHILD, tmp_path / "cache")
+    assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0)

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: MIT
+"""jitops.load against torch.utils.cpp_extension.load on the same sources, cold and warm, each in
+a fresh process, the clock started before `import jitops` / `from torch.utils.cpp_extension
+import load` (after `import torch` and CUDA initialisation, as examples/load_time.py does).
+
+    python examples/drop_in_time.py [--repeats 11] [--baseline-repeats 5] [--json results.json]
+
+Extensions:
+  tutorial add2   the extension tutorials' add2: add2.cpp (pybind11) + add2_cpu.cpp, or
+                  add2_kernel.cu where there is a GPU (examples/baseline_add2)
+  3 units         three C++ units: tests/downstream_pkg's scale.cpp (a torch.library op) and
+                  fused.cpp (a pybind11 module), and the tutorial's add2_cpu.cpp
+
+Both are called with the same arguments; torch's with a build_directory of its own (it needs
+one to exist), jitops' with an empty cache of its own (JITOPS_CACHE_DIR). Warm figures are the
+median over new processes; jitops' warm loads also count spawned processes and file locks.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from load_time import CHILD_PRELUDE, child_env, run_child
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEMO = REPO / "tests" / "downstream_pkg" / "src" / "demo_pkg" / "csrc"
+
+CHILD = CHILD_PRELUDE + """
+which, name, build, sources, cflags, includes = sys.argv[1], sys.argv[2], sys.argv[3] or None, *map(json.loads, sys.argv[4:])
+started = time.perf_counter()
+if which == "jitops":
+    import jitops
+    load = jitops.load
+else:
+    from torch.utils.cpp_extension import load
+module = load(name, sources, extra_cflags=cflags, extra_include_paths=includes, build_directory=build)
+seconds = time.perf_counter() - started
+report(seconds, module=module.__name__)
+"""
+
+
+def cases() -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    tutorial = [str(HERE / "baseline_add2" / "add2.cpp"), str(HERE / "baseline_add2" / ("add2_kernel.cu" if cuda else "add2_cpu.cpp"))]
+    three = [str(DEMO / "scale.cpp"), str(DEMO / "fused.cpp"), str(HERE / "baseline_add2" / "add2_cpu.cpp")]
+    includes = [str(REPO / "jitops" / "include"), str(DEMO / "include")]
+    return {
+        "tutorial add2": ("tutorial_add2", tutorial, ["-O3"], []),
+        "3 units": ("three_units", three, ["-O3", "-DJITOPS_NAMESPACE=demo_pkg"], includes),
+    }
+
+
+def measure(repeats: int, baseline_repeats: int, tmp: Path) -> dict:
+    results = {}
+    for case, (name, sources, cflags, includes) in cases().items():
+        row = {}
+        for which, count in (("jitops", repeats), ("torch", baseline_repeats)):
+            build = tmp / f"{which}-{name}"
+            build.mkdir()
+            env = child_env(JITOPS_CACHE_DIR=str(tmp / f"cache-{name}"))
+            args = [which, name, str(build) if which == "torch" else "", *map(json.dumps, (sources, cflags, includes))]
+            cold = run_child(CHILD, args, env)
+            warm = [run_child(CHILD, args, env) for _ in range(count)]
+            row[which] = {"cold_s": cold["seconds"], "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
+                          "warm_range_ms": [min(w["seconds"] for w in warm) * 1e3, max(w["seconds"] for w in warm) * 1e3],
+                          "warm_spawned": max(w["spawned"] for w in warm), "warm_locks": max(w["locks"] for w in warm)}
+            print(f"  {case}, {which}: cold {cold['seconds']:.2f} s, warm {row[which]['warm_ms']:.2f} ms", file=sys.stderr, flush=True)
+        results[case] = row
+    return results
+
+
+def print_table(results: dict) -> None:
+    print(f"{'extension':<16}{'jitops cold s':>14}{'torch cold s':>13}{'cold ratio':>11}{'jitops warm ms':>16}"
+          f"{'torch warm ms':>15}{'warm speed-up':>15}{'spawns':>8}{'locks':>7}")
+    for case, row in results.items():
+        jit, base = row["jitops"], row["torch"]
+        print(f"{case:<16}{jit['cold_s']:>14.2f}{base['cold_s']:>13.2f}{jit['cold_s'] / base['cold_s']:>10.2f}x"
+              f"{jit['warm_ms']:>16.2f}{base['warm_ms']:>15.2f}{base['warm_ms'] / jit['warm_ms']:>14.1f}x"
+              f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=11, help="new processes per warm jitops figure")
+    parser.add_argument("--baseline-repeats", type=int, default=5, help="new processes per warm torch load() figure")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="jitops-drop-in-") as tmp:
+        results = measure(args.repeats, args.baseline_repeats, Path(tmp))
+    print_table(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
