@@ -28,8 +28,9 @@ import demo_pkg
 x, y = torch.randn(1000), torch.randn(1000)
 scaled, added = demo_pkg.scale_by(x, 3.0), demo_pkg.add_scaled(x, y)
 factor = float((added - x).div(y).median())
+cuda_ok = bool(torch.allclose(demo_pkg.add_scaled(x.cuda(), y.cuda()).cpu(), added)) if torch.cuda.is_available() else None
 print(json.dumps({"scale_ok": bool(torch.allclose(scaled, x * 3.0 * factor / 2)), "factor": round(factor, 3),
-                  "add_ok": bool(torch.allclose(added, x + factor * y)),
+                  "add_ok": bool(torch.allclose(added, x + factor * y)), "cuda_ok": cuda_ok,
                   "how": [demo_pkg.scale.load().how, demo_pkg.fused.load().how], "module": demo_pkg.fused.load().module.__name__,
                   "package": demo_pkg.__file__, "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
@@ -76,6 +77,7 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     cold = use(venv)
     assert cold["scale_ok"] and cold["add_ok"] and cold["factor"] == 2.0
     assert cold["how"] == ["built", "built"] and cold["module"] == "fused"
+    assert cold["cuda_ok"] in (None, True), "the CUDA kernel, where there is a GPU"
     assert Path(cold["package"]).is_relative_to(venv / "venv"), "the installed wheel, not the checkout"
     warm = use(venv)
     assert warm["how"] == ["cache", "cache"] and (warm["spawned"], warm["locks"]) == (0, 0)
