@@ -13,17 +13,13 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from test_torch_load import PRELUDE  # counts what a warm load must not do
 
 TESTS = Path(__file__).resolve().parent
 OWNER = "jitops-demo-pkg"
 TIMEOUT_S = 600
 
-USE = """
-import json, sys, torch, filelock
-SPAWNED, LOCKS = [], []
-sys.addaudithook(lambda event, args: event in ("subprocess.Popen", "os.posix_spawn", "os.fork") and SPAWNED.append(event))
-_acquire = filelock.BaseFileLock.acquire
-filelock.BaseFileLock.acquire = lambda self, *a, **k: (LOCKS.append(1), _acquire(self, *a, **k))[1]
+USE = PRELUDE + """
 import demo_pkg
 x, y = torch.randn(1000), torch.randn(1000)
 scaled, added = demo_pkg.scale_by(x, 3.0), demo_pkg.add_scaled(x, y)
