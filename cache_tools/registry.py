@@ -45,7 +45,7 @@ def declared() -> dict[str, tuple[str, Extension]]:
 
 def owner(qualified_name: str) -> str:
     """Who declares an extension of the cache: a package, jitops.load for a script's, else '-'."""
-    from jitops._torch_load import NAMESPACE as DROP_IN_NAMESPACE
+    from jitops._core import DROP_IN_NAMESPACE
 
     if qualified_name in declared():
         return declared()[qualified_name][0]

@@ -3,7 +3,11 @@
 a fresh process, the clock started before `import jitops` / `from torch.utils.cpp_extension
 import load` (after `import torch` and CUDA initialisation, as examples/load_time.py does).
 
-    python examples/drop_in_time.py [--repeats 11] [--baseline-repeats 5] [--json results.json]
+    python examples/drop_in_time.py [--repeats 11] [--baseline-repeats 5] [--json results.json] [--installed]
+
+--installed times the jitops installed in this Python as users have it (`pip install .`, not
+editable), every child run from a temporary folder outside the checkout; it refuses to run where
+jitops would come from the checkout.
 
 Extensions:
   tutorial add2   the extension tutorials' add2: add2.cpp (pybind11) + add2_cpu.cpp, or
@@ -39,7 +43,7 @@ else:
     from torch.utils.cpp_extension import load
 module = load(name, sources, extra_cflags=cflags, extra_include_paths=includes, build_directory=build)
 seconds = time.perf_counter() - started
-report(seconds, module=module.__name__)
+report(seconds, module=module.__name__, package=sys.modules["jitops"].__file__ if which == "jitops" else "")
 """
 
 
@@ -56,7 +60,7 @@ def cases() -> dict:
     }
 
 
-def measure(repeats: int, baseline_repeats: int, tmp: Path) -> dict:
+def measure(repeats: int, baseline_repeats: int, tmp: Path, installed: bool) -> dict:
     results = {}
     for case, (name, sources, cflags, includes) in cases().items():
         row = {}
@@ -64,9 +68,13 @@ def measure(repeats: int, baseline_repeats: int, tmp: Path) -> dict:
             build = tmp / f"{which}-{name}"
             build.mkdir()
             env = child_env(JITOPS_CACHE_DIR=str(tmp / f"cache-{name}"))
+            if installed:  # the installed package, not the checkout that child_env puts first
+                env.pop("PYTHONPATH")
             args = [which, name, str(build) if which == "torch" else "", *map(json.dumps, (sources, cflags, includes))]
-            cold = run_child(CHILD, args, env)
-            warm = [run_child(CHILD, args, env) for _ in range(count)]
+            cold = run_child(CHILD, args, env, cwd=tmp)
+            if installed and which == "jitops" and Path(cold["package"]).resolve().is_relative_to(REPO):
+                raise SystemExit(f"jitops came from the checkout ({cold['package']}): `pip install .` it first")
+            warm = [run_child(CHILD, args, env, cwd=tmp) for _ in range(count)]
             row[which] = {"cold_s": cold["seconds"], "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
                           "warm_range_ms": [min(w["seconds"] for w in warm) * 1e3, max(w["seconds"] for w in warm) * 1e3],
                           "warm_spawned": max(w["spawned"] for w in warm), "warm_locks": max(w["locks"] for w in warm)}
@@ -90,9 +98,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11, help="new processes per warm jitops figure")
     parser.add_argument("--baseline-repeats", type=int, default=5, help="new processes per warm torch load() figure")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--installed", action="store_true", help="time the installed jitops (pip install .), not the checkout")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jitops-drop-in-") as tmp:
-        results = measure(args.repeats, args.baseline_repeats, Path(tmp))
+        results = measure(args.repeats, args.baseline_repeats, Path(tmp), args.installed)
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

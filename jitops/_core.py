@@ -48,6 +48,9 @@ def _find_source_root() -> str:
 SOURCE_ROOT = _find_source_root()
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on every extension's include path
+# The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
+# namespace, so the namespace guard cannot claim this one for a package.
+DROP_IN_NAMESPACE = "jitops_load"
 # A warning skips jitops' own frames (the package, and cache_tools/ beside it in a checkout).
 _OWN_CODE = (os.path.join(PACKAGE_DIR, ""), os.path.join(os.path.dirname(PACKAGE_DIR), "cache_tools", ""))
 

@@ -7,8 +7,8 @@ docs/ARCHITECTURE.md ("Resolution order") gives.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _cache, _warm
 from ._core import LoadedLibrary, loaded

@@ -11,10 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ._core import is_identifier
+from ._core import DROP_IN_NAMESPACE, is_identifier, loaded
 from .extension import Extension
-
-NAMESPACE = "jitops_load"  # the cache namespace of every library these calls build (C++ picks its torch.ops one)
 
 
 def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
@@ -71,6 +69,9 @@ def _refuse_unsupported(**arguments) -> None:
 
 def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module,
                build_directory) -> Extension:
+    """The declaration of a load()/load_inline() call. A name this process loaded from other sources
+    or flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook
+    loads its new code beside the old (a second TORCH_LIBRARY block of one namespace still aborts)."""
     for argument, value in (("extra_cflags", cflags), ("extra_cuda_cflags", cuda_cflags), ("extra_ldflags", ldflags),
                             ("extra_include_paths", include_paths)):
         if isinstance(value, str):
@@ -78,10 +79,16 @@ def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths,
     # Include paths as torch takes them: relative to the working directory (an absolute path joined
     # to the extension's root stays itself).
     include_dirs = [os.path.abspath(path) for path in include_paths or []]
-    return Extension(name, sources, namespace=NAMESPACE, root=root, include_dirs=include_dirs,
-                     cflags=cflags or [], cuda_cflags=cuda_cflags or [], ldflags=ldflags or [],
-                     cuda="never" if with_cuda is False else "auto", python_module=bool(python_module),
-                     cache_dir=build_directory)
+    version = 0
+    while True:
+        extension = Extension(name if version == 0 else f"{name}_v{version}", sources, namespace=DROP_IN_NAMESPACE,
+                              root=root, include_dirs=include_dirs, cflags=cflags or [], cuda_cflags=cuda_cflags or [],
+                              ldflags=ldflags or [], cuda="never" if with_cuda is False else "auto",
+                              python_module=bool(python_module), cache_dir=build_directory)
+        found = loaded.get(extension.qualified_name)
+        if found is None or found.extension == extension:
+            return extension
+        version += 1
 
 
 def _load(extension: Extension, with_cuda, verbose):

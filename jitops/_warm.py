@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._core import (
-    IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root,
+    DROP_IN_NAMESPACE, IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root,
     cuda_arch_list, cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
     private_dir_problem, process_abi, write_json_atomic,
 )
@@ -30,10 +30,6 @@ RECORD_FORMAT = 3  # bump when a record's meaning changes: older records then si
 RECORD_PREFIX = "warm-"
 
 
-# Namespaces whose libraries choose their own TORCH_LIBRARY namespace in C++ (jitops.load's).
-UNCLAIMED_NAMESPACES = {"jitops_load"}
-
-
 def already_loaded(extension) -> LoadedLibrary | None:
     """The extension's library if this process loaded it, else None. Where the process loaded
     another declaration of its name, or of its namespace from another package (root or version),
@@ -43,7 +39,7 @@ def already_loaded(extension) -> LoadedLibrary | None:
         return found
     if found is not None:
         others = [found]
-    elif extension.namespace in UNCLAIMED_NAMESPACES:
+    elif extension.namespace == DROP_IN_NAMESPACE:
         others = []
     else:
         others = [other for other in loaded.values() if other.extension.namespace == extension.namespace

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""Build each op once for a whole torch.distributed job, not once per node.
+"""Build each op (and any package's Extension) once for a whole torch.distributed job, not once per node.
 
     dist.init_process_group(...)
     jitops.distributed.load_all()   # every rank calls it once; then the ops load from the local cache
+    jitops.distributed.load_all(extensions=[mypkg.EXTENSION])   # a package's, without jitops' ops
 
 A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their
-keys and derive one plan (`plan`): for each (op, key), one rank provides the entry (from its cache,
+keys and derive one plan (`plan`): for each (extension, key), one rank provides the entry (from its cache,
 or by building it: the builds spread over the nodes) and sends it to one rank of every other node
 that lacks it, which publishes it under the entry's lock as a local build would
 (`_build.publish_received`). Each outcome is broadcast, so a failure raises on every rank. README
@@ -22,40 +23,56 @@ from . import _build, _cache, _loader, _op_names
 from . import load_all as _load_all_locally
 from ._errors import BuildError
 from ._key import PlannedEntry
+from .extension import Extension
 
 __all__ = ["load_all"]
 
 
 class Transfer:
-    """One (op, key): the rank that provides its entry, whether it builds it, who receives it."""
+    """One (extension, key): the rank that provides its entry, whether it builds it, who receives it.
+    name: the extension's qualified name."""
 
-    def __init__(self, op: str, key: str, source: int, build: bool, receivers: list[int]):
-        self.op, self.key, self.source, self.build, self.receivers = op, key, source, build, receivers
+    def __init__(self, name: str, key: str, source: int, build: bool, receivers: list[int]):
+        self.name, self.key, self.source, self.build, self.receivers = name, key, source, build, receivers
 
 
 def _local_state(entries: dict) -> dict:
-    """What this rank tells the others: its node (host and cache root), its key for each op, and
-    the ops its cache has."""
-    node = f"{socket.gethostname()}:{os.path.realpath(_cache.cache_root())}"
-    cached = [op for op, entry in entries.items() if _cache.verified_or_discarded(entry) is not None]
-    return {"node": node, "keys": {op: entry.key for op, entry in entries.items()}, "cached": cached}
+    """What this rank tells the others: the extensions it loads in its order, its key for each and
+    the node it builds into (host and that extension's cache root), and those its cache has."""
+    host = socket.gethostname()
+    cached = [name for name, entry in entries.items() if _cache.verified_or_discarded(entry) is not None]
+    return {"names": list(entries), "keys": {name: entry.key for name, entry in entries.items()},
+            "nodes": {name: f"{host}:{os.path.realpath(entry.root)}" for name, entry in entries.items()}, "cached": cached}
+
+
+def _disagreement(states: dict[int, dict]) -> str:
+    """Why the ranks' lists of extensions differ ('' where they agree): the same text on every rank,
+    which raises it, since each sees every rank's state after the one all_gather."""
+    lists: dict[tuple, list[int]] = {}
+    for rank in sorted(states):
+        lists.setdefault(tuple(states[rank]["names"]), []).append(rank)
+    if len(lists) == 1:
+        return ""
+    return "the ranks must load the same extensions, in the same order; they asked for:\n" + "\n".join(
+        f"  ranks {', '.join(map(str, ranks))}: {', '.join(names) or '(none)'}" for names, ranks in lists.items())
 
 
 def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
-    """The same list on every rank, from every rank's _local_state (rank -> state)."""
+    """The same list on every rank, from every rank's _local_state (rank -> state). A "node" of an
+    extension: the ranks that share its cache root."""
     transfers = []
     builds_per_node: dict[str, int] = {}
     builds_per_rank: dict[int, int] = {}
-    for op in names:
-        for key in sorted({state["keys"][op] for state in states.values()}):
+    for name in names:
+        for key in sorted({state["keys"][name] for state in states.values()}):
             nodes: dict[str, list[int]] = {}
             for rank in sorted(states):
-                if states[rank]["keys"][op] == key:
-                    nodes.setdefault(states[rank]["node"], []).append(rank)
-            have = [node for node, ranks in nodes.items() if any(op in states[r]["cached"] for r in ranks)]
+                if states[rank]["keys"][name] == key:
+                    nodes.setdefault(states[rank]["nodes"][name], []).append(rank)
+            have = [node for node, ranks in nodes.items() if any(name in states[r]["cached"] for r in ranks)]
             if have:
                 source_node, build = have[0], False
-                source = next(r for r in nodes[source_node] if op in states[r]["cached"])
+                source = next(r for r in nodes[source_node] if name in states[r]["cached"])
             else:
                 source_node = min(nodes, key=lambda n: (builds_per_node.get(n, 0), nodes[n][0]))
                 source = min(nodes[source_node], key=lambda r: (builds_per_rank.get(r, 0), r))
@@ -63,61 +80,72 @@ def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
                 builds_per_node[source_node] = builds_per_node.get(source_node, 0) + 1
                 builds_per_rank[source] = builds_per_rank.get(source, 0) + 1
             receivers = [ranks[0] for node, ranks in nodes.items() if node not in have and node != source_node]
-            transfers.append(Transfer(op, key, source, build, receivers))
+            transfers.append(Transfer(name, key, source, build, receivers))
     return transfers
 
 
-def load_all(ops: list[str] | None = None, group=None) -> None:
-    """Build or load every op (or those named) on every rank of `group` (default: the whole job),
-    each compiled once in the job. A collective, after torch.distributed.init_process_group."""
+def load_all(ops: list[str] | None = None, group=None, extensions: list[Extension] | None = None) -> None:
+    """Build or load jitops' ops (all, or those named) and `extensions` (any package's Extensions)
+    on every rank of `group` (default: the whole job), each compiled once in the job. With only
+    extensions given, none of jitops' ops. A collective, after torch.distributed.init_process_group:
+    every rank passes the same list (else every rank raises); then each extension's .load() and
+    each op are ready without building."""
     import torch.distributed as dist  # imported by the call, not by `import jitops.distributed`
 
-    names = _op_names(ops)
     if not dist.is_initialized():
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    from .ops import extension  # as jitops.load_all does: the op modules import torch
-
-    entries = {op: PlannedEntry(extension(op)).entry for op in names}  # this rank's key for each op
+    try:
+        op_names, declared = _declared(ops, extensions)
+        entries = {name: PlannedEntry(e).entry for name, e in declared.items()}  # this rank's key for each
+        state = _local_state(entries)
+    except Exception as err:  # sent to the others, so that every rank raises it instead of waiting
+        op_names, declared, state = [], {}, {"error": f"{type(err).__name__}: {err}"}
     gathered: list = [None] * len(ranks)
-    dist.all_gather_object(gathered, _local_state(entries), group=group)
-    transfers = plan(names, dict(zip(ranks, gathered)))
+    dist.all_gather_object(gathered, state, group=group)
+    states = dict(zip(ranks, gathered))
+    if unplanned := [f"rank {r}: {states[r]['error']}" for r in sorted(states) if "error" in states[r]]:
+        raise BuildError("jitops.distributed.load_all: planning failed on\n  " + "\n  ".join(unplanned))
+    if disagreement := _disagreement(states):
+        raise ValueError(f"jitops.distributed.load_all: {disagreement}")
+    names = list(declared)
+    transfers = plan(names, states)
 
-    # This rank's builds, in parallel; a failure is broadcast with the op's outcome below.
+    # This rank's builds, in parallel; a failure is broadcast with the extension's outcome below.
     mine = [t for t in transfers if t.build and t.source == rank]
     errors: dict[str, str] = {}
     if mine:
         with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-            futures = {t.op: pool.submit(_loader.load, extension(t.op)) for t in mine}
-        errors = {op: str(f.exception()) for op, f in futures.items() if f.exception() is not None}
+            futures = {t.name: pool.submit(_loader.load, declared[t.name]) for t in mine}
+        errors = {name: str(f.exception()) for name, f in futures.items() if f.exception() is not None}
 
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails
     for t in transfers:
         if t.build and t.source != rank:
-            builders.setdefault(t.source, []).append(t.op)
+            builders.setdefault(t.source, []).append(t.name)
     failures, not_published = [], []
     for t in transfers:
         outcome, payload = [None], [None]
         if rank == t.source:
-            outcome[0] = errors.get(t.op, "")
+            outcome[0] = errors.get(t.name, "")
             if not outcome[0] and t.receivers:
                 try:
-                    payload[0] = _entry_payload(t, entries[t.op])
+                    payload[0] = _entry_payload(t, entries[t.name])
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
         _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
         if outcome[0]:
-            failures.append(f"rank {t.source} failed to {'build' if t.build else 'provide'} op {t.op!r}: {outcome[0]}")
+            failures.append(f"rank {t.source} failed to {'build' if t.build else 'provide'} {t.name}: {outcome[0]}")
         elif rank == t.source:
             for receiver in t.receivers:
                 _collective(t, builders, lambda receiver=receiver: dist.send_object_list(payload, receiver, group=group))
         elif rank in t.receivers:
             _collective(t, builders, lambda: dist.recv_object_list(payload, t.source, group=group))
             try:
-                _build.publish_received(entries[t.op], *payload[0])
+                _build.publish_received(entries[t.name], *payload[0])
             except Exception as err:  # reported to every rank below, so that none waits for this one
-                not_published.append(f"rank {rank} could not publish op {t.op!r} received from rank {t.source}: {err}")
+                not_published.append(f"rank {rank} could not publish {t.name} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
         raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(failures))
 
@@ -127,18 +155,36 @@ def load_all(ops: list[str] | None = None, group=None) -> None:
     problems = [problem for of_rank in gathered for problem in of_rank]
     if problems:
         raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
-    _load_all_locally(names)
+    if op_names:
+        _load_all_locally(op_names)  # with each op's Python-side registrations
+    for e in extensions or []:
+        _loader.load(e)
+
+
+def _declared(ops: list[str] | None, extensions: list[Extension] | None) -> tuple[list[str], dict[str, Extension]]:
+    """What load_all(ops, extensions) loads: jitops' op names (all of them where neither is given),
+    and every Extension by qualified name, the ops' then the extensions."""
+    if extensions is not None and not all(isinstance(e, Extension) for e in extensions):
+        raise TypeError(f"extensions must be a list of jitops.Extension, got {extensions!r}")
+    op_names = _op_names(ops) if ops is not None or extensions is None else []
+    declared = {}
+    if op_names:
+        from .ops import extension  # as jitops.load_all does: the op modules import torch
+
+        declared = {extension(op).qualified_name: extension(op) for op in op_names}
+    declared.update((e.qualified_name, e) for e in extensions or [])
+    return op_names, declared
 
 
 def _collective(t: Transfer, builders: dict[int, list[str]], call):
-    """call(), its failure re-raised naming the op and the ranks that were building: a rank killed or
-    hung while building stalls the first exchange after the builds, whichever op that is for."""
+    """call(), its failure re-raised naming the extension and the ranks that were building: a rank
+    killed or hung while building stalls the first exchange after the builds, whichever that is for."""
     try:
         return call()
     except Exception as err:
-        building = ", ".join(f"rank {r} (building {', '.join(ops)})" for r, ops in sorted(builders.items())) or "none"
+        building = ", ".join(f"rank {r} (building {', '.join(names)})" for r, names in sorted(builders.items())) or "none"
         raise BuildError(
-            f"jitops.distributed.load_all: exchanging op {t.op!r} (provided by rank {t.source}) failed: "
+            f"jitops.distributed.load_all: exchanging {t.name} (provided by rank {t.source}) failed: "
             f"{type(err).__name__}: {err}\nthe other ranks that were building: {building}"
         ) from err
 
@@ -148,5 +194,5 @@ def _entry_payload(t: Transfer, entry: _cache.Entry) -> tuple[dict, bytes]:
     does): the entry's manifest and its library's bytes."""
     library = entry.verified_library(touch=False)
     if library is None:
-        raise BuildError(f"jitops.distributed.load_all: op {t.op!r} is missing from rank {t.source}'s cache")
+        raise BuildError(f"jitops.distributed.load_all: {t.name} is missing from rank {t.source}'s cache")
     return entry.read_manifest(), library.read_bytes()

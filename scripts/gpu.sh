@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-a|tests-b|tests-c|issue25|drop-in|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
-# (logs under $OUT). `tests` runs the whole suite: its three parts at once, each with its own cache
-# (on 16 cores about 7.5 minutes; one after another they take 11). Builds for the card only
+#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+# (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache
+# (on 16 cores about 9 minutes, near the call's limit: `tests-ab` then `tests-cd` split it in two
+# calls). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-gpu-logs}")
@@ -15,8 +16,10 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 TESTS_A="tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py"
 TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py tests/test_reliability.py tests/test_large_index.py tests/test_distributed.py"
+# Part d: the drop-ins and the downstream package (wheel, venv, CUDA builds of their own).
+TESTS_D="tests/test_torch_load.py tests/test_downstream.py"
 # Part c: every other tests/test_*.py, so that a new test file always runs here.
-TESTS_C=$(for f in tests/test_*.py; do case " $TESTS_A $TESTS_B " in *" $f "*) ;; *) echo "$f";; esac; done | tr '\n' ' ')
+TESTS_C=$(for f in tests/test_*.py; do case " $TESTS_A $TESTS_B $TESTS_D " in *" $f "*) ;; *) echo "$f";; esac; done | tr '\n' ' ')
 # Part b without the loader's slow fault and packaging suites (prebuilt wheel, killed builds,
 # distributed, CLI): every op's CUDA tests in about 4 minutes, when only bindings or kernels changed.
 TESTS_B_OPS="tests/test_trilinear_interpolation.py tests/test_properties.py tests/test_large_index.py"
@@ -25,15 +28,21 @@ part() {  # part NAME FILES...: one part of the suite, with a cache of its own, 
   JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-$name pytest "$@" > "$OUT/pytest-$name.log" 2>&1
 }
 case "$1" in
-  tests|tests-ops)
-    [ "$1" = tests ] && tests_b=$TESTS_B || tests_b=$TESTS_B_OPS
-    part a $TESTS_A & a=$!; part b $tests_b & b=$!; part c $TESTS_C & c=$!
-    status=0; for pid in $a $b $c; do wait $pid || status=1; done
-    for name in a b c; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
+  tests|tests-ops|tests-ab|tests-cd)
+    [ "$1" = tests-ops ] && tests_b=$TESTS_B_OPS || tests_b=$TESTS_B
+    case "$1" in tests-ab) names="a b";; tests-cd) names="c d";; tests-ops) names="a b c";; *) names="a b c d";; esac
+    pids=""
+    for name in $names; do
+      case $name in a) files=$TESTS_A;; b) files=$tests_b;; c) files=$TESTS_C;; d) files=$TESTS_D;; esac
+      part $name $files & pids="$pids $!"
+    done
+    status=0; for pid in $pids; do wait $pid || status=1; done
+    for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
   tests-c) part c $TESTS_C; tail -n 3 "$OUT/pytest-c.log" ;;
+  tests-d) part d $TESTS_D; tail -n 3 "$OUT/pytest-d.log" ;;
   loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
              --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
   installed)  # the loader as users have it: a regular install, timed from outside the checkout (then editable again)
@@ -42,6 +51,10 @@ case "$1" in
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
+  drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again
+    python3 -m pip install -q . --no-deps --no-build-isolation
+    (cd examples && python3 drop_in_time.py --installed --json "$OUT/drop_in_installed.json") 2>&1 | tee "$OUT/drop_in_installed.log"
+    python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   issue25)  # the drop-in, downstream-package, namespace and prebuilt tests with CUDA, then the drop-in timing
     JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-25 pytest tests/test_torch_load.py tests/test_downstream.py tests/test_extension.py \
       tests/test_prebuilt.py > "$OUT/pytest-issue25.log" 2>&1; tail -n 3 "$OUT/pytest-issue25.log"
@@ -84,5 +97,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-a|tests-b|tests-c|issue25|drop-in|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

@@ -113,6 +113,46 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
     assert node1["add2"]["components"]["cxx"].startswith(str(wrapper))
 
 
+def test_a_package_extension_is_built_once_in_the_job(tmp_path):
+    # load_all(extensions=[...]) alone: the package's extension (tests' tiny), none of jitops' ops.
+    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}] * 2, ops=[])
+    logs = finish_job(nodes)
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert sorted(rank_results(out)) == [0, 1, 2, 3] and all(r["ok"] for r in rank_results(out).values())
+    assert "".join(logs).count("jitops: built jitops_test.tiny (") == 1, logs
+    assert builds_in(logs) == {op: 0 for op in OPS}
+    node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
+    assert sorted(node0) == sorted(node1) == ["tiny"]
+    assert [node0["tiny"][k] for k in ("key", "library_sha256", "built_at")] == [node1["tiny"][k] for k in ("key", "library_sha256", "built_at")]
+
+
+def test_ranks_that_ask_for_different_extensions_all_fail_at_once(tmp_path):
+    # Node 0's ranks ask for add2 and the package's extension, node 1's for add2 alone: every rank
+    # raises the same error naming both lists, before anything is built, instead of a hang.
+    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}, {}], ops=["add2"])
+    logs = finish_job(nodes)
+    assert all(node.returncode != 0 for node in nodes), logs
+    errors = {rank: r["error"] for rank, r in rank_results(out).items()}
+    assert sorted(errors) == [0, 1, 2, 3], logs
+    for error in errors.values():
+        assert "the ranks must load the same extensions" in error, errors
+        assert "ranks 0, 1: jitops.add2, jitops_test.tiny" in error and "ranks 2, 3: jitops.add2" in error, errors
+    assert "jitops: built" not in "".join(logs), "nothing was built"
+
+
+def test_a_rank_that_cannot_plan_fails_every_rank(tmp_path):
+    # Node 1's copy of the package lacks its sources: its ranks cannot compute a key. They tell the
+    # others through the one all_gather, so every rank raises naming them instead of waiting.
+    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}, {"JOB_EXTENSIONS": "tiny", "JOB_TINY_ROOT": str(tmp_path)}], ops=[])
+    logs = finish_job(nodes)
+    errors = {rank: r["error"] for rank, r in rank_results(out).items()}
+    assert sorted(errors) == [0, 1, 2, 3] and all(node.returncode != 0 for node in nodes), logs
+    for error in errors.values():
+        assert "planning failed on" in error and "rank 2: BuildError" in error and "is missing sources" in error, errors
+        assert "rank 0:" not in error
+    assert "jitops: built" not in "".join(logs)
+
+
 @pytest.mark.parametrize("how", ["killed", "timeout"])
 def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja. "killed":
@@ -149,8 +189,8 @@ def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     reported = {rank: r["error"] for rank, r in rank_results(out).items() if rank < RANKS_PER_NODE}
     assert reported, "no rank of node 0 reported"
     for error in reported.values():
-        assert re.search(r"exchanging op '\w+' \(provided by rank \d\) failed", error), reported
-        assert re.search(r"the other ranks that were building: .*rank [23] \(building (add2|trilinear_interpolation)", error), reported
+        assert re.search(r"exchanging jitops\.\w+ \(provided by rank \d\) failed", error), reported
+        assert re.search(r"the other ranks that were building: .*rank [23] \(building jitops\.(add2|trilinear_interpolation)", error), reported
     assert nodes[0].returncode != 0
     assert waited < 60, f"node 0 took {waited:.0f} s to end"
 
@@ -169,22 +209,24 @@ def test_plan_spreads_builds_and_keeps_keys_apart():
 
     ops = ["a", "b", "c", "d", "e"]
     # Five nodes of two ranks, empty caches: five builds on five nodes, each sent to the other four.
-    states = {rank: {"node": f"n{rank // 2}", "keys": {op: "k" for op in ops}, "cached": []} for rank in range(10)}
+    states = {rank: {"nodes": {op: f"n{rank // 2}" for op in ops}, "keys": {op: "k" for op in ops}, "cached": []}
+              for rank in range(10)}
+    node = {rank: f"n{rank // 2}" for rank in states}
     transfers = plan(ops, states)
     assert all(t.build for t in transfers)
-    assert sorted(states[t.source]["node"] for t in transfers) == ["n0", "n1", "n2", "n3", "n4"]
+    assert sorted(node[t.source] for t in transfers) == ["n0", "n1", "n2", "n3", "n4"]
     for t in transfers:
-        assert sorted(states[r]["node"] for r in t.receivers) == sorted({"n0", "n1", "n2", "n3", "n4"} - {states[t.source]["node"]})
+        assert sorted(node[r] for r in t.receivers) == sorted({"n0", "n1", "n2", "n3", "n4"} - {node[t.source]})
     # A node whose cache has op "c" provides it: no build, and that node receives nothing.
     for rank in (6, 7):
         states[rank]["cached"] = ["c"]
-    (c,) = [t for t in plan(ops, states) if t.op == "c"]
-    assert not c.build and c.source == 6 and "n3" not in [states[r]["node"] for r in c.receivers]
+    (c,) = [t for t in plan(ops, states) if t.name == "c"]
+    assert not c.build and c.source == 6 and "n3" not in [node[r] for r in c.receivers]
     # Node n4 has another key for "a": a transfer of its own, built there, sent nowhere; the
     # other key's entry never goes to n4.
     for rank in (8, 9):
         states[rank]["keys"]["a"] = "other"
-    a_transfers = [t for t in plan(ops, states) if t.op == "a"]
+    a_transfers = [t for t in plan(ops, states) if t.name == "a"]
     assert len(a_transfers) == 2
     other = next(t for t in a_transfers if t.key == "other")
     main = next(t for t in a_transfers if t.key == "k")

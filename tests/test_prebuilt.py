@@ -211,3 +211,35 @@ def test_a_prebuilt_covers_a_gpu_only_with_code_it_can_run(arch_list, gpus, miss
     from jitops import _prebuilt
 
     assert _prebuilt.missing_archs(arch_list, gpus) == missing
+
+
+RUN_ADD2_ON_THE_GPU = """
+import torch, jitops
+from jitops import _core
+a, b = torch.randn(1 << 22, device="cuda"), torch.randn(1 << 22, device="cuda")
+torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
+print(_core.loaded["jitops.add2"].how, _core.loaded["jitops.add2"].with_cuda)
+"""
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_the_gpu_a_prebuilt_without_its_arch_is_refused_and_one_with_ptx_runs(tmp_path):
+    # The rule above on a real GPU: add2 prebuilt for an older arch only (SASS this GPU cannot run)
+    # is refused, naming the GPU's capability; the same arch with PTX is loaded and runs correctly.
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    older = "8.0" if major != 8 else "7.5"
+    outcomes = {}
+    for arch_list in (older, f"{older}+PTX"):
+        out = tmp_path / arch_list.replace("+", "-")
+        built = run(["-m", "cache_tools", "build", "add2", "--out", str(out)], REPO,
+                    TORCH_CUDA_ARCH_LIST=arch_list, JITOPS_CACHE_DIR=str(tmp_path / f"build-cache-{out.name}"))
+        assert built.returncode == 0, built.stderr
+        outcomes[arch_list] = run(["-c", RUN_ADD2_ON_THE_GPU], REPO, TORCH_CUDA_ARCH_LIST=f"{major}.{minor}",
+                                  JITOPS_DISABLE_BUILD="1", JITOPS_PREBUILT_DIR=str(out), JITOPS_CACHE_DIR=str(tmp_path / "cache"))
+    refused, accepted = outcomes[older], outcomes[f"{older}+PTX"]
+    assert refused.returncode != 0
+    assert f"has no code for the visible GPU(s) of compute capability {major}.{minor} (built for {older})" in refused.stderr, refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout.split() == ["prebuilt", "True"]

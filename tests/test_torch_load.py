@@ -7,11 +7,14 @@ import inspect
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from test_loader import TINY_SOURCES, finish, slow_compiler, tiny_env
 from torch.utils import cpp_extension
 
 import jitops
@@ -87,6 +90,73 @@ def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
     warm = run_child(INLINE_CHILD, tmp_path / "cache")
     assert warm["twice"] and warm["thrice"] and warm["path"] == cold["path"]
     assert (warm["spawned"], warm["locks"]) == (0, 0)
+
+
+# A notebook cell run, edited, run again: as torch's load() does, the new code loads beside the old
+# as <name>_v1 (plain C functions: a build takes a second).
+EDITED_CHILD = PRELUDE + """
+import ctypes
+def value(code):
+    path = jitops.load_inline("plain", 'extern "C" int value() { return %d; }' % code, is_python_module=False,
+                              no_implicit_headers=True)
+    return path, ctypes.CDLL(path).value()
+print(json.dumps([value(1), value(2), value(1), value(2)]))
+"""
+
+
+def test_a_name_loaded_again_from_other_sources_gets_the_next_version_as_in_torch(tmp_path):
+    results = run_child(EDITED_CHILD, tmp_path / "cache")
+    assert [value for _, value in results] == [1, 2, 1, 2]
+    (first, _), (second, _), (first_again, _), (second_again, _) = results
+    assert (first_again, second_again) == (first, second) and first != second
+    assert Path(first).name == "jitops_load_plain.so" and Path(second).name == "jitops_load_plain_v1.so"
+
+
+# tiny_ext (plain C functions, built in a second) through jitops.load into a build_directory, as a
+# third-party wrapper calls it: the crowd and kill -9 cases of test_reliability/test_loader on this path.
+TINY_DROP_IN_CHILD = PRELUDE + """
+import ctypes
+tiny = sys.argv[1]
+path = jitops.load("tiny", [tiny + "/kernels/cpu/tiny.cpp", tiny + "/kernels/cpu/tiny_second.cpp", tiny + "/bindings/tiny.cpp"],
+                   build_directory=sys.argv[2], is_python_module=False)
+print(json.dumps({"value": ctypes.CDLL(path).jitops_tiny_value(), "path": path}))
+"""
+
+
+def start_tiny_drop_in(plugin: Path, **extra_env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TINY_DROP_IN_CHILD, str(TINY_SOURCES), str(plugin)],
+                            env=tiny_env(plugin.parent / "cache", **extra_env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def drop_in_entries(plugin: Path) -> list[Path]:
+    return sorted(p for p in plugin.glob("jitops_load.tiny-*") if p.is_dir())
+
+
+def test_a_crowd_of_eight_drop_in_loads_builds_once(tmp_path):
+    plugin = tmp_path / "plugin"
+    results = [finish(p) for p in [start_tiny_drop_in(plugin) for _ in range(8)]]
+    assert all(r["value"] == 42 for r in results)
+    assert sum(r["stderr"].count("jitops: built jitops_load.tiny (") for r in results) == 1, [r["stderr"] for r in results]
+    assert len({r["path"] for r in results}) == 1 and len(drop_in_entries(plugin)) == 1
+
+
+def test_a_drop_in_build_killed_mid_compile_does_not_block_the_next(tmp_path):
+    plugin = tmp_path / "plugin"
+    victim = start_tiny_drop_in(plugin, CXX=slow_compiler(tmp_path, 5))
+    deadline = time.monotonic() + TIMEOUT_S
+    while not list(plugin.glob(".tmp-jitops_load.tiny-*/build/build.ninja")):  # ninja is compiling
+        assert victim.poll() is None and time.monotonic() < deadline, "the build finished or failed too early"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=TIMEOUT_S)
+    assert drop_in_entries(plugin) == [], "a killed build publishes nothing"
+    started = time.monotonic()
+    result = finish(start_tiny_drop_in(plugin))
+    assert result["value"] == 42 and "jitops: built jitops_load.tiny (" in result["stderr"]
+    assert time.monotonic() - started < 60, "the next load waited on the killed build's lock"
+    assert len(drop_in_entries(plugin)) == 1
 
 
 @pytest.mark.parametrize("arguments, named", [

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """One rank of a job of two simulated nodes (tests/test_distributed.py): `torchrun --nnodes 2
 ... tests/jobs/distributed_load_all.py OUT_DIR OPS`. Each rank calls jitops.distributed.load_all
-for OPS (comma-separated), runs every op on example data against its reference, and writes
+for OPS (comma-separated; with JOB_EXTENSIONS=tiny, tests/tiny_extension.py's extension too, and
+an empty OPS then loads that alone), runs each on example data against its reference, and writes
 OUT_DIR/rank-<rank>.json: {"rank", "ok", "error", "seconds"}. A rank that fails exits 1 at once,
 without tearing the process group down (its peers may be gone)."""
 
+import ctypes
 import datetime
 import json
 import os
@@ -19,6 +21,9 @@ import jitops
 import jitops.distributed
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tiny_extension import SOURCES, tiny_extension  # noqa: E402  (tests/, where this job's extension is declared)
+
 
 def check(op: str, rank: int) -> None:
     generator = torch.Generator().manual_seed(1234 + rank)
@@ -29,12 +34,16 @@ def check(op: str, rank: int) -> None:
         feats = torch.randn(64, 8, 16, generator=generator)
         points = torch.rand(64, 3, generator=generator) * 2 - 1
         torch.testing.assert_close(jitops.trilinear_interpolation(feats, points), trilinear_interpolation_ref(feats, points))
+    elif op == "tiny":  # a package's Extension, loaded by load_all: its .load() is this process's
+        assert ctypes.CDLL(str(tiny_extension(os.environ.get("JOB_TINY_ROOT") or SOURCES).load().library)).jitops_tiny_value() == 42
     else:
         raise ValueError(f"no example for op {op!r}")
 
 
 def main() -> None:
-    out_dir, ops = Path(sys.argv[1]), sys.argv[2].split(",")
+    out_dir, ops = Path(sys.argv[1]), [op for op in sys.argv[2].split(",") if op]
+    tiny_root = os.environ.get("JOB_TINY_ROOT")  # another copy of its sources (or none)
+    extensions = [tiny_extension(*[tiny_root] if tiny_root else [])] if os.environ.get("JOB_EXTENSIONS") == "tiny" else []
     timeout = datetime.timedelta(seconds=float(os.environ.get("JOB_COLLECTIVE_TIMEOUT_S", "300")))
     backend = os.environ.get("JOB_BACKEND", "gloo")  # nccl: scripts/gpu.sh nccl-two-nodes
     if backend == "nccl":
@@ -44,9 +53,9 @@ def main() -> None:
     started = time.perf_counter()
     result = {"rank": rank, "ok": False, "error": ""}
     try:
-        jitops.distributed.load_all(ops)
+        jitops.distributed.load_all(ops or None, extensions=extensions or None)
         result["seconds"] = time.perf_counter() - started
-        for op in ops:
+        for op in ops + [e.name for e in extensions]:
             check(op, rank)
         result["ok"] = True
     except Exception as err:
