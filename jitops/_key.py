@@ -196,6 +196,8 @@ class PlannedEntry:
         if missing:
             raise BuildError(f"jitops: extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}")
         self.extension = extension
+        # The cache root first: creating it must not change a folder whose identity is read below.
+        root = _cache.cache_root(extension.cache_dir)
         # Everything the key depends on is read before the key, folders before the files in them:
         # a change meanwhile misses the warm record next time rather than matching a stale key.
         self.settings = _warm.settings(extension)
@@ -205,4 +207,4 @@ class PlannedEntry:
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
         self.components = key_components(extension, self.cxx, self.cuda)
         key = _cache.compute_key(self.components)
-        self.entry = _cache.Entry(_cache.cache_root(extension.cache_dir), extension.qualified_name, key, source_root=extension.root)
+        self.entry = _cache.Entry(root, extension.qualified_name, key, source_root=extension.root)

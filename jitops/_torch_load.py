@@ -14,6 +14,8 @@ from pathlib import Path
 from ._core import DROP_IN_NAMESPACE, is_identifier, loaded
 from .extension import Extension
 
+BUILD_SUBFOLDER = "jitops"
+
 
 def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
          extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None, with_sycl=None,
@@ -21,15 +23,15 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
     """torch.utils.cpp_extension.load, through jitops: the pybind11 module (is_python_module=True),
     else the library's path after its TORCH_LIBRARY registrations ran. keep_intermediates has no
     effect (jitops keeps the build log, not the object files); verbose=True streams the compiler's
-    output (as JITOPS_VERBOSE=1). build_directory: where this extension's cache entries live,
-    with the same key, lock and checks as in jitops' cache root."""
+    output (as JITOPS_VERBOSE=1). build_directory: this extension's cache entries live in its
+    subfolder jitops/, with the same key, lock and checks as in jitops' cache root."""
     _refuse_unsupported(extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl, is_standalone=is_standalone)
     paths = [os.path.abspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
     if not paths:
         raise ValueError("load: sources is empty")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
     extension = _extension(name, root, [os.path.relpath(p, root) for p in paths], extra_cflags, extra_cuda_cflags,
-                           extra_ldflags, extra_include_paths, with_cuda, is_python_module, build_directory)
+                           extra_ldflags, extra_include_paths, with_cuda, is_python_module, _cache_dir(build_directory))
     return _load(extension, with_cuda, verbose)
 
 
@@ -53,9 +55,10 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     if functions is not None:
         cpp.append(_pybind_block(functions, with_pytorch_error_handling))
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
-    root = _write_once(name, files, build_directory)
+    cache_dir = _cache_dir(build_directory)
+    root = _write_once(name, files, cache_dir)
     extension = _extension(name, root, sorted(files), extra_cflags, extra_cuda_cflags, extra_ldflags,
-                           extra_include_paths, with_cuda if cuda else False, is_python_module, build_directory)
+                           extra_include_paths, with_cuda if cuda else False, is_python_module, cache_dir)
     return _load(extension, with_cuda if cuda else None, verbose)
 
 
@@ -67,8 +70,14 @@ def _refuse_unsupported(**arguments) -> None:
             raise ValueError(f"{argument}={value!r} is not supported: {why}")
 
 
+def _cache_dir(build_directory) -> str | None:
+    """Where a build_directory holds jitops' entries: a subfolder, since get_plugin passes the
+    folder holding the sources, whose identity the key reads (a build there would change it)."""
+    return os.path.join(os.path.abspath(build_directory), BUILD_SUBFOLDER) if build_directory else None
+
+
 def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module,
-               build_directory) -> Extension:
+               cache_dir) -> Extension:
     """The declaration of a load()/load_inline() call. A name this process loaded from other sources
     or flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook
     loads its new code beside the old (a second TORCH_LIBRARY block of one namespace still aborts)."""
@@ -84,7 +93,7 @@ def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths,
         extension = Extension(name if version == 0 else f"{name}_v{version}", sources, namespace=DROP_IN_NAMESPACE,
                               root=root, include_dirs=include_dirs, cflags=cflags or [], cuda_cflags=cuda_cflags or [],
                               ldflags=ldflags or [], cuda="never" if with_cuda is False else "auto",
-                              python_module=bool(python_module), cache_dir=build_directory)
+                              python_module=bool(python_module), cache_dir=cache_dir)
         found = loaded.get(extension.qualified_name)
         if found is None or found.extension == extension:
             return extension
@@ -125,13 +134,13 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
 
 
-def _write_once(name: str, files: dict[str, str], build_directory) -> str:
+def _write_once(name: str, files: dict[str, str], cache_dir: str | None) -> str:
     """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>):
     written once, atomically, and never changed, so its files' identities stay valid for warm loads."""
     from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
 
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    parent = ensure_private_dir(cache_root(build_directory and os.path.abspath(build_directory)) / INLINE_SOURCES)
+    parent = ensure_private_dir(cache_root(cache_dir) / INLINE_SOURCES)
     folder = parent / f"{name}-{digest}"
     if not folder.is_dir():
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent))

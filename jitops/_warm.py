@@ -21,8 +21,6 @@ from ._core import (
     cuda_arch_list, cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
     private_dir_problem, process_abi, write_json_atomic,
 )
-from ._errors import NamespaceConflict
-
 if TYPE_CHECKING:
     from .extension import Extension
 
@@ -45,6 +43,8 @@ def already_loaded(extension) -> LoadedLibrary | None:
         others = [other for other in loaded.values() if other.extension.namespace == extension.namespace
                   and (other.extension.root, other.extension.version) != (extension.root, extension.version)]
     if others:
+        from ._errors import NamespaceConflict  # only here: a warm load imports one module fewer
+
         other = others[0]
         raise NamespaceConflict(
             f"jitops: cannot load {extension.qualified_name} (version {extension.version}, from {extension.root}): "

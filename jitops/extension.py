@@ -48,6 +48,12 @@ class Extension:
             values[argument] = tuple(value)
         if not values["sources"]:
             raise ValueError(f"Extension {name!r}: sources is empty")
+        # Every build and warm record written into a folder the key reads would change it.
+        watched = [os.path.dirname(os.path.join(root, s)) for s in values["sources"]] + \
+            [os.path.join(root, d) for d in values["include_dirs"]] if cache_dir is not None else []
+        if values["cache_dir"] in {os.path.normpath(folder) for folder in watched}:
+            raise ValueError(f"Extension {name!r}: cache_dir {values['cache_dir']} holds its sources or headers; "
+                             "give it a folder of its own (a subfolder will do)")
         for argument, value in values.items():
             object.__setattr__(self, argument, value)
 

@@ -4,6 +4,7 @@ dependencies from the compiler, modules layered without import cycles, public er
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,13 @@ def test_declaring_is_frozen_and_checks_its_arguments():
         jitops.Extension("x", [], namespace="ns", root=".")
     with pytest.raises(ValueError, match="cuda must be one of"):
         jitops.Extension("x", ["a.cpp"], namespace="ns", root=".", cuda="always")
+    # Its entries and warm records would change, on every load, a folder whose identity the key reads.
+    for folder in ("src", "include", "src/"):
+        with pytest.raises(ValueError, match="cache_dir .* holds its sources or headers"):
+            jitops.Extension("x", ["src/a.cpp"], namespace="ns", root="/pkg", include_dirs=["include"],
+                             cache_dir=os.path.join("/pkg", folder))
+    assert jitops.Extension("x", ["src/a.cpp"], namespace="ns", root="/pkg", cache_dir="/pkg/src/build").cache_dir == \
+        "/pkg/src/build"
 
 
 def test_only_namespace_name_key_is_an_entry_name():

@@ -41,7 +41,8 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS)}))
+loader = sorted(m for m in ("jitops._loader", "jitops._key", "jitops._cache", "jitops._build", "jitops._errors") if m in sys.modules)
+print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """
 
 INLINE_CHILD = PRELUDE + """
@@ -78,9 +79,11 @@ def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_
     assert cold["ok"] and cold["name"] == "tutorial_add2" and cold["spawned"] > 0
     warm = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(plugin), str(plugin))
     assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0), "a warm load spawns nothing and takes no lock"
-    assert len([p for p in plugin.glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, "one entry, in build_directory"
+    assert warm["loader"] == [], "a warm load imports only the warm path"
+    assert len([p for p in (plugin / "jitops").glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, \
+        "one entry, in build_directory/jitops"
     assert not list((tmp_path / "cache").glob("jitops_load.*")), "nothing in the cache root"
-    assert list(plugin.glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
+    assert list((plugin / "jitops").glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
 
 
 def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
@@ -130,7 +133,7 @@ def start_tiny_drop_in(plugin: Path, **extra_env: str) -> subprocess.Popen:
 
 
 def drop_in_entries(plugin: Path) -> list[Path]:
-    return sorted(p for p in plugin.glob("jitops_load.tiny-*") if p.is_dir())
+    return sorted(p for p in (plugin / "jitops").glob("jitops_load.tiny-*") if p.is_dir())
 
 
 def test_a_crowd_of_eight_drop_in_loads_builds_once(tmp_path):
@@ -145,7 +148,7 @@ def test_a_drop_in_build_killed_mid_compile_does_not_block_the_next(tmp_path):
     plugin = tmp_path / "plugin"
     victim = start_tiny_drop_in(plugin, CXX=slow_compiler(tmp_path, 5))
     deadline = time.monotonic() + TIMEOUT_S
-    while not list(plugin.glob(".tmp-jitops_load.tiny-*/build/build.ninja")):  # ninja is compiling
+    while not list((plugin / "jitops").glob(".tmp-jitops_load.tiny-*/build/build.ninja")):  # ninja is compiling
         assert victim.poll() is None and time.monotonic() < deadline, "the build finished or failed too early"
         time.sleep(0.05)
     time.sleep(1.0)
