@@ -57,7 +57,7 @@ def report() -> dict:
                 else None
             ),
         },
-        "ninja": shutil.which("ninja"),
+        "ninja": _build.find_ninja(),
         "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_version(cxx) if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import math
 import os
 import re
@@ -35,11 +36,28 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
 
+def find_ninja() -> str | None:
+    """ninja on PATH, else the one pip installed beside this interpreter (an un-activated venv:
+    systemd units, cron, `ENTRYPOINT ["/venv/bin/python"]`), else the ninja package's own."""
+    found = shutil.which("ninja")
+    if found is None:
+        beside = os.path.join(os.path.dirname(sys.executable), "ninja")
+        found = beside if os.access(beside, os.X_OK) else None
+    if found is None:
+        try:
+            import ninja  # the PyPI package, a jitops dependency
+
+            found = shutil.which("ninja", path=ninja.BIN_DIR)
+        except (ImportError, AttributeError):
+            pass
+    return found
+
+
 def missing_tools(cxx: Path | None) -> list[str]:
     """What a build needs and this machine lacks, each with how to get it."""
     missing = []
-    if shutil.which("ninja") is None:
-        missing.append("ninja is not on PATH (pip install ninja, and activate the environment it went into)")
+    if find_ninja() is None:
+        missing.append("no ninja on PATH, beside this Python or in the ninja package (pip install ninja)")
     if cxx is None:
         missing.append(f"no C++ compiler: {os.environ.get('CXX', 'c++')!r} is not on PATH (install g++ or set CXX)")
     return missing
@@ -275,7 +293,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     its sha256, named relative to the extension's root where under it. skip: the units' wrappers.
     torch's, the CUDA toolkit's and the compilers' own headers are left out: the key names their
     versions, and checking each on every load would cost hundreds of stat calls."""
-    result = subprocess.run(["ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
+    result = subprocess.run([find_ninja() or "ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
     import torch  # loaded by the caller already: this module imports without it
@@ -350,7 +368,7 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     reaches it directly; on a timeout, an exception or SIGTERM it is stopped (_stop_ninja)."""
     verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
     timeout = build_timeout()
-    command = ["ninja", "-v"]
+    command = [find_ninja() or "ninja", "-v"]
     jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
     if jobs.isdigit():
         command += ["-j", jobs]
@@ -473,26 +491,45 @@ def first_compiler_error(log: str) -> str:
     return meaningful[-1] if meaningful else "no output"
 
 
+LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
+
+
+def _status_on_stderr() -> bool:
+    """Whether status lines go to stderr: where nothing handles the "jitops" logger (no handler on it
+    or above it; Python's last resort would drop INFO) and nobody silenced it. Else to the logger."""
+    return not LOGGER.hasHandlers() and not LOGGER.disabled and LOGGER.level <= logging.INFO
+
+
 class _BuildStatus:
-    """One build's status on stderr: op, backends, elapsed seconds, ninja's step. Every write is a
-    whole line under one lock (builds run in threads). In a log: a line at the start and at the end.
-    On a terminal: one live line for every build in flight (one thread redraws it), and each
-    build's final line printed above it."""
+    """One build's status: op, backends, elapsed seconds, ninja's step. Every write is a whole line
+    under one lock (builds run in threads). In a log, or through the "jitops" logger: a line at
+    the start and at the end. On a terminal: one live line for every build in flight, cut to the
+    terminal's width (one thread redraws it), and each build's final line printed above it. Why an
+    op is built without CUDA is said once per process."""
 
     _lock = threading.Lock()
     _in_flight: list[_BuildStatus] = []
     _live_line = False  # whether a live line is on the terminal now
+    _reasons_said: set[str] = set()
 
     def __init__(self, op: str, cuda: CudaPlan, verbose: bool):
-        self.op, self.started, self.step = op, time.time(), ""
-        self.label = f"{op} ({'cpu+cuda' if cuda.enabled else f'cpu only: {cuda.reason}'})"
-        self.live = sys.stderr.isatty() and not verbose
+        self.op, self.started, self.step, self.cuda = op, time.time(), "", cuda
+        self.live = sys.stderr.isatty() and not verbose and _status_on_stderr()
         with _BuildStatus._lock:
             _BuildStatus._in_flight.append(self)
             if self.live and len(_BuildStatus._in_flight) == 1:
                 threading.Thread(target=_BuildStatus._redraw, daemon=True).start()
             if not self.live:
-                self._write_line(f"jitops: building {self.label} ...")
+                self._write_line(f"jitops: building {self._label()} ...")
+
+    def _label(self) -> str:
+        """op (cpu+cuda), or op (cpu only: why) the first time this process gives that reason."""
+        if self.cuda.enabled:
+            return f"{self.op} (cpu+cuda)"
+        reason = self.cuda.reason
+        said = reason in _BuildStatus._reasons_said
+        _BuildStatus._reasons_said.add(reason)
+        return f"{self.op} (cpu only)" if said else f"{self.op} (cpu only: {reason})"
 
     @classmethod
     def _redraw(cls) -> None:
@@ -503,21 +540,30 @@ class _BuildStatus:
                 if not live:
                     return
                 now = time.time()
-                line = "; ".join(f"{b.op} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
-                sys.stderr.write(f"\r\033[Kjitops: building {line}")
+                line = "jitops: building " + "; ".join(f"{b.op} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
+                try:  # read each time: the terminal may have been resized
+                    width = os.get_terminal_size(sys.stderr.fileno()).columns
+                except (OSError, ValueError):
+                    width = 80
+                # One row at most: \r\033[K erases only the row the cursor is on.
+                sys.stderr.write("\r\033[K" + line[: max(width - 1, 1)])
                 sys.stderr.flush()
                 cls._live_line = True
 
     @classmethod
     def _write_line(cls, line: str) -> None:
         """A whole line, above the live one if there is one (which the next redraw puts back)."""
+        if not _status_on_stderr():
+            LOGGER.info(line)
+            return
         sys.stderr.write(("\r\033[K" if cls._live_line else "") + line + "\n")
         sys.stderr.flush()
         cls._live_line = False
 
     def finish(self, ok: bool) -> None:
         seconds = f"{time.time() - self.started:.1f}s {self.step}"
-        line = f"jitops: built {self.label} in {seconds}" if ok else f"jitops: FAILED to build {self.label} after {seconds}"
         with _BuildStatus._lock:
+            label = self._label()
+            line = f"jitops: built {label} in {seconds}" if ok else f"jitops: FAILED to build {label} after {seconds}"
             _BuildStatus._in_flight.remove(self)
             self._write_line(line.rstrip())

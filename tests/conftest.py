@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 import os
+import sys
 import tempfile
 
 import pytest
@@ -38,3 +39,29 @@ def assert_close_to_float64(actual, expected_float64, dtype):
 def float64_leaves(*tensors):
     """float64 copies of tensors, as autograd leaves that require grad."""
     return [t.detach().double().requires_grad_() for t in tensors]
+
+
+@pytest.fixture
+def python_without_ninja(tmp_path) -> tuple[str, dict]:
+    """(interpreter, environment) of this Python where jitops finds no ninja but PATH's: a venv of
+    links to this one's (so no ninja beside the interpreter), and a ninja package naming no binary
+    shadowing the real one. Give it a PATH without ninja."""
+    from pathlib import Path
+
+    shadow = tmp_path / "shadow"
+    (shadow / "ninja").mkdir(parents=True)
+    (shadow / "ninja" / "__init__.py").write_text("")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+    real = Path(sys.prefix)
+    if sys.prefix == sys.base_prefix:  # no venv: this interpreter, where no ninja sits beside it
+        if os.access(Path(sys.executable).parent / "ninja", os.X_OK):
+            pytest.skip(f"a ninja sits beside {sys.executable}")
+        return sys.executable, env
+    venv = tmp_path / "venv-without-ninja"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text((real / "pyvenv.cfg").read_text())
+    for folder in ("lib", "lib64"):
+        if (real / folder).exists():
+            (venv / folder).symlink_to(real / folder)
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    return str(venv / "bin" / "python"), env

@@ -20,11 +20,11 @@ TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cli(cache: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def cli(cache: Path, *args: str, env_extra: dict | None = None, python: str = sys.executable) -> subprocess.CompletedProcess:
     env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "cache_tools", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        [python, "-m", "cache_tools", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
     )
 
 
@@ -244,13 +244,14 @@ def test_doctor_reports_every_op(tmp_path):
     assert "C++ compiler" in text and "add2" in text
 
 
-def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path):
+def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path, python_without_ninja):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()  # no compiler, no ninja
-    result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"PATH": str(bin_dir), "CXX": "c++"})
+    python, env = python_without_ninja
+    result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"PATH": str(bin_dir), "CXX": "c++", **env}, python=python)
     assert result.returncode == 1, result.stderr
     ops = json.loads(result.stdout)["ops"]
-    assert all(op["how"] == "unavailable" and "ninja is not on PATH" in op["detail"] for op in ops)
+    assert all(op["how"] == "unavailable" and "no ninja on PATH" in op["detail"] for op in ops)
 
 
 def test_commands_other_than_build_never_compile(cache, tmp_path):

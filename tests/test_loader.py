@@ -76,10 +76,11 @@ def tiny_env(cache: Path, **extra: str) -> dict:
     return env
 
 
-def start_tiny(cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, **extra_env: str) -> subprocess.Popen:
+def start_tiny(cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, python: str = sys.executable,
+               **extra_env: str) -> subprocess.Popen:
     """A new process loading tiny; prelude: code it runs first (to reach into the loader)."""
     return subprocess.Popen(
-        [sys.executable, "-c", prelude + LOAD_TINY, str(sources)],
+        [python, "-c", prelude + LOAD_TINY, str(sources)],
         env=tiny_env(cache, **extra_env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -98,8 +99,8 @@ def load_tiny(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> di
     return finish(start_tiny(cache, sources, **extra_env))
 
 
-def load_tiny_failing(cache: Path, sources: Path = TINY_SOURCES, **extra_env: str) -> str:
-    proc = start_tiny(cache, sources, **extra_env)
+def load_tiny_failing(cache: Path, sources: Path = TINY_SOURCES, python: str = sys.executable, **extra_env: str) -> str:
+    proc = start_tiny(cache, sources, python=python, **extra_env)
     stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode != 0, f"expected a failure, got:\n{stdout}"
     return stderr
@@ -533,31 +534,35 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
-# Builds tiny and tiny2 (a copy under another name) at once, in two threads of one process.
-LOAD_TWO = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
+# Builds tiny and copies of it under other names (argv[2:]) at once, in one thread each.
+LOAD_MANY = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from jitops import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
-with ThreadPoolExecutor(2) as pool:
-    list(pool.map(lambda name: _loader.load(tiny_extension(sys.argv[1], name)), ["tiny", "tiny2"]))
+names = ["tiny", *sys.argv[2:]]
+with ThreadPoolExecutor(len(names)) as pool:
+    list(pool.map(lambda name: _loader.load(tiny_extension(sys.argv[1], name)), names))
 """
 
 
-def two_ops(tiny_copy: Path) -> Path:
-    for directory, name in (("kernels/cpu", "tiny.cpp"), ("bindings", "tiny.cpp")):
-        shutil.copy(tiny_copy / directory / name, tiny_copy / directory / "tiny2.cpp")
-    return tiny_copy
+def copies_of_tiny(tiny_copy: Path, *names: str) -> list[str]:
+    """Arguments of LOAD_MANY: the folder, then the copies of tiny made there under these names."""
+    for name in names:
+        for directory in ("kernels/cpu", "bindings"):
+            shutil.copy(tiny_copy / directory / "tiny.cpp", tiny_copy / directory / f"{name}.cpp")
+    return [str(tiny_copy), *names]
 
 
 def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
     env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
-    proc = subprocess.run([sys.executable, "-c", LOAD_TWO, str(two_ops(tiny_copy))], env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, "tiny2")], env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "jitops" in line]
-    line_forms = (r"jitops: building jitops_test\.(tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built jitops_test\.(tiny2?) \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]")
+    # Why there is no CUDA: on the building line, not again on the built one.
+    line_forms = (r"jitops: building jitops_test\.(tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built jitops_test\.(tiny2?) \(cpu only\) in \d+\.\ds \[\d+/\d+\]")
     seen = [(form, re.fullmatch(pattern, line).group(1)) for line in lines for form, pattern in enumerate(line_forms)
             if re.fullmatch(pattern, line)]
     assert len(seen) == len(lines) == 4, proc.stderr
@@ -593,13 +598,37 @@ def test_warm_load_all_gives_working_ops():
     assert result["checked"] == ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def test_parallel_builds_on_a_terminal_end_in_whole_lines(tmp_path, tiny_copy):
+@pytest.mark.parametrize("configure, on_stdout", [
+    ("logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='LOG %(name)s %(message)s')", True),
+    ("logging.getLogger('jitops').setLevel(logging.WARNING)", False),
+], ids=["captured", "silenced"])
+def test_status_lines_go_through_the_jitops_logger(tmp_path, configure, on_stdout):
+    """A library that uses jitops captures the build lines with its logging, or silences them."""
+    proc = start_tiny(tmp_path / "cache", prelude=f"import logging, sys\n{configure}\n")
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, stderr
+    assert "jitops: buil" not in stderr, stderr
+    logged = [line for line in stdout.splitlines() if line.startswith("LOG jitops jitops: ")]
+    assert len(logged) == (2 if on_stdout else 0), stdout
+    if on_stdout:
+        assert logged[0].startswith("LOG jitops jitops: building jitops_test.tiny (cpu only: ")
+        assert logged[1].startswith("LOG jitops jitops: built jitops_test.tiny (cpu only) in ")
+
+
+def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_path, tiny_copy):
+    """Five builds at once under a pty of 80 columns: the live line never wraps (a wrapped row would
+    stay behind on every redraw), and the output's only line breaks end the five built lines."""
+    import fcntl
     import pty
+    import struct
+    import termios
 
     env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
     main, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", LOAD_TWO, str(two_ops(tiny_copy))], env=env, stderr=terminal,
-                            stdout=subprocess.DEVNULL)
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    names = ["tiny2", "tiny3", "tiny4", "tiny5"]
+    proc = subprocess.Popen([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, *names)], env=env,
+                            stderr=terminal, stdout=subprocess.DEVNULL)
     os.close(terminal)
     output = b""
     while True:
@@ -612,12 +641,16 @@ def test_parallel_builds_on_a_terminal_end_in_whole_lines(tmp_path, tiny_copy):
         output += chunk
     os.close(main)
     assert proc.wait(timeout=TIMEOUT_S) == 0, output
-    text = output.decode()
-    assert "\x1b[K" in text, "a terminal gets the live line"
-    # What a terminal shows of each line: the text after its last carriage return and erase.
-    shown = [line.rsplit("\r\x1b[K", 1)[-1].strip() for line in text.split("\n")]
-    for op in ("tiny", "tiny2"):
-        assert any(re.fullmatch(rf"jitops: built jitops_test.{op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line) for line in shown), text
+    text = output.decode().replace("\r\n", "\n")  # the pty turns \n into \r\n
+    redraws = [part for line in text.split("\n") for part in line.split("\r\x1b[K")[:-1] if part]
+    assert len(redraws) >= 5, f"a terminal gets the live line, redrawn: {text!r}"
+    assert all(len(part) < 80 for part in redraws), [part for part in redraws if len(part) >= 80]
+    assert any(part.startswith("jitops: building jitops_test.tiny") and ";" in part for part in redraws), "builds at once"
+    shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")[:-1]]  # each row as the terminal shows it
+    assert len(shown) == 5, text
+    for op in ["tiny", *names]:
+        assert sum(bool(re.fullmatch(rf"jitops: built jitops_test.{op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line))
+                   for line in shown) == 1, text
 
 
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
@@ -645,15 +678,30 @@ def tool_dir(tmp_path: Path, tools: list[str]) -> str:
 
 @pytest.mark.parametrize(
     "tools,missing",
-    [(["c++"], "ninja is not on PATH"), (["ninja"], "no C++ compiler: 'c++' is not on PATH")],
+    [(["c++"], "no ninja on PATH, beside this Python or in the ninja package"), (["ninja"], "no C++ compiler: 'c++' is not on PATH")],
     ids=["no-ninja", "no-compiler"],
 )
-def test_missing_tool_is_a_clear_error(tmp_path, tools, missing):
+def test_missing_tool_is_a_clear_error(tmp_path, tools, missing, request):
     cache = tmp_path / "cache"
+    python, env = request.getfixturevalue("python_without_ninja") if "ninja" not in tools else (sys.executable, {})
     # CXX="c++" so the compiler is looked up on PATH even where CXX names an absolute path.
-    stderr = load_tiny_failing(cache, PATH=tool_dir(tmp_path, tools), CXX="c++")
+    stderr = load_tiny_failing(cache, python=python, PATH=tool_dir(tmp_path, tools), CXX="c++", **env)
     assert f"cannot build 'jitops_test.tiny': {missing}" in stderr, stderr
     assert entries(cache) == []
+
+
+def test_an_unactivated_venv_builds_with_the_ninja_beside_its_python(tmp_path):
+    """systemd units, cron and `ENTRYPOINT ["/venv/bin/python"]` run a venv's interpreter with a PATH
+    that lacks its bin/: the ninja pip installed there (or the ninja package's) is used."""
+    shadow = tmp_path / "bin"  # every program on PATH but ninja (the compiler runs as, ld, ...)
+    shadow.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for program in Path(folder).glob("*") if os.path.isdir(folder) else []:
+            if program.name != "ninja" and not (shadow / program.name).exists():
+                (shadow / program.name).symlink_to(program)
+    result = load_tiny(tmp_path / "cache", PATH=str(shadow))
+    assert result["value"] == 42 and "jitops: built jitops_test.tiny" in result["stderr"]
+    assert len(entries(tmp_path / "cache")) == 1
 
 
 def assert_fresh_python_prints_ok(code: str) -> None:

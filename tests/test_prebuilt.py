@@ -35,9 +35,9 @@ def no_tools_path(tmp_path: Path) -> str:
     return str(bin_dir)
 
 
-def run(code_or_args: list[str], cwd: Path, **env_extra: str) -> subprocess.CompletedProcess:
+def run(code_or_args: list[str], cwd: Path, python: str = sys.executable, **env_extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run([python, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -61,31 +61,33 @@ def test_build_out_writes_library_and_manifest(prebuilt_dir):
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
 
-def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir):
+def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
+    python, env = python_without_ninja
     result = run(
-        ["-c", RUN_ADD2], REPO,
+        ["-c", RUN_ADD2], REPO, python, **env,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
         JITOPS_PREBUILT_DIR=str(prebuilt_dir),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "prebuilt"
-    assert "loading the prebuilt jitops.add2" in result.stderr and "ninja is not on PATH" in result.stderr
+    assert "loading the prebuilt jitops.add2" in result.stderr and "no ninja on PATH" in result.stderr
     assert not (tmp_path / "empty_cache").exists() or not list((tmp_path / "empty_cache").glob("jitops.add2-*"))
 
 
-def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, prebuilt_dir):
+def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, prebuilt_dir, python_without_ninja):
     mismatched = tmp_path / "mismatched"
     shutil.copytree(prebuilt_dir, mismatched)
     (entry,) = mismatched.glob("jitops.add2-*")
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
+    python, env = python_without_ninja
     result = run(
-        ["-c", RUN_ADD2], REPO,
+        ["-c", RUN_ADD2], REPO, python, **env,
         PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(mismatched),
     )
     assert result.returncode != 0
-    assert "ninja is not on PATH" in result.stderr and "no C++ compiler" in result.stderr
+    assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
     assert "was built for another setup: torch '1.13.0', here " in result.stderr, result.stderr
 
 
