@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The package metadata is in setup.cfg. This file adds one switch:
+"""The package metadata is in pyproject.toml. This file adds one switch:
 
     JITOPS_AOT=1 pip wheel . --no-build-isolation      # torch must be importable
 
