@@ -56,12 +56,19 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip())
 
 
-def emit(args: argparse.Namespace, data, human) -> None:
-    """--json: data as JSON; else human() prints the readable form."""
+JSON_SCHEMA = 1  # bump when a field changes meaning or goes; new fields may appear within one schema
+
+
+def emit(args: argparse.Namespace, data: dict, human) -> None:
+    """--json: data as one JSON object carrying the schema version; else human() prints the readable form."""
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps({"schema": JSON_SCHEMA, **data}, indent=2, default=str))
     else:
         human()
+
+
+def plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -128,37 +135,43 @@ def check_package(package: str | None, also_known: set[str] = frozenset()) -> No
         raise UsageError(f"unknown package {package!r}; packages with extensions: {', '.join(registry.packages())}")
 
 
+# list's columns, and the order they are dropped in to fit a terminal (the last ones stay).
+LIST_COLUMNS = ["OWNER", "NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S",
+                "LAST USED", "STATUS"]
+LIST_DROPPED_FIRST = ["BUILT", "BUILD S", "NAMESPACE", "ARCH", "TORCH", "CUDA", "KEY", "OWNER", "BACKENDS", "LAST USED"]
+
+
+def fit_to_terminal(headers: list[str], rows: list[list[str]], drop_order: list[str]) -> tuple[list[str], list[list[str]]]:
+    """On a terminal, the columns that fit its width (dropped in drop_order); piped, all of them."""
+    if not sys.stdout.isatty():
+        return headers, rows
+    width = shutil.get_terminal_size().columns
+    keep = list(range(len(headers)))
+    for name in drop_order:
+        widths = [max(len(str(line[i])) for line in [headers, *rows]) for i in keep]
+        if sum(widths) + 2 * (len(keep) - 1) <= width:
+            break
+        keep.remove(headers.index(name))
+    return [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     root, rows = selected_rows(args.ops, args.package)
 
     def human():
-        print_table(
-            ["OWNER", "NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S", "LAST USED", "STATUS"],
-            [
-                [
-                    r.owner,
-                    r.namespace,
-                    r.op,
-                    "+".join(r.backends) or "-",
-                    r.key[:8],
-                    r.torch or "-",
-                    r.cuda or "-",
-                    r.arch or "-",
-                    human_size(r.size),
-                    when(r.built_at),
-                    f"{r.build_seconds:.1f}" if r.build_seconds else "-",
-                    when(r.last_used),
-                    r.status,
-                ]
-                for r in rows
-            ],
-        )
+        table = [
+            [r.owner, r.namespace, r.op, "+".join(r.backends) or "-", r.key[:8], r.torch or "-", r.cuda or "-",
+             r.arch or "-", human_size(r.size), when(r.built_at), f"{r.build_seconds:.1f}" if r.build_seconds else "-",
+             when(r.last_used), r.status]
+            for r in rows
+        ]
+        print_table(*fit_to_terminal(LIST_COLUMNS, table, LIST_DROPPED_FIRST))
         for r in rows:
             if r.reason:
                 print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
-        print(f"{len(rows)} entries, {human_size(sum(r.size for r in rows))} in {root}")
+        print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
 
-    emit(args, [r.as_dict() for r in rows], human)
+    emit(args, {"root": str(root), "entries": [r.as_dict() for r in rows]}, human)
     return EXIT_OK
 
 
@@ -174,6 +187,8 @@ def lock_timeout_or_why() -> float | str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from jitops import _prebuilt
+
+    from . import doctor
 
     root, rows = selected_rows([], args.package)
     reason = configured_root()[1]
@@ -197,7 +212,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"{name:<15} {value}")
         timeout = data["lock_timeout_s"]
         print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
-        print(f"prebuilt dirs   {', '.join(data['prebuilt_dirs'])}")
+        print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
 
     emit(args, data, human)
     return EXIT_OK
@@ -230,10 +245,44 @@ def cmd_verify(args: argparse.Namespace) -> int:
     def human():
         for r in results:
             print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['name']}-{r['key']}" + (f": {r['problem']}" if r["problem"] else ""))
-        print(f"{len(results)} entries checked, {len(bad)} with problems")
+        print(f"{plural(len(results), 'entry', 'entries')} checked, {len(bad)} with problems")
 
     emit(args, {"entries": results, "problems": len(bad)}, human)
     return EXIT_PROBLEM if bad else EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
+    root, _ = configured_root()
+    stats = _cache.RecordFile(root / _cache.STATS_NAME)
+    if args.zero:
+        with contextlib.suppress(FileNotFoundError):
+            (root / _cache.STATS_NAME).unlink()
+        emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
+        return EXIT_OK
+    extensions = stats.records.get("extensions") if isinstance(stats.records.get("extensions"), dict) else {}
+    owners = {name: registry.owner(name) for name in extensions}
+    check_package(args.package, set(owners.values()))
+    chosen = {name: counters for name, counters in sorted(extensions.items())
+              if isinstance(counters, dict) and args.package in (None, owners[name])}
+    rows = [{"name": name, "owner": owners[name], **{f: counters.get(f, 0) for f in _cache.STATS_FIELDS}}
+            for name, counters in chosen.items()]
+    totals = {f: round(sum(row[f] for row in rows), 3) for f in _cache.STATS_FIELDS}
+    zeroed_at = stats.records.get("zeroed_at")
+
+    def human():
+        print_table(["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "PREBUILT LOADS"],
+                    [[r["name"], r["owner"], r["builds"], f"{r['build_seconds']:.1f}", r["failed_builds"], r["cache_loads"],
+                      r["prebuilt_loads"]] for r in rows])
+        print(f"{plural(int(totals['builds']), 'build', 'builds')} ({totals['build_seconds']:.1f} s), "
+              f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
+              f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
+              f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
+              f"{when(zeroed_at) if isinstance(zeroed_at, (int, float)) else 'the cache was made'}, in {root}")
+        print("(warm loads, which write nothing, are not counted)")
+
+    emit(args, {"root": str(root), "zeroed_at": zeroed_at, "extensions": rows, "totals": totals}, human)
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,9 +322,9 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             print(f"{verb} {r['namespace']}.{r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
-        print(f"{verb} {len(removed)} entries, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
+        print(f"{verb} {plural(len(removed), 'entry', 'entries')}, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
         if records:
-            print(f"{verb} {len(records)} warm record(s) of entries that are gone")
+            print(f"{verb} {plural(len(records), 'warm record', 'warm records')} of entries that are gone")
 
     data = {"dry_run": args.dry_run, "removed": removed, "skipped": skipped, "bytes_freed": freed,
             "warm_records_removed": [str(r) for r in records]}
@@ -309,6 +358,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
     root, rows = selected_rows(args.ops, args.package)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
+    if args.all and not (args.yes or args.dry_run or args.json) and sys.stdin.isatty() and sys.stdout.isatty():
+        # As conda clean asks: a person at a terminal confirms; scripts (no terminal) and --yes do not.
+        size = human_size(sum(r.size for r in rows))
+        # On stdout, not input()'s: without readline that writes the prompt to stderr.
+        print(f"Remove {plural(len(rows), 'entry', 'entries')} ({size}) from {root}? [y/N] ", end="", flush=True)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return EXIT_PROBLEM
     status = remove_rows(args, root, rows)
     inline = root / _cache.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
@@ -460,6 +517,7 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {jitops.__version__}")
     # --json after the command works too (`jitops-cache list --json`).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
@@ -475,12 +533,15 @@ def build_parser() -> argparse.ArgumentParser:
     command("dir", cmd_dir, "the cache root in use and why", package=False)
     command("list", cmd_list, "one row per cache entry, with its status").add_argument("ops", nargs="*", metavar="OP")
     command("info", cmd_info, "totals, the environment, the lock timeout")
+    command("stats", cmd_stats, "builds, build seconds, cache and prebuilt loads per extension (as ccache -s)").add_argument(
+        "--zero", action="store_true", help="zero the counters")
     command("verify", cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
     clear = command("clear", cmd_clear, "remove entries (never one being built)")
     clear.add_argument("ops", nargs="*", metavar="OP")
     clear.add_argument("--stale", action="store_true", help="only stale, corrupt and orphan entries")
     clear.add_argument("--all", action="store_true", help="every entry and leftover")
     clear.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    clear.add_argument("-y", "--yes", action="store_true", help="do not ask before --all on a terminal")
     prune = command("prune", cmd_prune, "evict least recently used entries (stale and orphan ones first)")
     prune.add_argument("--max-size", type=parse_size, metavar="SIZE", help="evict until the cache is at most SIZE (e.g. 2G)")
     prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")

@@ -128,9 +128,15 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     }
 
 
+def existing_or_absent(folders: list[str]) -> str:
+    """The folders, each that does not exist marked so (a source-only wheel has no prebuilt/)."""
+    return ", ".join(folder if os.path.isdir(folder) else f"{folder} (absent)" for folder in folders) or "none"
+
+
 def print_report(data: dict) -> None:
     nvcc = data["nvcc"]
-    major = {True: "same major as torch", False: "MAJOR VERSION DIFFERS FROM TORCH'S", None: "-"}[nvcc["major_matches_torch"]]
+    major = {True: "same major as torch's CUDA", False: "MAJOR VERSION DIFFERS FROM TORCH'S CUDA",
+             None: "torch has no CUDA to compare with"}[nvcc["major_matches_torch"]]
     lines = [
         ("python", data["python"]),
         ("torch", data["torch"]),
@@ -143,7 +149,7 @@ def print_report(data: dict) -> None:
         ("CUDA kernels", data["cuda_build"]),
         ("cache root", f"{data['cache_root']['path']} ({data['cache_root']['reason']})"),
         ("cache root state", data["cache_root"]["problem"] or f"ok, mode {data['cache_root'].get('mode', '-')}"),
-        ("prebuilt dirs", ", ".join(data["prebuilt_dirs"])),
+        ("prebuilt dirs", existing_or_absent(data["prebuilt_dirs"])),
     ]
     for name, value in lines:
         print(f"{name:<21} {value}")

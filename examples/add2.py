@@ -31,6 +31,7 @@ def main() -> None:
 
     dtypes = [torch.float32, torch.float64] + ([torch.float16, torch.bfloat16] if device == "cuda" else [])
     print(f"{'dtype':<10}{'numel':>12}{'add2 ms':>10}{'add2 GB/s':>11}{'torch.add GB/s':>16}{'copy GB/s':>11}{'add2/copy':>11}")
+    above_floor = False
     for dtype in dtypes:
         a = torch.randn(numel, device=device, dtype=dtype)
         b = torch.randn(numel, device=device, dtype=dtype)
@@ -40,14 +41,17 @@ def main() -> None:
         copied = 2 * a.numel() * a.element_size()  # read a, write out
         ms_add2 = median_ms(lambda: jitops.add2(a, b, out=out), device)
         ms_torch = median_ms(lambda: torch.add(a, b, out=out), device)
-        ms_copy = median_ms(lambda: out.copy_(a), device)
+        ms_copy = min(median_ms(lambda: out.copy_(a), device) for _ in range(3))  # a floor read high reads as >100%
         gbps = lambda nbytes, ms: nbytes / ms / 1e6  # noqa: E731
         add2_gbps, copy_gbps = gbps(moved, ms_add2), gbps(copied, ms_copy)
         print(
             f"{str(dtype)[6:]:<10}{numel:>12}{ms_add2:>10.3f}{add2_gbps:>11.0f}{gbps(moved, ms_torch):>16.0f}"
-            f"{copy_gbps:>11.0f}{add2_gbps / copy_gbps:>10.0%}"
+            f"{copy_gbps:>11.0f}{add2_gbps / copy_gbps:>10.0%}" + ("*" if add2_gbps > copy_gbps else "")
         )
+        above_floor = above_floor or add2_gbps > copy_gbps
         del a, b, out
+    if above_floor:
+        print("* above 100%: add2 cannot beat a copy of its bytes; the copy's timing was noisy (busy machine)")
     print("correct: add2 matches a + b exactly for every dtype")
 
 

@@ -191,6 +191,42 @@ def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFil
     return digest.hexdigest()
 
 
+STATS_NAME = "stats.json"  # ccache-style counters: builds, cache and prebuilt loads, build seconds
+STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
+STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
+
+
+def count(root: Path, name: str, **increments: float) -> None:
+    """Add to the extension's counters in <root>/stats.json, under a lock (counts from concurrent
+    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
+    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
+    import fcntl  # not filelock: importing it would cost a cache load more than the count itself
+
+    path = root / STATS_NAME
+    try:
+        fd = os.open(root / STATS_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read and a write: never long
+        stats = RecordFile(path)
+        extensions = stats.records.get("extensions")
+        extensions = extensions if isinstance(extensions, dict) else {}
+        counters = extensions.get(name) if isinstance(extensions.get(name), dict) else {}
+        for field, increment in increments.items():
+            previous = counters.get(field)
+            counters[field] = round((previous if isinstance(previous, (int, float)) else 0) + increment, 3)
+        extensions[name] = counters
+        stats.put("extensions", extensions)
+        if not isinstance(stats.records.get("zeroed_at"), (int, float)):
+            stats.put("zeroed_at", time.time())
+        stats.save()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def compute_key(components: dict) -> str:
     canonical = json.dumps(components, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]

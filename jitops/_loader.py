@@ -7,6 +7,7 @@ docs/ARCHITECTURE.md ("Resolution order") gives.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,15 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         if library is None:
             from . import _build  # imported only on a miss: its imports cost a warm load's budget
 
-            library, backends, how = _build.build_or_prebuilt(planned)
+            started = time.monotonic()
+            try:
+                library, backends, how = _build.build_or_prebuilt(planned)
+            except Exception:
+                _cache.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
+                raise
+            if how == "built":
+                _cache.count(planned.entry.root, planned.extension.qualified_name, builds=1,
+                             build_seconds=time.monotonic() - started)
         import torch  # loaded by the caller already: this module imports without it
 
         try:
@@ -59,6 +68,8 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         except OSError as err:
             if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
                 raise
+    if how != "built":
+        _cache.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     if how != "prebuilt":

@@ -34,6 +34,12 @@ def cli_json(cache: Path, *args: str, expect_rc: int = 0, env_extra: dict | None
     return json.loads(result.stdout)
 
 
+def list_rows(cache: Path, *args: str) -> list:
+    data = cli_json(cache, "list", *args)
+    assert data["schema"] == 1 and data["root"] == str(cache)
+    return data["entries"]
+
+
 def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None = None) -> Path:
     """A copy of a published entry under another key, its manifest rewritten to match (and with
     some key components changed, to stand for a build made under another torch, say)."""
@@ -101,14 +107,14 @@ def statuses(rows) -> dict:
 
 def test_dir_names_the_root_and_why(tmp_path):
     data = cli_json(tmp_path / "somewhere", "dir")
-    assert data == {"root": str(tmp_path / "somewhere"), "reason": "JITOPS_CACHE_DIR"}
+    assert data == {"schema": 1, "root": str(tmp_path / "somewhere"), "reason": "JITOPS_CACHE_DIR"}
 
 
 def test_list_shows_every_status(cache, add2_entry):
     ok_key = add2_entry.name.rpartition("-")[2]
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
         (cache / f"{_cache.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
-        rows = cli_json(cache, "list")
+        rows = list_rows(cache)
     assert statuses(rows) == {ok_key: "ok", "0" * 16: "stale", "1" * 16: "corrupt", "2" * 16 + "-abc": "orphan", "3" * 16 + "-xyz": "building"}
     ok = next(r for r in rows if r["status"] == "ok")
     assert ok["op"] == "add2" and ok["backends"] and ok["torch"] and ok["size"] > 0 and ok["built_at"] and ok["last_used"]
@@ -116,7 +122,7 @@ def test_list_shows_every_status(cache, add2_entry):
     assert "torch '1.13.0'" in stale["reason"]
     readable = cli(cache, "list")
     assert readable.returncode == 0 and "STATUS" in readable.stdout and "corrupt" in readable.stdout
-    assert cli_json(cache, "list", "lltm") == []
+    assert list_rows(cache, "lltm") == []
 
 
 def test_info_totals(cache):
@@ -142,13 +148,13 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
 
     stale = cli_json(cache, "clear", "--stale")
     assert sorted(r["status"] for r in stale["removed"]) == ["corrupt", "orphan", "stale"]
-    assert [r["status"] for r in cli_json(cache, "list")] == ["ok"]
+    assert [r["status"] for r in list_rows(cache)] == ["ok"]
 
     with HeldLock(cache / f"{add2_entry.name}.lock", "flock"):
         kept = cli_json(cache, "clear", "--all")
         assert kept["removed"] == [] and kept["skipped"], "an entry being built must survive clear --all"
     cleared = cli_json(cache, "clear", "add2")
-    assert len(cleared["removed"]) == 1 and cli_json(cache, "list") == []
+    assert len(cleared["removed"]) == 1 and list_rows(cache) == []
 
 
 def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
@@ -170,7 +176,7 @@ def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_ent
     assert sorted(stale["warm_records_removed"]) == sorted(map(str, [of_stale, unreadable, elsewhere]))
     assert of_ok.exists() and not of_stale.exists() and not unreadable.exists() and not elsewhere.exists()
     cleared = cli(cache, "clear", "add2")
-    assert cleared.returncode == 0 and "removed 1 warm record(s) of entries that are gone" in cleared.stdout
+    assert cleared.returncode == 0 and "removed 1 warm record of entries that are gone" in cleared.stdout
     assert not of_ok.exists()
 
 
@@ -188,7 +194,7 @@ def test_bad_usage_exits_2(cache, args):
 def test_an_unknown_op_name_is_bad_usage_naming_the_ops(cache, args):
     result = cli(cache, *args)
     assert result.returncode == 2 and "unknown op(s)" in result.stderr and "available: add2, bias_act" in result.stderr, result.stderr
-    assert len(cli_json(cache, "list")) == 4, "nothing was removed"
+    assert len(list_rows(cache)) == 4, "nothing was removed"
 
 
 def test_an_op_with_entries_in_the_cache_is_known_even_if_not_shipped(cache, add2_entry):
@@ -209,7 +215,7 @@ def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     assert len(list(cache.iterdir())) == 5
     done = cli_json(cache, "prune", "--max-size", str(one_entry + 100))
     assert len(done["removed"]) == 4
-    assert [r["status"] for r in cli_json(cache, "list")] == ["ok"]
+    assert [r["status"] for r in list_rows(cache)] == ["ok"]
     assert cli_json(cache, "prune", "--older-than", "1h")["removed"] == []
 
 
@@ -269,7 +275,84 @@ def test_entries_of_the_older_layout_are_stale_and_cleared(cache):
     old = cache / f"add2-{'6' * 16}"  # as jitops named entries before extensions had namespaces
     old.mkdir(mode=0o700)
     (old / "jitops_add2.so").write_bytes(b"old")
-    rows = {r["key"]: r for r in cli_json(cache, "list")}
+    rows = {r["key"]: r for r in list_rows(cache)}
     assert rows["6" * 16]["status"] == "stale" and "older jitops" in rows["6" * 16]["reason"]
     assert cli(cache, "clear", "--stale").returncode == 0
     assert not old.exists() and not (cache / f".add2-{'6' * 16}.lock").exists()
+
+
+def test_every_json_output_is_an_object_with_its_schema(cache):
+    for command in (["dir"], ["list"], ["info"], ["verify"], ["locks"], ["clear", "--stale", "--dry-run"],
+                    ["prune", "--max-size", "1G", "--dry-run"]):
+        result = cli(cache, *command, "--json")
+        assert result.returncode in (0, 1), f"{command}: {result.stderr}"
+        data = json.loads(result.stdout)
+        assert isinstance(data, dict) and data["schema"] == 1, command
+
+
+def on_a_terminal(cache: Path, *args: str, answer: bytes = b"", columns: int = 80) -> tuple[int, str]:
+    """The CLI run with stdin and stdout on a pty of `columns` columns; `answer` typed once it asks."""
+    from test_loader import on_a_terminal as run_on_a_terminal
+
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
+    env.pop("COLUMNS", None)
+    return run_on_a_terminal([sys.executable, "-m", "cache_tools", *args], env, ("stdin", "stdout"), columns, answer,
+                             cwd=REPO, timeout_s=60)
+
+
+def test_clear_all_on_a_terminal_asks_first(cache):
+    before = sorted(p.name for p in cache.iterdir())
+    rc, text = on_a_terminal(cache, "clear", "--all", answer=b"n\n")
+    assert "Remove 4 entries" in text and "[y/N]" in text and "nothing removed" in text and rc == 1
+    assert sorted(p.name for p in cache.iterdir()) == before
+    rc, text = on_a_terminal(cache, "clear", "--all", answer=b"y\n")
+    assert rc == 0 and "removed 4 entries" in text
+    assert list_rows(cache) == []
+
+
+def test_clear_all_with_yes_or_without_a_terminal_does_not_ask(cache, add2_entry):
+    rc, text = on_a_terminal(cache, "clear", "--all", "--yes")
+    assert rc == 0 and "[y/N]" not in text and "removed 4 entries" in text
+    shutil.copytree(add2_entry, cache / add2_entry.name)
+    piped = cli(cache, "clear", "--all")
+    assert piped.returncode == 0 and "removed 1 entry," in piped.stdout, piped.stdout
+
+
+def test_list_fits_an_80_column_terminal_and_is_whole_when_piped(cache):
+    rc, text = on_a_terminal(cache, "list", columns=80)
+    table = text.splitlines()[: 1 + 4]  # the header and the four rows
+    assert rc == 0 and "OP" in table[0].split(), text
+    assert all(len(line) <= 80 for line in table), table
+    assert "STATUS" in table[0] and "SIZE" in table[0] and "corrupt" in text
+    piped = cli(cache, "list").stdout.splitlines()[0].split()
+    assert piped[:3] == ["OWNER", "NAMESPACE", "OP"] and piped[-1] == "STATUS" and "BUILT" in piped
+
+
+def test_version_and_python_m_jitops():
+    version = subprocess.run([sys.executable, "-m", "cache_tools", "--version"], cwd=REPO, capture_output=True, text=True,
+                             timeout=TIMEOUT_S)
+    assert version.returncode == 0 and version.stdout.strip() == f"jitops-cache {jitops.__version__}"
+    module = subprocess.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True,
+                            timeout=TIMEOUT_S)
+    assert module.returncode == 0 and json.loads(module.stdout)["schema"] == 1, module.stderr
+
+
+def test_stats_count_builds_and_cache_loads_not_warm_ones_and_zero(tmp_path):
+    from test_loader import load_tiny
+
+    cache = tmp_path / "stats_cache"
+    assert load_tiny(cache)["how"] == "built"
+    data = cli_json(cache, "stats")
+    (tiny,) = data["extensions"]
+    assert tiny["name"] == "jitops_test.tiny" and tiny["builds"] == 1 and tiny["build_seconds"] > 0
+    assert (tiny["cache_loads"], tiny["prebuilt_loads"], tiny["failed_builds"]) == (0, 0, 0)
+    assert load_tiny(cache)["how"] == "cache"  # warm: a record, no count
+    assert cli_json(cache, "stats")["extensions"] == [tiny]
+    for record in cache.glob("warm-*.json"):
+        record.unlink()
+    load_tiny(cache)  # the long way, from the cache
+    assert cli_json(cache, "stats")["totals"]["cache_loads"] == 1
+    readable = cli(cache, "stats").stdout
+    assert "1 build (" in readable and "1 cache load," in readable and "warm loads" in readable
+    assert cli_json(cache, "stats", "--zero")["zeroed"]
+    assert cli_json(cache, "stats")["extensions"] == []

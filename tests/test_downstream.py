@@ -78,10 +78,10 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     warm = use(venv)
     assert warm["how"] == ["cache", "cache"] and (warm["spawned"], warm["locks"]) == (0, 0)
 
-    rows = [row for row in cli(venv, "list") if row["owner"] == OWNER]
+    rows = [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     assert sorted((row["namespace"], row["op"], row["status"]) for row in rows) == [
         ("demo_pkg", "fused", "ok"), ("demo_pkg", "scale", "ok")]
-    assert len(cli(venv, "list", "--package", OWNER)) == 2
+    assert len(cli(venv, "list", "--package", OWNER)["entries"]) == 2
     assert cli(venv, "verify", "--package", OWNER)["problems"] == 0
 
     # An edit to the header both libraries include rebuilds both (in their entries: the key holds the
@@ -97,7 +97,7 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     built = cli(venv, "build", "--package", OWNER, "--out", str(prebuilt))["built"]
     assert sorted(b["op"] for b in built) == ["demo_pkg.fused", "demo_pkg.scale"]
     cleared = cli(venv, "clear", "--package", OWNER)
-    assert len(cleared["removed"]) == 2 and not [row for row in cli(venv, "list") if row["owner"] == OWNER]
+    assert len(cleared["removed"]) == 2 and not [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     shipped = use(venv)
     assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factor"] == 3.0 and shipped["spawned"] == 0
     assert not [p for p in (venv / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"

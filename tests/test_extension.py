@@ -5,6 +5,7 @@ dependencies from the compiler, modules layered without import cycles, public er
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,27 @@ def test_the_errors_users_catch_are_public():
 # ---------------------------------------------------------------------------------------------
 # The declaration
 # ---------------------------------------------------------------------------------------------
+
+
+def test_the_package_shows_its_ops_to_help_dir_and_type_checkers():
+    """help() and dir() list every op (they are imported on first use), nothing else; a misspelt
+    name gets a suggestion; the names type checkers see are the ones the ops export."""
+    from jitops.ops import available_ops
+
+    exported = {name for op in available_ops() for name in __import__(f"jitops.ops.{op}", fromlist=["_"]).__all__}
+    assert exported <= set(jitops.__all__), exported - set(jitops.__all__)
+    assert not {"importlib", "pkgutil", "annotations", "TYPE_CHECKING"} & set(dir(jitops))
+    assert exported <= set(dir(jitops))
+    source = (Path(jitops.__file__).parent / "__init__.py").read_text()
+    for name in exported:  # the TYPE_CHECKING block imports each one
+        assert re.search(rf"^    from \.ops\.\w+ import .*\b{name}\b", source, re.M), name
+    text = subprocess.run([sys.executable, "-c", "import jitops; help(jitops)"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PAGER": "cat"}).stdout
+    for op in available_ops():
+        assert op in text, op
+    with pytest.raises(AttributeError, match="did you mean 'bias_act'"):
+        jitops.bias_activation  # noqa: B018
+    assert "default_alpha=0.2" in repr(jitops.ACTIVATIONS["lrelu"])
 
 
 def test_declaring_is_frozen_and_checks_its_arguments():

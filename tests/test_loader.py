@@ -615,23 +615,27 @@ def test_status_lines_go_through_the_jitops_logger(tmp_path, configure, on_stdou
         assert logged[1].startswith("LOG jitops jitops: built jitops_test.tiny (cpu only) in ")
 
 
-def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_path, tiny_copy):
-    """Five builds at once under a pty of 80 columns: the live line never wraps (a wrapped row would
-    stay behind on every redraw), and the output's only line breaks end the five built lines."""
+def on_a_terminal(command: list[str], env: dict, streams: tuple[str, ...] = ("stderr",), columns: int = 80,
+                  answer: bytes = b"", cwd: Path | None = None, timeout_s: float = TIMEOUT_S) -> tuple[int, str]:
+    """command run with `streams` on a pty of `columns` columns (the other output streams discarded):
+    its exit status and what the terminal received (the pty's \\r\\n as \\n). `answer` is typed once
+    it prints "[y/N]"; no output for timeout_s is a failure, not a hang."""
     import fcntl
     import pty
+    import select
     import struct
     import termios
 
-    env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
     main, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    names = ["tiny2", "tiny3", "tiny4", "tiny5"]
-    proc = subprocess.Popen([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, *names)], env=env,
-                            stderr=terminal, stdout=subprocess.DEVNULL)
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    chosen = {name: terminal if name in streams else subprocess.DEVNULL for name in ("stdin", "stdout", "stderr")}
+    proc = subprocess.Popen(command, env=env, cwd=cwd, **chosen)
     os.close(terminal)
     output = b""
     while True:
+        if not select.select([main], [], [], timeout_s)[0]:
+            proc.kill()
+            raise AssertionError(f"no output for {timeout_s} s; so far: {output!r}")
         try:
             chunk = os.read(main, 4096)
         except OSError:  # the child closed the terminal
@@ -639,9 +643,20 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
         if not chunk:
             break
         output += chunk
+        if answer and output.rstrip().endswith(b"[y/N]"):
+            os.write(main, answer)
+            answer = b""
     os.close(main)
-    assert proc.wait(timeout=TIMEOUT_S) == 0, output
-    text = output.decode().replace("\r\n", "\n")  # the pty turns \n into \r\n
+    return proc.wait(timeout=TIMEOUT_S), output.decode().replace("\r\n", "\n")
+
+
+def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_path, tiny_copy):
+    """Five builds at once under a pty of 80 columns: the live line never wraps (a wrapped row would
+    stay behind on every redraw), and the output's only line breaks end the five built lines."""
+    env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
+    names = ["tiny2", "tiny3", "tiny4", "tiny5"]
+    rc, text = on_a_terminal([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, *names)], env)
+    assert rc == 0, text
     redraws = [part for line in text.split("\n") for part in line.split("\r\x1b[K")[:-1] if part]
     assert len(redraws) >= 5, f"a terminal gets the live line, redrawn: {text!r}"
     assert all(len(part) < 80 for part in redraws), [part for part in redraws if len(part) >= 80]

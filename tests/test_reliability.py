@@ -88,7 +88,12 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
         # Whatever is published verifies; no loader can see anything else.
         for entry in entries(cache):
             assert _cache.Entry(cache, "jitops_test.tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
-        # Every leftover is listed, as an orphan (its build is dead).
+        # Every leftover is listed, as an orphan (its build is dead): once no process holds its lock. A
+        # kill that lands while the victim forks ninja leaves the child a copy of the lock's descriptor
+        # until it execs (close_fds): microseconds, longer on a loaded machine.
+        released = time.monotonic() + 10
+        while any(inventory.flock_is_held(lock) for lock in cache.glob("*.lock")) and time.monotonic() < released:
+            time.sleep(0.01)
         rows = inventory.entry_rows(cache)
         leftovers = {str(p) for p in staging_dirs(cache)}
         assert {r.path for r in rows if r.status == inventory.ORPHAN} == leftovers

@@ -35,6 +35,9 @@ class Activation:
         self.default_gain = default_gain
         self.has_second_derivative = has_second_derivative  # False: piecewise linear, the second derivative is zero
 
+    def __repr__(self) -> str:  # jitops.ACTIVATIONS at a prompt shows each activation's defaults
+        return f"Activation(default_alpha={self.default_alpha:g}, default_gain={self.default_gain:.6g})"
+
 
 # StyleGAN2's table (torch_utils/ops/bias_act.py); bindings/bias_act.cpp knows the same names.
 ACTIVATIONS = {
@@ -66,7 +69,22 @@ def bias_act(
     gain: float | None = None,  # default sqrt(2) for relu, lrelu and swish, 1 otherwise
     clamp: float | None = None,  # clamp the output to [-clamp, clamp]
 ) -> torch.Tensor:
-    """act(x + b) * gain, clamped; b broadcast along dim. Differentiable twice in x and b."""
+    """StyleGAN2's fused bias and activation: act(x + b, alpha) * gain, clamped to [-clamp, clamp].
+
+    Args:
+        x: any shape and memory format (channels_last stays channels_last); float32/float64 on
+            CPU and CUDA, float16/bfloat16 on CUDA.
+        b: bias of shape [x.shape[dim]], added along dim; None: no bias.
+        dim: the dimension of x that b runs along (default 1, the channels of NCHW).
+        act: one of jitops.ACTIVATIONS. Default alpha and gain of each:
+            linear (alpha 0, gain 1), relu (0, sqrt 2), lrelu (0.2, sqrt 2), tanh (0, 1),
+            sigmoid (0, 1), elu (0, 1), selu (0, 1), softplus (0, 1), swish (0, sqrt 2).
+        alpha: lrelu's negative slope (the only activation that reads it); None: its default.
+        gain: the output's scale; None: the activation's default above.
+        clamp: clamp the output to [-clamp, clamp]; None: no clamp.
+
+    Returns a tensor of x's shape, dtype and memory format. Differentiable twice in x and b.
+    """
     check_tensor_args("bias_act", x=x, **({} if b is None else {"b": b}))
     alpha, gain = _resolve(act, alpha, gain)
     clamp = None if clamp is None else float(clamp)

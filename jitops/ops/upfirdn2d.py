@@ -57,7 +57,24 @@ def upfirdn2d(
     flip_filter: bool = False,
     gain: float = 1,
 ) -> torch.Tensor:  # [N, C, (H * up_y + y0 + y1 - fh) // down_y + 1, likewise for W]
-    """StyleGAN2's upfirdn2d. Differentiable in x, to any order; not in f (as in StyleGAN2)."""
+    """StyleGAN2's resampler: upsample by zero insertion, pad (or crop), FIR filter, downsample.
+
+    Args:
+        x: [N, C, H, W]; float32/float64 on CPU and CUDA, float16/bfloat16 on CUDA.
+        f: the filter, [fh, fw], or [k] for the separable filter f ⊗ f; None: no filtering.
+            Not flipped unless flip_filter (so it is a correlation, as in StyleGAN2).
+        up: upsampling factor, an int or [x, y]: up - 1 zeros after every sample.
+        down: downsampling factor, an int or [x, y]: every down-th sample is kept.
+        padding: added after upsampling, before filtering: an int (all sides), [x, y]
+            (both sides of each axis) or [x0, x1, y0, y1]; negative values crop.
+        flip_filter: flip f in both axes (a convolution instead of a correlation).
+        gain: the output's scale (StyleGAN2 passes up**2 when upsampling 2-D).
+
+    Returns [N, C, H_out, W_out] with H_out = (H * up_y + y0 + y1 - fh) // down_y + 1 and
+    W_out = (W * up_x + x0 + x1 - fw) // down_x + 1. For StyleGAN2's upsample2d by 2 with a
+    4-tap filter, padding [2, 1, 2, 1] and gain 4 give 2H x 2W (no padding gives 2H - 3).
+    Differentiable in x, to any order; not in f (as in StyleGAN2).
+    """
     check_tensor_args("upfirdn2d", x=x, **({} if f is None else {"f": f}))
     up, down, padding = _pair(up, "up"), _pair(down, "down"), _padding(padding)
     require("upfirdn2d")
