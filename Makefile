@@ -8,7 +8,7 @@ CUDA_VENV ?= .venv-cuda
 # ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test test-fast three-ways cuda-build gpu
+.PHONY: demo test test-fast lint format three-ways cuda-build gpu
 
 # numpy too: torch warns on import (every example's first screen) when it is missing.
 $(PYTHON):
@@ -35,6 +35,23 @@ test-fast: $(PYTHON)
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_reliability.py --ignore=tests/test_prebuilt.py \
 		--ignore=tests/test_cache_cli.py --ignore=tests/test_distributed.py --ignore=tests/test_untrusted_disk.py \
 		-k "$(FAST_DESELECT)"
+
+# ruff (Python) and clang-format (C++/CUDA), configured in pyproject.toml and .clang-format: `lint`
+# checks (CI runs it before the tests), `format` rewrites. Pinned, so that a new release cannot
+# fail CI on code that did not change.
+LINTERS := ruff==0.17.6 clang-format==23.1.5
+CPP_FILES = $(shell git ls-files '*.cpp' '*.cu' '*.h' '*.cuh')
+lint: $(PYTHON)
+	$(PYTHON) -m pip install -q $(LINTERS)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run --Werror $(CPP_FILES)
+
+format: $(PYTHON)
+	$(PYTHON) -m pip install -q $(LINTERS)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(CPP_FILES)
 
 # examples/build_three_ways/: add2 built by jitops, setuptools and CMake; identical results.
 # (cmake comes from pip, with the test extras.)

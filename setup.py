@@ -68,15 +68,23 @@ def ahead_of_time_build() -> dict:
             super().build_extension(ext)
             declared, cuda, components = ext.jitops
             objects = self.compiler.object_filenames(ext.sources, output_dir=self.build_temp)
-            headers = _build.included_headers(Path(self.build_temp), declared, cxx, cuda,
-                                              targets=[os.path.abspath(o) for o in objects])
+            headers = _build.included_headers(
+                Path(self.build_temp), declared, cxx, cuda, targets=[os.path.abspath(o) for o in objects]
+            )
             built = Path(self.get_ext_fullpath(ext.name))
             entry = _cache.Entry(built.parent, declared.qualified_name, _cache.compute_key(components))
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
-            manifest = _cache.make_manifest(entry, components, library, headers, built_at=started,
-                                            build_seconds=round(time.time() - started, 3), ahead_of_time=True)
+            manifest = _cache.make_manifest(
+                entry,
+                components,
+                library,
+                headers,
+                built_at=started,
+                build_seconds=round(time.time() - started, 3),
+                ahead_of_time=True,
+            )
             _core.write_json_atomic(entry.manifest_path, manifest)
 
     return {"ext_modules": extensions, "cmdclass": {"build_py": FreshBuildPy, "build_ext": BuildAndStamp}}

@@ -28,8 +28,7 @@ if without_cuda:
 # No op library may name torch's CUDA library among its dependencies: every dlopen would walk its
 # two dozen CUDA libraries (bindings/stable.h looks up the one symbol the ops need from it).
 for op in jitops.available_ops():
-    dynamic = subprocess.run(["readelf", "-d", str(loaded[op].library)], capture_output=True, text=True,
-                             check=True).stdout
+    dynamic = subprocess.run(["readelf", "-d", str(loaded[op].library)], capture_output=True, text=True, check=True).stdout
     if "[libtorch_cuda.so]" in dynamic or "[libc10_cuda.so]" in dynamic:
         sys.exit(f"{op}'s library depends on torch's CUDA libraries:\n{dynamic}")
 print(f"CUDA kernels compiled and linked for: {', '.join(jitops.available_ops())}")
@@ -58,9 +57,23 @@ from torch.utils import cpp_extension  # noqa: E402
 probe_dir = Path(os.environ["JITOPS_CACHE_DIR"])
 (probe_dir / "probe.cpp").write_text(PROBE)
 includes = [f"-I{Path(__file__).resolve().parent.parent}"] + [f"-isystem{p}" for p in cpp_extension.include_paths("cuda")]
-subprocess.run(["c++", "-DWITH_CUDA", "-std=c++20", "-fPIC", "-shared", *includes, str(probe_dir / "probe.cpp"),
-                f"-L{Path(torch.__file__).parent / 'lib'}", "-lc10", "-ltorch_cpu", "-o", str(probe_dir / "probe.so")],
-               check=True)
+subprocess.run(
+    [
+        "c++",
+        "-DWITH_CUDA",
+        "-std=c++20",
+        "-fPIC",
+        "-shared",
+        *includes,
+        str(probe_dir / "probe.cpp"),
+        f"-L{Path(torch.__file__).parent / 'lib'}",
+        "-lc10",
+        "-ltorch_cpu",
+        "-o",
+        str(probe_dir / "probe.so"),
+    ],
+    check=True,
+)
 probe = ctypes.CDLL(str(probe_dir / "probe.so")).jitops_stream_probe
 probe.restype = ctypes.c_char_p
 answer = probe().decode()

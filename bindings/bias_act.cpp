@@ -54,9 +54,9 @@ Call check_inputs(const Tensor& x, const std::optional<Tensor>& b, int64_t dim, 
     JITOPS_CHECK(dim >= -x.dim() && dim < x.dim(), "dim must be in [", std::to_string(-x.dim()), ", ",
                  std::to_string(x.dim()), ") for x of shape ", shape_str(x), ", got ", std::to_string(dim));
     call.dim = dim < 0 ? dim + x.dim() : dim;
-    JITOPS_CHECK(b->dim() == 1 && b->size(0) == x.size(call.dim), "b must be 1-D with x.shape[dim] = ",
-                 std::to_string(x.size(call.dim)), " elements (x: ", shape_str(x), ", dim ",
-                 std::to_string(call.dim), "), got b of shape ", shape_str(*b));
+    JITOPS_CHECK(b->dim() == 1 && b->size(0) == x.size(call.dim),
+                 "b must be 1-D with x.shape[dim] = ", std::to_string(x.size(call.dim)), " elements (x: ", shape_str(x),
+                 ", dim ", std::to_string(call.dim), "), got b of shape ", shape_str(*b));
     check_same_device_dtype(x, "x", *b, "b");
   }
   return call;
@@ -93,15 +93,13 @@ void run_kernel(const Tensor& x, const std::optional<Tensor>& b, const std::opti
         x,
         [&](auto t) {
           using T = decltype(t);
-          bias_act_cpu<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr,
-                                grad ? const_ptr<T>(*grad) : nullptr, mutable_ptr<T>(out), shape, call.params,
-                                derivative);
+          bias_act_cpu<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
+                                mutable_ptr<T>(out), shape, call.params, derivative);
         },
         [&](auto t, CudaStream stream) {
           using T = decltype(t);
-          bias_act_cuda<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr,
-                                 grad ? const_ptr<T>(*grad) : nullptr, mutable_ptr<T>(out), shape, call.params,
-                                 derivative, stream);
+          bias_act_cuda<kAct, T>(const_ptr<T>(x), b ? const_ptr<T>(*b) : nullptr, grad ? const_ptr<T>(*grad) : nullptr,
+                                 mutable_ptr<T>(out), shape, call.params, derivative, stream);
         });
   });
 }
@@ -148,15 +146,16 @@ std::optional<Tensor> fused_backward(const Tensor& x, const Tensor& b, const Ten
   const BiasActShape shape = shape_of(x, true, call.dim);
   return dispatch_floating(x, [&](auto t) -> std::optional<Tensor> {
     using T = decltype(t);
-    const int64_t blocks = bias_act_fused_backward_blocks<T>(const_ptr<T>(x), const_ptr<T>(grad), const_ptr<T>(grad_x), shape);
+    const int64_t blocks =
+        bias_act_fused_backward_blocks<T>(const_ptr<T>(x), const_ptr<T>(grad), const_ptr<T>(grad_x), shape);
     if (blocks == 0) return std::nullopt;
     const ScalarType sum_type = std::is_same_v<BiasSum<T>, double> ? ScalarType::Double : ScalarType::Float;
     const std::vector<int64_t> partial_shape{shape.channels, blocks};
     Tensor partial_sums = torch::stable::new_empty(x, partial_shape, sum_type);
     dispatch_activation(call.act, [&](auto act) {
-      bias_act_fused_backward_cuda<decltype(act)::value, T>(const_ptr<T>(x), const_ptr<T>(b), const_ptr<T>(grad),
-                                                            mutable_ptr<T>(grad_x), mutable_ptr<BiasSum<T>>(partial_sums),
-                                                            blocks, shape, call.params, scope.stream());
+      bias_act_fused_backward_cuda<decltype(act)::value, T>(
+          const_ptr<T>(x), const_ptr<T>(b), const_ptr<T>(grad), mutable_ptr<T>(grad_x),
+          mutable_ptr<BiasSum<T>>(partial_sums), blocks, shape, call.params, scope.stream());
     });
     const std::vector<int64_t> blocks_dim{1};
     return torch::stable::to(torch::stable::sum(partial_sums, blocks_dim), x.scalar_type());

@@ -24,8 +24,8 @@ void check_inputs(const Tensor& input, const Tensor& weights, const Tensor& bias
   check_2d(old_h, "old_h", batch, state, "(B, S)");
   check_2d(old_cell, "old_cell", batch, state, "(B, S)");
   check_2d(weights, "weights", 3 * state, state + features, "(3 * S, S + I)");
-  JITOPS_CHECK(bias.dim() == 1 && bias.size(0) == 3 * state, "bias must have shape (3 * S,) = ",
-               shape_str({3 * state}), ", got ", shape_str(bias));
+  JITOPS_CHECK(bias.dim() == 1 && bias.size(0) == 3 * state, "bias must have shape (3 * S,) = ", shape_str({3 * state}),
+               ", got ", shape_str(bias));
   check_floating(input, "input");
   check_same_device_dtype(input, "input", weights, "weights");
   check_same_device_dtype(input, "input", bias, "bias");
@@ -106,7 +106,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward(Tensor grad_h, Tenso
   const Tensor weights_input = strided_view(weights, {3 * state, features}, {row, column}, state * column);
   const Tensor grad_gates_t = strided_view(grad_gates, {3 * state, batch}, {1, 3 * state});
   Tensor grad_weights = empty_contiguous_like(weights, {3 * state, state + features});
-  call_aten("aten::mm", "out", grad_gates_t, old_h, strided_view(grad_weights, {3 * state, state}, {state + features, 1}));
+  call_aten("aten::mm", "out", grad_gates_t, old_h,
+            strided_view(grad_weights, {3 * state, state}, {state + features, 1}));
   call_aten("aten::mm", "out", grad_gates_t, input,
             strided_view(grad_weights, {3 * state, features}, {state + features, 1}, state));
   return {call_aten("aten::mm", "", grad_gates, weights_input), grad_weights, torch::stable::sum(grad_gates, {{0}}),

@@ -44,8 +44,8 @@ template <typename... Parts>
   throw std::runtime_error(message);
 }
 
-#define JITOPS_CHECK(cond, ...)             \
-  do {                                      \
+#define JITOPS_CHECK(cond, ...)               \
+  do {                                        \
     if (!(cond)) ::jitops::fail(__VA_ARGS__); \
   } while (false)
 
@@ -69,19 +69,32 @@ inline std::string shape_str(const Tensor& x) { return shape_str(sizes_of(x)); }
 // torch's Python name of a dtype, as users write it.
 inline std::string dtype_name(ScalarType t) {
   switch (t) {
-    case ScalarType::Float: return "float32";
-    case ScalarType::Double: return "float64";
-    case ScalarType::Half: return "float16";
-    case ScalarType::BFloat16: return "bfloat16";
-    case ScalarType::Byte: return "uint8";
-    case ScalarType::Char: return "int8";
-    case ScalarType::Short: return "int16";
-    case ScalarType::Int: return "int32";
-    case ScalarType::Long: return "int64";
-    case ScalarType::Bool: return "bool";
-    case ScalarType::ComplexFloat: return "complex64";
-    case ScalarType::ComplexDouble: return "complex128";
-    default: return "dtype number " + std::to_string(static_cast<int>(t));
+    case ScalarType::Float:
+      return "float32";
+    case ScalarType::Double:
+      return "float64";
+    case ScalarType::Half:
+      return "float16";
+    case ScalarType::BFloat16:
+      return "bfloat16";
+    case ScalarType::Byte:
+      return "uint8";
+    case ScalarType::Char:
+      return "int8";
+    case ScalarType::Short:
+      return "int16";
+    case ScalarType::Int:
+      return "int32";
+    case ScalarType::Long:
+      return "int64";
+    case ScalarType::Bool:
+      return "bool";
+    case ScalarType::ComplexFloat:
+      return "complex64";
+    case ScalarType::ComplexDouble:
+      return "complex128";
+    default:
+      return "dtype number " + std::to_string(static_cast<int>(t));
   }
 }
 
@@ -104,8 +117,8 @@ inline void check_floating(const Tensor& x, const char* x_name) {
 
 // Tensors one op combines must share a device and a dtype.
 inline void check_same_device_dtype(const Tensor& x, const char* x_name, const Tensor& y, const char* y_name) {
-  JITOPS_CHECK(same_device(x, y), x_name, " and ", y_name, " must be on the same device, got ", device_name(x),
-               " and ", device_name(y));
+  JITOPS_CHECK(same_device(x, y), x_name, " and ", y_name, " must be on the same device, got ", device_name(x), " and ",
+               device_name(y));
   JITOPS_CHECK(x.scalar_type() == y.scalar_type(), x_name, " and ", y_name, " must have the same dtype, got ",
                dtype_name(x.scalar_type()), " and ", dtype_name(y.scalar_type()));
 }
@@ -200,18 +213,24 @@ inline Tensor as_contiguous(const Tensor& x) { return x.is_contiguous() ? x : to
 template <typename Fn>
 decltype(auto) dispatch_float_double(const Tensor& x, Fn&& fn) {
   switch (x.scalar_type()) {
-    case ScalarType::Float: return fn(float{});
-    case ScalarType::Double: return fn(double{});
-    default: JITOPS_CHECK(false, "unsupported dtype ", dtype_name(x.scalar_type()), " on ", device_name(x));
+    case ScalarType::Float:
+      return fn(float{});
+    case ScalarType::Double:
+      return fn(double{});
+    default:
+      JITOPS_CHECK(false, "unsupported dtype ", dtype_name(x.scalar_type()), " on ", device_name(x));
   }
 }
 
 template <typename Fn>
 decltype(auto) dispatch_floating(const Tensor& x, Fn&& fn) {
   switch (x.scalar_type()) {
-    case ScalarType::Half: return fn(Half{});
-    case ScalarType::BFloat16: return fn(BFloat16{});
-    default: return dispatch_float_double(x, fn);
+    case ScalarType::Half:
+      return fn(Half{});
+    case ScalarType::BFloat16:
+      return fn(BFloat16{});
+    default:
+      return dispatch_float_double(x, fn);
   }
 }
 

@@ -63,8 +63,8 @@ void run(const Tensor& x, const Tensor& f, const std::vector<int64_t>& up, const
          const std::vector<int64_t>& padding, bool flip_filter, double gain, const Tensor& out,
          Upfirdn2dKernel kernel) {
   const Upfirdn2dParams params{up[0], up[1], down[0], down[1], padding[0], padding[2], flip_filter, gain};
-  const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2), x.size(3), f.size(0), f.size(1), out.size(2),
-                             out.size(3)};
+  const Upfirdn2dSizes sizes{x.size(0) * x.size(1), x.size(2),  x.size(3), f.size(0), f.size(1),
+                             out.size(2),           out.size(3)};
   launch_kernel(
       x,
       [&](auto t) {

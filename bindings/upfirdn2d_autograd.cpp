@@ -9,7 +9,7 @@ namespace jitops {
 namespace {
 
 using Upfirdn2dSignature = at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-                                       at::IntArrayRef, bool, double);
+                                      at::IntArrayRef, bool, double);
 
 // jitops::upfirdn2d through the dispatcher (so that, inside a backward with create_graph=True,
 // the gradient's own call records its gradient: gradients of every order).
@@ -40,9 +40,9 @@ class Upfirdn2dFunction : public torch::autograd::Function<Upfirdn2dFunction> {
     const int64_t fh = f.size(0), fw = f.size(1);
     ctx->saved_data["up"] = std::vector<int64_t>{down[0], down[1]};  // the gradient's up is the forward's down
     ctx->saved_data["down"] = std::vector<int64_t>{up[0], up[1]};
-    ctx->saved_data["padding"] = std::vector<int64_t>{
-        fw - padding[0] - 1, in_w * up[0] - out_w * down[0] + padding[0] - up[0] + 1,
-        fh - padding[2] - 1, in_h * up[1] - out_h * down[1] + padding[2] - up[1] + 1};
+    ctx->saved_data["padding"] =
+        std::vector<int64_t>{fw - padding[0] - 1, in_w * up[0] - out_w * down[0] + padding[0] - up[0] + 1,
+                             fh - padding[2] - 1, in_h * up[1] - out_h * down[1] + padding[2] - up[1] + 1};
     ctx->saved_data["flip_filter"] = !flip_filter;
     ctx->saved_data["gain"] = gain;
     return out;
@@ -51,10 +51,10 @@ class Upfirdn2dFunction : public torch::autograd::Function<Upfirdn2dFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor f = ctx->get_saved_variables()[0];
-    const at::Tensor grad_x = call_upfirdn2d(grads[0], f, ctx->saved_data["up"].toIntVector(),
-                                             ctx->saved_data["down"].toIntVector(),
-                                             ctx->saved_data["padding"].toIntVector(),
-                                             ctx->saved_data["flip_filter"].toBool(), ctx->saved_data["gain"].toDouble());
+    const at::Tensor grad_x =
+        call_upfirdn2d(grads[0], f, ctx->saved_data["up"].toIntVector(), ctx->saved_data["down"].toIntVector(),
+                       ctx->saved_data["padding"].toIntVector(), ctx->saved_data["flip_filter"].toBool(),
+                       ctx->saved_data["gain"].toDouble());
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -69,4 +69,3 @@ at::Tensor upfirdn2d_autograd(const at::Tensor& x, const at::Tensor& f, at::IntA
 TORCH_LIBRARY_IMPL(jitops, Autograd, m) { m.impl("upfirdn2d", &upfirdn2d_autograd); }
 
 }  // namespace jitops
-

@@ -116,8 +116,9 @@ def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, lis
     rows = inventory.entry_rows(root)
     check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
     check_package(package, {row.owner for row in rows})
-    return root, [row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops)
-                  and package in (None, row.owner)]
+    return root, [
+        row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops) and package in (None, row.owner)
+    ]
 
 
 def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
@@ -136,8 +137,21 @@ def check_package(package: str | None, also_known: set[str] = frozenset()) -> No
 
 
 # list's columns, and the order they are dropped in to fit a terminal (the last ones stay).
-LIST_COLUMNS = ["OWNER", "NAMESPACE", "OP", "BACKENDS", "KEY", "TORCH", "CUDA", "ARCH", "SIZE", "BUILT", "BUILD S",
-                "LAST USED", "STATUS"]
+LIST_COLUMNS = [
+    "OWNER",
+    "NAMESPACE",
+    "OP",
+    "BACKENDS",
+    "KEY",
+    "TORCH",
+    "CUDA",
+    "ARCH",
+    "SIZE",
+    "BUILT",
+    "BUILD S",
+    "LAST USED",
+    "STATUS",
+]
 LIST_DROPPED_FIRST = ["BUILT", "BUILD S", "NAMESPACE", "ARCH", "TORCH", "CUDA", "KEY", "OWNER", "BACKENDS", "LAST USED"]
 
 
@@ -160,9 +174,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     def human():
         table = [
-            [r.owner, r.namespace, r.op, "+".join(r.backends) or "-", r.key[:8], r.torch or "-", r.cuda or "-",
-             r.arch or "-", human_size(r.size), when(r.built_at), f"{r.build_seconds:.1f}" if r.build_seconds else "-",
-             when(r.last_used), r.status]
+            [
+                r.owner,
+                r.namespace,
+                r.op,
+                "+".join(r.backends) or "-",
+                r.key[:8],
+                r.torch or "-",
+                r.cuda or "-",
+                r.arch or "-",
+                human_size(r.size),
+                when(r.built_at),
+                f"{r.build_seconds:.1f}" if r.build_seconds else "-",
+                when(r.last_used),
+                r.status,
+            ]
             for r in rows
         ]
         print_table(*fit_to_terminal(LIST_COLUMNS, table, LIST_DROPPED_FIRST))
@@ -192,7 +218,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     root, rows = selected_rows([], args.package)
     reason = configured_root()[1]
-    by_status = {s: sum(1 for r in rows if r.status == s) for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)}
+    by_status = {
+        s: sum(1 for r in rows if r.status == s)
+        for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)
+    }
     data = {
         "root": str(root),
         "root_reason": reason,
@@ -263,22 +292,41 @@ def cmd_stats(args: argparse.Namespace) -> int:
     extensions = stats.records.get("extensions") if isinstance(stats.records.get("extensions"), dict) else {}
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
-    chosen = {name: counters for name, counters in sorted(extensions.items())
-              if isinstance(counters, dict) and args.package in (None, owners[name])}
-    rows = [{"name": name, "owner": owners[name], **{f: counters.get(f, 0) for f in _cache.STATS_FIELDS}}
-            for name, counters in chosen.items()]
+    chosen = {
+        name: counters
+        for name, counters in sorted(extensions.items())
+        if isinstance(counters, dict) and args.package in (None, owners[name])
+    }
+    rows = [
+        {"name": name, "owner": owners[name], **{f: counters.get(f, 0) for f in _cache.STATS_FIELDS}}
+        for name, counters in chosen.items()
+    ]
     totals = {f: round(sum(row[f] for row in rows), 3) for f in _cache.STATS_FIELDS}
     zeroed_at = stats.records.get("zeroed_at")
 
     def human():
-        print_table(["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "PREBUILT LOADS"],
-                    [[r["name"], r["owner"], r["builds"], f"{r['build_seconds']:.1f}", r["failed_builds"], r["cache_loads"],
-                      r["prebuilt_loads"]] for r in rows])
-        print(f"{plural(int(totals['builds']), 'build', 'builds')} ({totals['build_seconds']:.1f} s), "
-              f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
-              f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
-              f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
-              f"{when(zeroed_at) if isinstance(zeroed_at, (int, float)) else 'the cache was made'}, in {root}")
+        print_table(
+            ["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "PREBUILT LOADS"],
+            [
+                [
+                    r["name"],
+                    r["owner"],
+                    r["builds"],
+                    f"{r['build_seconds']:.1f}",
+                    r["failed_builds"],
+                    r["cache_loads"],
+                    r["prebuilt_loads"],
+                ]
+                for r in rows
+            ],
+        )
+        print(
+            f"{plural(int(totals['builds']), 'build', 'builds')} ({totals['build_seconds']:.1f} s), "
+            f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
+            f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
+            f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
+            f"{when(zeroed_at) if isinstance(zeroed_at, (int, float)) else 'the cache was made'}, in {root}"
+        )
         print("(warm loads, which write nothing, are not counted)")
 
     emit(args, {"root": str(root), "zeroed_at": zeroed_at, "extensions": rows, "totals": totals}, human)
@@ -306,7 +354,9 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                     _cache.remove_tree(Path(row.path))
             except FileNotFoundError:
                 continue  # removed meanwhile
-        removed.append({"namespace": row.namespace, "op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size})
+        removed.append(
+            {"namespace": row.namespace, "op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size}
+        )
     freed = sum(r["bytes"] for r in removed)
     # The warm records of what is gone (each names its entry folder): small, but one per op and
     # setting would otherwise pile up. A dry run removes nothing, so it lists only those already
@@ -322,12 +372,19 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             print(f"{verb} {r['namespace']}.{r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
-        print(f"{verb} {plural(len(removed), 'entry', 'entries')}, {human_size(freed)} {'would be ' if args.dry_run else ''}freed")
+        print(
+            f"{verb} {plural(len(removed), 'entry', 'entries')}, {human_size(freed)} {'would be ' if args.dry_run else ''}freed"
+        )
         if records:
             print(f"{verb} {plural(len(records), 'warm record', 'warm records')} of entries that are gone")
 
-    data = {"dry_run": args.dry_run, "removed": removed, "skipped": skipped, "bytes_freed": freed,
-            "warm_records_removed": [str(r) for r in records]}
+    data = {
+        "dry_run": args.dry_run,
+        "removed": removed,
+        "skipped": skipped,
+        "bytes_freed": freed,
+        "warm_records_removed": [str(r) for r in records],
+    }
     emit(args, data, human)
     return EXIT_OK
 
@@ -415,7 +472,16 @@ def cmd_locks(args: argparse.Namespace) -> int:
     def human():
         print_table(
             ["STATE", "KIND", "PIDS", "AGE", "PATH"],
-            [[r.state, r.kind, ",".join(map(str, r.pids)) if r.pids else ("?" if r.pids is None else "-"), f"{r.age_s / 60:.0f} min", r.path] for r in rows],
+            [
+                [
+                    r.state,
+                    r.kind,
+                    ",".join(map(str, r.pids)) if r.pids else ("?" if r.pids is None else "-"),
+                    f"{r.age_s / 60:.0f} min",
+                    r.path,
+                ]
+                for r in rows
+            ],
         )
         for path in cleared:
             print(f"removed stale lock {path}")
@@ -515,7 +581,9 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--version", action="version", version=f"%(prog)s {jitops.__version__}")
     # --json after the command works too (`jitops-cache list --json`).
@@ -534,7 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("list", cmd_list, "one row per cache entry, with its status").add_argument("ops", nargs="*", metavar="OP")
     command("info", cmd_info, "totals, the environment, the lock timeout")
     command("stats", cmd_stats, "builds, build seconds, cache and prebuilt loads per extension (as ccache -s)").add_argument(
-        "--zero", action="store_true", help="zero the counters")
+        "--zero", action="store_true", help="zero the counters"
+    )
     command("verify", cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
     clear = command("clear", cmd_clear, "remove entries (never one being built)")
     clear.add_argument("ops", nargs="*", metavar="OP")

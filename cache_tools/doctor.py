@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import sys
-
 from pathlib import Path
 
 from jitops import _cache, _core, _warm
@@ -102,7 +100,9 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
 
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
-    entry = _cache.Entry(Path(_warm.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root)
+    entry = _cache.Entry(
+        Path(_warm.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root
+    )
     try:
         cached = entry.verified_library(touch=False) is not None
     except (CacheError, OSError):
@@ -135,8 +135,11 @@ def existing_or_absent(folders: list[str]) -> str:
 
 def print_report(data: dict) -> None:
     nvcc = data["nvcc"]
-    major = {True: "same major as torch's CUDA", False: "MAJOR VERSION DIFFERS FROM TORCH'S CUDA",
-             None: "torch has no CUDA to compare with"}[nvcc["major_matches_torch"]]
+    major = {
+        True: "same major as torch's CUDA",
+        False: "MAJOR VERSION DIFFERS FROM TORCH'S CUDA",
+        None: "torch has no CUDA to compare with",
+    }[nvcc["major_matches_torch"]]
     lines = [
         ("python", data["python"]),
         ("torch", data["torch"]),

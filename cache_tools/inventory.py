@@ -72,8 +72,18 @@ def entry_rows(root: Path) -> list[Row]:
         rows.append(_entry_row(entry))
     for old in older_layout_entries(root):
         op, _, key = old.name.rpartition("-")
-        rows.append(Row("", op, "-", key, STALE, "left by an older jitops (entries are now <namespace>.<name>-<key>)",
-                        str(old), tree_size(old)))
+        rows.append(
+            Row(
+                "",
+                op,
+                "-",
+                key,
+                STALE,
+                "left by an older jitops (entries are now <namespace>.<name>-<key>)",
+                str(old),
+                tree_size(old),
+            )
+        )
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
         name, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")

@@ -34,8 +34,10 @@ def declared() -> dict[str, tuple[str, Extension]]:
                 continue
             values = value if isinstance(value, (list, tuple)) else [value]
             if not values or not all(isinstance(v, Extension) for v in values):
-                print(f"jitops-cache: skipping the {GROUP} entry point {point.value!r} of {owner}: "
-                      "it holds no jitops.Extension", file=sys.stderr)
+                print(
+                    f"jitops-cache: skipping the {GROUP} entry point {point.value!r} of {owner}: it holds no jitops.Extension",
+                    file=sys.stderr,
+                )
                 continue
             for extension_ in values:
                 found.setdefault(extension_.qualified_name, (owner, extension_))

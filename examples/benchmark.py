@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from timing import median_ms
@@ -223,8 +223,10 @@ def print_table(rows: list[dict]) -> None:
             f"{ms(r['copy_floor']):>10}{bandwidth:>10}{ratio(r['eager'], r['jitops']):>9}{ratio(r['compile'], r['jitops']):>10}"
         )
     if above_floor:
-        print("* above 100%: no pass can move its bytes faster than a copy does, so this is the floor's noise "
-              "(or the working set fit a cache the copy's did not); read it as 'at the floor'")
+        print(
+            "* above 100%: no pass can move its bytes faster than a copy does, so this is the floor's noise "
+            "(or the working set fit a cache the copy's did not); read it as 'at the floor'"
+        )
 
 
 def configuration(row: dict) -> str:
@@ -259,15 +261,25 @@ def plot(rows: list[dict], path: str, title: str) -> None:
             for impl in IMPLEMENTATIONS + ("copy_floor",):
                 points = [(r["scale"], r[impl]) for r in selected if r["pass"] == step and r[impl] is not None]
                 if points:
-                    time_ax.plot(*zip(*points), dashes, color=colors[impl], marker="o", ms=4,
-                                 label=f"{impl.replace('_', ' ')}{suffix}")
+                    time_ax.plot(
+                        *zip(*points), dashes, color=colors[impl], marker="o", ms=4, label=f"{impl.replace('_', ' ')}{suffix}"
+                    )
             for baseline in ("eager", "compile"):
                 for pass_name, marker, short in (("forward", "^", "fwd"), ("forward+backward", "o", "fwd+bwd")):
-                    points = [(r["scale"], r[baseline] / r["jitops"]) for r in selected
-                              if r["pass"] == pass_name and r[baseline] is not None and r["jitops"]]
+                    points = [
+                        (r["scale"], r[baseline] / r["jitops"])
+                        for r in selected
+                        if r["pass"] == pass_name and r[baseline] is not None and r["jitops"]
+                    ]
                     if points:
-                        speed_ax.plot(*zip(*points), dashes, color=colors[baseline], marker=marker, ms=5,
-                                      label=f"vs {baseline}, {short}{suffix}")
+                        speed_ax.plot(
+                            *zip(*points),
+                            dashes,
+                            color=colors[baseline],
+                            marker=marker,
+                            ms=5,
+                            label=f"vs {baseline}, {short}{suffix}",
+                        )
         time_ax.set(xscale="log", yscale="log", ylabel=f"ms per {step}", title=op)
         speed_ax.axhline(1.0, color="black", linewidth=0.8)
         speed_ax.set(xscale="log", xlabel="problem size (elements)", ylabel="jitops is N x faster")
@@ -276,10 +288,13 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         for ax in (time_ax, speed_ax):
             ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels run into each other
             ax.grid(True, which="major", alpha=0.3)
-            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16 if ax is time_ax else -0.2), ncol=2,
-                      frameon=False)
-    fig.suptitle(f"{title}\ntop: time of one {'training step' if step != 'forward' else 'call'}; "
-                 "bottom: speed-up of jitops (above the black line: jitops is faster)")
+            ax.legend(
+                fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16 if ax is time_ax else -0.2), ncol=2, frameon=False
+            )
+    fig.suptitle(
+        f"{title}\ntop: time of one {'training step' if step != 'forward' else 'call'}; "
+        "bottom: speed-up of jitops (above the black line: jitops is faster)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"plot written to {path}")
@@ -317,7 +332,15 @@ def main() -> None:
             for case in OPS[op](args.device, dtype):
                 check_correct(op, case)
                 rows += measure(op, case, args.device)
-                print(f"  measured {op} {case.size}: " + ", ".join(f"{r['pass']} jitops {r['jitops']:.4f} eager {r['eager'] or 0:.4f} compile {r['compile'] or 0:.4f} ms" for r in rows if r["size"] == case.size), flush=True)
+                print(
+                    f"  measured {op} {case.size}: "
+                    + ", ".join(
+                        f"{r['pass']} jitops {r['jitops']:.4f} eager {r['eager'] or 0:.4f} compile {r['compile'] or 0:.4f} ms"
+                        for r in rows
+                        if r["size"] == case.size
+                    ),
+                    flush=True,
+                )
                 del case
                 if args.device == "cuda":
                     torch.cuda.empty_cache()

@@ -89,7 +89,9 @@ def main() -> None:
         return rank_main(args.rank_of, ops, Path(args.out))
     import torch
 
-    print(f"2 nodes x {args.ranks_per_node} ranks on this machine ({os.cpu_count()} cores), torch {torch.__version__}, ops: {', '.join(ops)}")
+    print(
+        f"2 nodes x {args.ranks_per_node} ranks on this machine ({os.cpu_count()} cores), torch {torch.__version__}, ops: {', '.join(ops)}"
+    )
     with tempfile.TemporaryDirectory(prefix="jitops-distributed-start-") as work:
         results = {mode: run_job(mode, ops, args.ranks_per_node, Path(work)) for mode in ("per-node", "collective")}
     print(f"{'':<12}{'job start s':>12}{'builds':>8}{'bytes moved':>13}")

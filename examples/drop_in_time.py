@@ -33,7 +33,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEMO = REPO / "tests" / "downstream_pkg" / "src" / "demo_pkg" / "csrc"
 
-CHILD = CHILD_PRELUDE + """
+CHILD = (
+    CHILD_PRELUDE
+    + """
 which, name, build, sources, cflags, includes = sys.argv[1], sys.argv[2], sys.argv[3] or None, *map(json.loads, sys.argv[4:])
 started = time.perf_counter()
 if which == "jitops":
@@ -45,13 +47,17 @@ module = load(name, sources, extra_cflags=cflags, extra_include_paths=includes, 
 seconds = time.perf_counter() - started
 report(seconds, module=module.__name__, package=sys.modules["jitops"].__file__ if which == "jitops" else "")
 """
+)
 
 
 def cases() -> dict:
     import torch
 
     cuda = torch.cuda.is_available()
-    tutorial = [str(HERE / "baseline_add2" / "add2.cpp"), str(HERE / "baseline_add2" / ("add2_kernel.cu" if cuda else "add2_cpu.cpp"))]
+    tutorial = [
+        str(HERE / "baseline_add2" / "add2.cpp"),
+        str(HERE / "baseline_add2" / ("add2_kernel.cu" if cuda else "add2_cpu.cpp")),
+    ]
     three = [str(DEMO / "scale.cpp"), str(DEMO / "fused.cpp"), str(HERE / "baseline_add2" / "add2_cpu.cpp")]
     includes = [str(REPO / "jitops" / "include"), str(DEMO / "include")]
     return {
@@ -75,22 +81,34 @@ def measure(repeats: int, baseline_repeats: int, tmp: Path, installed: bool) -> 
             if installed and which == "jitops" and Path(cold["package"]).resolve().is_relative_to(REPO):
                 raise SystemExit(f"jitops came from the checkout ({cold['package']}): `pip install .` it first")
             warm = [run_child(CHILD, args, env, cwd=tmp) for _ in range(count)]
-            row[which] = {"cold_s": cold["seconds"], "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
-                          "warm_range_ms": [min(w["seconds"] for w in warm) * 1e3, max(w["seconds"] for w in warm) * 1e3],
-                          "warm_spawned": max(w["spawned"] for w in warm), "warm_locks": max(w["locks"] for w in warm)}
-            print(f"  {case}, {which}: cold {cold['seconds']:.2f} s, warm {row[which]['warm_ms']:.2f} ms", file=sys.stderr, flush=True)
+            row[which] = {
+                "cold_s": cold["seconds"],
+                "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
+                "warm_range_ms": [min(w["seconds"] for w in warm) * 1e3, max(w["seconds"] for w in warm) * 1e3],
+                "warm_spawned": max(w["spawned"] for w in warm),
+                "warm_locks": max(w["locks"] for w in warm),
+            }
+            print(
+                f"  {case}, {which}: cold {cold['seconds']:.2f} s, warm {row[which]['warm_ms']:.2f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
         results[case] = row
     return results
 
 
 def print_table(results: dict) -> None:
-    print(f"{'extension':<16}{'jitops cold s':>14}{'torch cold s':>13}{'cold ratio':>11}{'jitops warm ms':>16}"
-          f"{'torch warm ms':>15}{'warm speed-up':>15}{'spawns':>8}{'locks':>7}")
+    print(
+        f"{'extension':<16}{'jitops cold s':>14}{'torch cold s':>13}{'cold ratio':>11}{'jitops warm ms':>16}"
+        f"{'torch warm ms':>15}{'warm speed-up':>15}{'spawns':>8}{'locks':>7}"
+    )
     for case, row in results.items():
         jit, base = row["jitops"], row["torch"]
-        print(f"{case:<16}{jit['cold_s']:>14.2f}{base['cold_s']:>13.2f}{jit['cold_s'] / base['cold_s']:>10.2f}x"
-              f"{jit['warm_ms']:>16.2f}{base['warm_ms']:>15.2f}{base['warm_ms'] / jit['warm_ms']:>14.1f}x"
-              f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}")
+        print(
+            f"{case:<16}{jit['cold_s']:>14.2f}{base['cold_s']:>13.2f}{jit['cold_s'] / base['cold_s']:>10.2f}x"
+            f"{jit['warm_ms']:>16.2f}{base['warm_ms']:>15.2f}{base['warm_ms'] / jit['warm_ms']:>14.1f}x"
+            f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}"
+        )
 
 
 def main() -> None:

@@ -59,7 +59,9 @@ def report(seconds, **extra):
     print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED), "locks": len(LOCKS), **extra}))
 """
 
-JITOPS_CHILD = CHILD_PRELUDE + """
+JITOPS_CHILD = (
+    CHILD_PRELUDE
+    + """
 ops = sys.argv[1].split(",")
 started = time.perf_counter()
 import jitops, jitops.ops
@@ -72,10 +74,13 @@ from jitops._warm import loaded  # keyed "jitops.<op>", or "<op>" in a tree from
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
 report(seconds, libraries=libraries, package=jitops.__file__)
 """
+)
 
 # The op's source files, given to load() under names of their own (two may share a file stem, and
 # load() names object files after it), with the flags jitops uses.
-PLAIN_CHILD = CHILD_PRELUDE + """
+PLAIN_CHILD = (
+    CHILD_PRELUDE
+    + """
 op, build = sys.argv[1], sys.argv[2]
 from pathlib import Path
 import jitops.ops
@@ -96,14 +101,20 @@ load(f"plain_{op}", wrappers, extra_cflags=components["cflags"], extra_cuda_cfla
      extra_ldflags=components["ldflags"], build_directory=build, with_cuda=with_cuda, is_python_module=False)
 report(time.perf_counter() - started)
 """
+)
 
-DLOPEN_CHILD = CHILD_PRELUDE + """
+DLOPEN_CHILD = (
+    CHILD_PRELUDE
+    + """
 started = time.perf_counter()
 torch.ops.load_library(sys.argv[1])
 report(time.perf_counter() - started)
 """
+)
 
-TUTORIAL_CHILD = CHILD_PRELUDE + """
+TUTORIAL_CHILD = (
+    CHILD_PRELUDE
+    + """
 from torch.utils.cpp_extension import load
 cuda = torch.cuda.is_available()
 sources = [sys.argv[2] + "/add2.cpp", sys.argv[2] + ("/add2_kernel.cu" if cuda else "/add2_cpu.cpp")]
@@ -111,9 +122,12 @@ started = time.perf_counter()
 ext = load("baseline_add2", sources, extra_cflags=["-O3"], build_directory=sys.argv[1])
 report(time.perf_counter() - started)
 """
+)
 
 # A warm load's steps, each timed: what jitops.ops.require(op) does on a warm start, spelled out.
-PHASES_CHILD = CHILD_PRELUDE + """
+PHASES_CHILD = (
+    CHILD_PRELUDE
+    + """
 op = sys.argv[1]
 steps, last = {}, time.perf_counter()
 def step(name):
@@ -130,6 +144,7 @@ _core.open_verified_library(library); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """
+)
 
 PER_CALL_CHILD = """
 import json, math, timeit, torch, jitops
@@ -212,7 +227,9 @@ def measure(ops: list[str], repeats: int, baseline_repeats: int, tmp: Path) -> d
         )
     if len(ops) > 1:
         print("  load_all ...", file=sys.stderr, flush=True)
-        results["load_all"] = cold_and_warm(JITOPS_CHILD, [",".join(ops)], child_env(JITOPS_CACHE_DIR=str(tmp / "cache-all")), repeats)
+        results["load_all"] = cold_and_warm(
+            JITOPS_CHILD, [",".join(ops)], child_env(JITOPS_CACHE_DIR=str(tmp / "cache-all")), repeats
+        )
     if "add2" in ops:
         build = tmp / "tutorial"
         build.mkdir()
@@ -232,8 +249,10 @@ def installed(ops: list[str], repeats: int, tmp: Path) -> None:
     for name, load in (("add2", "add2"), ("load_all", ",".join(ops))):
         warm = [run_child(JITOPS_CHILD, [load], env, cwd=tmp) for _ in range(repeats)]
         ms = sorted(w["seconds"] * 1e3 for w in warm)
-        print(f"warm {name}: median {statistics.median(ms):.2f} ms of {repeats} new processes, range {ms[0]:.2f}-{ms[-1]:.2f} ms, "
-              f"spawned {max(w['spawned'] for w in warm)}, locks {max(w['locks'] for w in warm)}")
+        print(
+            f"warm {name}: median {statistics.median(ms):.2f} ms of {repeats} new processes, range {ms[0]:.2f}-{ms[-1]:.2f} ms, "
+            f"spawned {max(w['spawned'] for w in warm)}, locks {max(w['locks'] for w in warm)}"
+        )
 
 
 def phases(op: str, repeats: int, tmp: Path) -> None:
@@ -247,17 +266,23 @@ def phases(op: str, repeats: int, tmp: Path) -> None:
 
 
 def print_tables(results: dict) -> None:
-    print(f"{'op':<24}{'jitops cold s':>14}{'plain cold s':>13}{'jitops warm ms':>16}{'plain warm ms':>15}"
-          f"{'dlopen ms':>11}{'warm / plain':>14}{'warm / dlopen':>15}{'spawns':>8}{'locks':>7}")
+    print(
+        f"{'op':<24}{'jitops cold s':>14}{'plain cold s':>13}{'jitops warm ms':>16}{'plain warm ms':>15}"
+        f"{'dlopen ms':>11}{'warm / plain':>14}{'warm / dlopen':>15}{'spawns':>8}{'locks':>7}"
+    )
     for op, r in results["ops"].items():
         jit, plain, dlopen = r["jitops"], r["plain load()"], r["dlopen"]
-        print(f"{op:<24}{jit['cold_s']:>14.2f}{plain['cold_s']:>13.2f}{jit['warm_ms']:>16.2f}{plain['warm_ms']:>15.2f}"
-              f"{dlopen['warm_ms']:>11.2f}{jit['warm_ms'] / plain['warm_ms']:>13.3f}x{jit['warm_ms'] / dlopen['warm_ms']:>14.2f}x"
-              f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}")
+        print(
+            f"{op:<24}{jit['cold_s']:>14.2f}{plain['cold_s']:>13.2f}{jit['warm_ms']:>16.2f}{plain['warm_ms']:>15.2f}"
+            f"{dlopen['warm_ms']:>11.2f}{jit['warm_ms'] / plain['warm_ms']:>13.3f}x{jit['warm_ms'] / dlopen['warm_ms']:>14.2f}x"
+            f"{jit['warm_spawned']:>8}{jit['warm_locks']:>7}"
+        )
     if "load_all" in results:
         r = results["load_all"]
-        print(f"{'all (load_all)':<24}{r['cold_s']:>14.2f}{'':>13}{r['warm_ms']:>16.2f}{'':>15}{'':>11}{'':>14}{'':>15}"
-              f"{r['warm_spawned']:>8}{r['warm_locks']:>7}")
+        print(
+            f"{'all (load_all)':<24}{r['cold_s']:>14.2f}{'':>13}{r['warm_ms']:>16.2f}{'':>15}{'':>11}{'':>14}{'':>15}"
+            f"{r['warm_spawned']:>8}{r['warm_locks']:>7}"
+        )
     if "tutorial add2" in results:
         r = results["tutorial add2"]
         print(f"{'tutorial add2, load()':<24}{'':>14}{r['cold_s']:>13.2f}{'':>16}{r['warm_ms']:>15.2f}")

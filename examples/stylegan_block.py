@@ -43,7 +43,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=None, help="input height and width")
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
-    batch, channels, size = args.batch or (8 if on_gpu else 2), args.channels or (256 if on_gpu else 32), args.size or (64 if on_gpu else 16)
+    batch, channels, size = (
+        args.batch or (8 if on_gpu else 2),
+        args.channels or (256 if on_gpu else 32),
+        args.size or (64 if on_gpu else 16),
+    )
 
     started = time.perf_counter()
     jitops.load_all(["upfirdn2d", "bias_act"])

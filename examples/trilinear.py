@@ -29,7 +29,9 @@ CORNER_OFFSETS = torch.tensor([[(k >> 2) & 1, (k >> 1) & 1, k & 1] for k in rang
 def target_function(xyz: torch.Tensor) -> torch.Tensor:
     """What the grid must learn: 4 smooth features of a point in [-1, 1]^3. [N, 3] -> [N, 4]"""
     x, y, z = xyz.unbind(dim=1)
-    return torch.stack([torch.sin(math.pi * x) * torch.cos(math.pi * y), x * y * z, torch.exp(-(x**2 + y**2 + z**2)), torch.cos(2 * z)], dim=1)
+    return torch.stack(
+        [torch.sin(math.pi * x) * torch.cos(math.pi * y), x * y * z, torch.exp(-(x**2 + y**2 + z**2)), torch.cos(2 * z)], dim=1
+    )
 
 
 def cell_inputs(grid: torch.Tensor, xyz: torch.Tensor):
@@ -78,7 +80,9 @@ def main() -> None:
     print(f"trilinear_interpolation ready in {time.perf_counter() - started:.2f}s (build or cache load)")
 
     print(f"jitops.trilinear_interpolation, {batch} points per step:")
-    jitops_ms, jitops_loss = train(jitops.trilinear_interpolation, args.device, args.steps, batch, args.resolution, args.steps // 10)
+    jitops_ms, jitops_loss = train(
+        jitops.trilinear_interpolation, args.device, args.steps, batch, args.resolution, args.steps // 10
+    )
     print("trilinear_interpolation_ref (pure torch), same steps:")
     ref_ms, ref_loss = train(trilinear_interpolation_ref, args.device, args.steps, batch, args.resolution, 0)
     print(f"final loss: jitops {jitops_loss:.6f}, pure torch {ref_loss:.6f}")

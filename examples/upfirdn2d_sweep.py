@@ -68,16 +68,32 @@ def peer_table(dtype: torch.dtype) -> list[dict]:
         # The issue's figures are float32: compare on the float32 floor, whatever dtype runs here.
         float32_floor = floor * 4 / x.element_size()
         scale = float32_floor / peer_floor
-        for pass_name, ms, peer, floor_ms in (("forward", forward, peer_fwd, floor), ("forward+backward", train, peer_train, 2 * floor)):
-            rows.append(dict(size=f"8x512x{side}x{side} {name}", pass_=pass_name, jitops=ms, stylegan3=peer * scale, scale=scale, floor=floor_ms))
+        for pass_name, ms, peer, floor_ms in (
+            ("forward", forward, peer_fwd, floor),
+            ("forward+backward", train, peer_train, 2 * floor),
+        ):
+            rows.append(
+                dict(
+                    size=f"8x512x{side}x{side} {name}",
+                    pass_=pass_name,
+                    jitops=ms,
+                    stylegan3=peer * scale,
+                    scale=scale,
+                    floor=floor_ms,
+                )
+            )
         del x, out, grad
         torch.cuda.empty_cache()
     return rows
 
 
 def print_peer_table(rows: list[dict], dtype: torch.dtype) -> None:
-    print(f"\nIssue 12's table, {str(dtype)[6:]} (StyleGAN3: issue 12's H200 figures x {rows[0]['scale']:.2f}, this run's float32 copy floor / the issue's)")
-    print(f"{'config':<24}{'pass':<18}{'jitops ms':>10}{'StyleGAN3 ms':>14}{'jitops/SG3':>11}{'goal <=0.77':>12}{'floor ms':>10}{'% copy BW':>10}")
+    print(
+        f"\nIssue 12's table, {str(dtype)[6:]} (StyleGAN3: issue 12's H200 figures x {rows[0]['scale']:.2f}, this run's float32 copy floor / the issue's)"
+    )
+    print(
+        f"{'config':<24}{'pass':<18}{'jitops ms':>10}{'StyleGAN3 ms':>14}{'jitops/SG3':>11}{'goal <=0.77':>12}{'floor ms':>10}{'% copy BW':>10}"
+    )
     for r in rows:
         ratio = r["jitops"] / r["stylegan3"]
         print(
@@ -109,11 +125,25 @@ def sweep(dtype: torch.dtype) -> list[dict]:
             forward = (x, f, kw["up"], kw["down"], kw["padding"], False, kw["gain"])
             out = kernel(*forward, "auto")
             grad = torch.randn_like(out)
-            backward = (grad, f, *gradient_args(x.shape, out.shape[2:], f.shape, kw["up"], kw["down"], kw["padding"], False, kw["gain"]))
+            backward = (
+                grad,
+                f,
+                *gradient_args(x.shape, out.shape[2:], f.shape, kw["up"], kw["down"], kw["padding"], False, kw["gain"]),
+            )
             floor = copy_floor_ms(nbytes(x, out), "cuda")
             for pass_name, args in (("forward", forward), ("backward", backward)):
                 times = {which: median_ms(lambda which=which: kernel(*args, which), "cuda") for which in ("auto", "general")}
-                rows.append(dict(resolution=resolution, channels=channels, kind=kind, pass_=pass_name, size="x".join(map(str, x.shape)), floor=floor, **times))
+                rows.append(
+                    dict(
+                        resolution=resolution,
+                        channels=channels,
+                        kind=kind,
+                        pass_=pass_name,
+                        size="x".join(map(str, x.shape)),
+                        floor=floor,
+                        **times,
+                    )
+                )
             del x, out, grad
             torch.cuda.empty_cache()
     return rows
@@ -121,7 +151,9 @@ def sweep(dtype: torch.dtype) -> list[dict]:
 
 def print_sweep(rows: list[dict], dtype: torch.dtype) -> None:
     print(f"\nStyleGAN2's shapes, {str(dtype)[6:]}: the kernel jitops picks against the general one (kernel time, no autograd)")
-    print(f"{'res':>5}{'C':>5} {'kind':<7}{'input':<16}{'pass':<10}{'jitops ms':>10}{'general ms':>11}{'speed-up':>9}{'floor ms':>10}{'% copy BW':>10}")
+    print(
+        f"{'res':>5}{'C':>5} {'kind':<7}{'input':<16}{'pass':<10}{'jitops ms':>10}{'general ms':>11}{'speed-up':>9}{'floor ms':>10}{'% copy BW':>10}"
+    )
     for r in rows:
         print(
             f"{r['resolution']:>5}{r['channels']:>5} {r['kind']:<7}{r['size']:<16}{r['pass_']:<10}{r['auto']:>10.4f}{r['general']:>11.4f}"
@@ -140,7 +172,9 @@ def call_overhead_us(repeats: int = 2000) -> dict[str, float]:
         "jitops forward": lambda: jitops.upfirdn2d(x.detach(), f, down=2, padding=1),
         "jitops forward+backward": lambda: torch.autograd.grad(jitops.upfirdn2d(x, f, down=2, padding=1), x, grad),
         "eager reference forward+backward": lambda: torch.autograd.grad(upfirdn2d_ref(x, f, down=2, padding=1), x, grad),
-        "torch conv2d forward+backward": lambda: torch.autograd.grad(torch.nn.functional.conv2d(x, conv_weight, stride=2, padding=1), x, grad),
+        "torch conv2d forward+backward": lambda: torch.autograd.grad(
+            torch.nn.functional.conv2d(x, conv_weight, stride=2, padding=1), x, grad
+        ),
     }
     results = {}
     for name, step in steps.items():
@@ -158,7 +192,9 @@ def call_overhead_us(repeats: int = 2000) -> dict[str, float]:
 
 def print_results(results: dict) -> None:
     print(results["environment"])
-    print("\nCPU time per call, 1x1x8x8 down 2 (us): " + ", ".join(f"{k} {v:.1f}" for k, v in results["call_overhead_us"].items()))
+    print(
+        "\nCPU time per call, 1x1x8x8 down 2 (us): " + ", ".join(f"{k} {v:.1f}" for k, v in results["call_overhead_us"].items())
+    )
     for name, tables in results.items():
         if name in ("float32", "float16", "bfloat16"):
             print_peer_table(tables["issue_12"], getattr(torch, name))
@@ -178,7 +214,10 @@ def main() -> None:
         raise SystemExit("upfirdn2d_sweep.py times the CUDA kernels: it needs a CUDA device")
     jitops.ops.require("upfirdn2d")
     torch.manual_seed(0)
-    results = {"environment": f"{torch.cuda.get_device_name()}, torch {torch.__version__}", "call_overhead_us": call_overhead_us()}
+    results = {
+        "environment": f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
+        "call_overhead_us": call_overhead_us(),
+    }
     for name in args.dtype:
         dtype = getattr(torch, name)
         results[name] = {"issue_12": peer_table(dtype), "sweep": sweep(dtype)}

@@ -38,9 +38,28 @@ if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is im
 
 __version__ = VERSION
 # The loader's names, then the ops' (each op module's __all__: a test keeps the two in step).
-__all__ = ["BuildError", "CacheError", "Extension", "NamespaceConflict", "available_ops", "load", "load_all", "load_inline",
-           "add2", "add2_ref", "bias_act", "bias_act_ref", "ACTIVATIONS", "lltm", "lltm_ref", "LLTM",
-           "trilinear_interpolation", "trilinear_interpolation_ref", "upfirdn2d", "upfirdn2d_ref"]
+__all__ = [
+    "BuildError",
+    "CacheError",
+    "Extension",
+    "NamespaceConflict",
+    "available_ops",
+    "load",
+    "load_all",
+    "load_inline",
+    "add2",
+    "add2_ref",
+    "bias_act",
+    "bias_act_ref",
+    "ACTIVATIONS",
+    "lltm",
+    "lltm_ref",
+    "LLTM",
+    "trilinear_interpolation",
+    "trilinear_interpolation_ref",
+    "upfirdn2d",
+    "upfirdn2d_ref",
+]
 
 
 def available_ops() -> list[str]:

@@ -74,7 +74,9 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         return library, list(manifest["components"].get("backends", [])), "prebuilt"
     if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
         library, backends = _prebuilt.prebuilt_or_error(
-            extension, components, required=True,
+            extension,
+            components,
+            required=True,
             why=f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {entry.path} for this key",
             advice="Build it where compiling is allowed (`jitops-cache build`, or a first run), with this same "
             "torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD.",
@@ -83,7 +85,10 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     missing = missing_tools(planned.cxx)
     if missing:
         library, backends = _prebuilt.prebuilt_or_error(
-            extension, components, why="; ".join(missing), required=True,
+            extension,
+            components,
+            why="; ".join(missing),
+            required=True,
             advice="Install the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
             "`jitops-cache build --out DIR` under this same torch.",
         )
@@ -184,7 +189,9 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
     """Publish an entry built elsewhere (jitops.distributed) as a local build would: its sha256
     checked, a private staging folder, one atomic rename under the entry's lock. Returns the library."""
     if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
-        raise BuildError(f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}")
+        raise BuildError(
+            f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}"
+        )
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
         raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
@@ -233,8 +240,15 @@ def _build(planned: PlannedEntry) -> Path:
         unit_seconds = _unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
-        manifest = _cache.make_manifest(entry, planned.components, library, headers, built_at=started,
-                                        build_seconds=round(seconds, 3), unit_seconds=unit_seconds)
+        manifest = _cache.make_manifest(
+            entry,
+            planned.components,
+            library,
+            headers,
+            built_at=started,
+            build_seconds=round(seconds, 3),
+            unit_seconds=unit_seconds,
+        )
         _cache.publish(entry, staging, manifest)
         published = True
         return entry.path / library.name
@@ -269,12 +283,22 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
         _use_cuda_home(cpp_extension, cuda.cuda_home)
         cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
     try:
-        ldflags = cpp_extension._prepare_ldflags(extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled,
-                                                 with_sycl=False, verbose=False, is_standalone=False)
+        ldflags = cpp_extension._prepare_ldflags(
+            extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False, is_standalone=False
+        )
         cpp_extension._write_ninja_file_to_build_library(
-            path=str(build_file), name=extension.library_name, sources=wrappers, extra_cflags=list(components["cflags"]),
-            extra_cuda_cflags=cuda_cflags, extra_sycl_cflags=[], extra_ldflags=ldflags,
-            extra_include_paths=extension.include_paths(), with_cuda=cuda.enabled, with_sycl=False, is_standalone=False)
+            path=str(build_file),
+            name=extension.library_name,
+            sources=wrappers,
+            extra_cflags=list(components["cflags"]),
+            extra_cuda_cflags=cuda_cflags,
+            extra_sycl_cflags=[],
+            extra_ldflags=ldflags,
+            extra_include_paths=extension.include_paths(),
+            with_cuda=cuda.enabled,
+            with_sycl=False,
+            is_standalone=False,
+        )
     except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
         import torch  # loaded by the caller already: this module imports without it
 
@@ -287,13 +311,16 @@ def _write_build_file(staging: Path, extension: Extension, cuda: CudaPlan, compo
     return build_dir, wrappers
 
 
-def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan,
-                     targets: list[str] = (), skip: list[str] = ()) -> dict:
+def included_headers(
+    build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan, targets: list[str] = (), skip: list[str] = ()
+) -> dict:
     """The headers the units (ninja's `targets`, or all) included, from ninja's deps log, each with
     its sha256, named relative to the extension's root where under it. skip: the units' wrappers.
     torch's, the CUDA toolkit's and the compilers' own headers are left out: the key names their
     versions, and checking each on every load would cost hundreds of stat calls."""
-    result = subprocess.run([find_ninja() or "ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [find_ninja() or "ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
     import torch  # loaded by the caller already: this module imports without it
@@ -310,8 +337,10 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
         path = os.path.realpath(os.path.join(build_dir, line.strip()))
         if line.startswith("    ") and path not in skipped and not path.startswith(prefixes):
             if not os.path.isfile(path):  # split by a ninja that misreads quotes in depfiles
-                raise BuildError(f"jitops: ninja's deps log of {build_dir} names {path!r}, no file: a path holding quotes "
-                                 "that this ninja misread? A newer ninja (pip install -U ninja) reads them")
+                raise BuildError(
+                    f"jitops: ninja's deps log of {build_dir} names {path!r}, no file: a path holding quotes "
+                    "that this ninja misread? A newer ninja (pip install -U ninja) reads them"
+                )
             headers[path[len(root) :] if path.startswith(root) else path] = _cache.sha256_file(path)
     return dict(sorted(headers.items()))
 
@@ -323,7 +352,9 @@ def _escape_build_paths(build_file: Path, paths: list[str]) -> None:
     text = build_file.read_text(encoding="utf-8")
     for path in paths:
         if "\n" in path:
-            raise BuildError(f"jitops: cannot build under {path!r}: ninja cannot name a path holding a newline; set JITOPS_CACHE_DIR to another directory")
+            raise BuildError(
+                f"jitops: cannot build under {path!r}: ninja cannot name a path holding a newline; set JITOPS_CACHE_DIR to another directory"
+            )
         as_torch_wrote_it = path.replace(" ", "$ ")
         escaped = os.path.relpath(path, build_file.parent).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
         if text.count(f" {as_torch_wrote_it}\n") != 1:
@@ -373,8 +404,15 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     if jobs.isdigit():
         command += ["-j", jobs]
     status = _BuildStatus(op, cuda, verbose)
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", cwd=build_dir)
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        cwd=build_dir,
+    )
     timed_out = threading.Event()
     watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
     watchdog.daemon = True

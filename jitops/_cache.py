@@ -17,8 +17,16 @@ import time
 from pathlib import Path
 
 from ._core import (
-    KEY_LENGTH, MANIFEST_NAME, configured_root, file_identity, identity_or_none, mark_used, parse_entry_name,
-    private_dir_problem, warn, write_json_atomic,
+    KEY_LENGTH,
+    MANIFEST_NAME,
+    configured_root,
+    file_identity,
+    identity_or_none,
+    mark_used,
+    parse_entry_name,
+    private_dir_problem,
+    warn,
+    write_json_atomic,
 )
 from ._errors import CacheError
 
@@ -303,7 +311,9 @@ class Entry:
         if manifest is None:
             raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
         if manifest.get("key") != self.key or manifest.get("name") != self.name:
-            raise CacheError(f"{self.manifest_path} describes another build ({manifest.get('name')!r} key {manifest.get('key')!r})")
+            raise CacheError(
+                f"{self.manifest_path} describes another build ({manifest.get('name')!r} key {manifest.get('key')!r})"
+            )
         library_name = manifest.get("library")
         if not isinstance(library_name, str) or os.path.basename(library_name) != library_name:
             raise CacheError(f"{self.manifest_path} names no valid library file")

@@ -33,7 +33,9 @@ PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
 # CUDA units; the compiler's search paths), then every one a key depends on.
 CUDA_BUILD_ENVIRONMENT = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
-TOOLCHAIN_ENVIRONMENT = ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
+TOOLCHAIN_ENVIRONMENT = (
+    ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
+)
 
 
 def _find_source_root() -> str:
@@ -87,8 +89,9 @@ def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | 
     return unsafe_path_problem(path, "cache directory", (os.getuid(),), directory=True, info=info)
 
 
-def unsafe_path_problem(path: str, what: str, owners: tuple[int, ...], directory: bool,
-                        info: os.stat_result | None = None) -> str | None:
+def unsafe_path_problem(
+    path: str, what: str, owners: tuple[int, ...], directory: bool, info: os.stat_result | None = None
+) -> str | None:
     """Why `path` (a directory, or a regular file) may not hold or be a library we load, or None:
     a link, of the other kind, owned by none of `owners`, or writable by group or others."""
     info = info or os.lstat(path)

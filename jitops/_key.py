@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 
 from . import _cache, _warm
 from ._core import (
-    COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, cuda_arch_list, cxx_runtime, identity_or_none, process_abi,
+    COMPILER_ENVIRONMENT,
+    CUDA_BUILD_ENVIRONMENT,
+    cuda_arch_list,
+    cxx_runtime,
+    identity_or_none,
+    process_abi,
 )
 from ._errors import BuildError
 

@@ -58,8 +58,9 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
                 _cache.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
                 raise
             if how == "built":
-                _cache.count(planned.entry.root, planned.extension.qualified_name, builds=1,
-                             build_seconds=time.monotonic() - started)
+                _cache.count(
+                    planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=time.monotonic() - started
+                )
         import torch  # loaded by the caller already: this module imports without it
 
         try:
@@ -96,5 +97,13 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
             entry.verified_library(touch=False)
         except CacheError:
             return
-    _warm.remember(planned.extension, planned.settings, planned.dependencies + entry.checked_headers, str(entry.path),
-                   str(library), entry.verified_identities, with_cuda, reason)
+    _warm.remember(
+        planned.extension,
+        planned.settings,
+        planned.dependencies + entry.checked_headers,
+        str(entry.path),
+        str(library),
+        entry.verified_identities,
+        with_cuda,
+        reason,
+    )

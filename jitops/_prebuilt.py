@@ -38,9 +38,13 @@ def missing_archs(arch_list: str | None, capabilities: list[tuple[int, int]]) ->
     built = [re.fullmatch(_ARCH, arch) for arch in (arch_list or "").replace(";", " ").split()]
     built = [(int(m[1]), int(m[2]), m[3], bool(m[4])) for m in built if m]
     return [
-        f"{major}.{minor}" for major, minor in capabilities
-        if not any((b_major == major and b_minor <= minor and (not suffix or b_minor == minor))
-                   or (ptx and (b_major, b_minor) <= (major, minor)) for b_major, b_minor, suffix, ptx in built)
+        f"{major}.{minor}"
+        for major, minor in capabilities
+        if not any(
+            (b_major == major and b_minor <= minor and (not suffix or b_minor == minor))
+            or (ptx and (b_major, b_minor) <= (major, minor))
+            for b_major, b_minor, suffix, ptx in built
+        )
     ]
 
 
@@ -68,8 +72,11 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
     kernels first, where torch has CUDA."""
     refused, matches = [], []
     capabilities = visible_capabilities()
-    candidates = [e for d in prebuilt_dirs(extension, shipped_only)
-                  for e, _ in _cache.list_entries(d, extension.qualified_name, extension.root)]
+    candidates = [
+        e
+        for d in prebuilt_dirs(extension, shipped_only)
+        for e, _ in _cache.list_entries(d, extension.qualified_name, extension.root)
+    ]
     for entry in candidates:
         try:
             library = entry.verified_library(touch=False, private=False)
@@ -82,12 +89,16 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
             continue
         components = manifest.get("components", {})
         differences = mismatch(components, wanted)
-        lacking = missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in components.get("backends", []) else []
+        lacking = (
+            missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in components.get("backends", []) else []
+        )
         if differences:
             refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
         elif lacking:
-            refused.append(f"{entry.path} has no code for the visible GPU(s) of compute capability {', '.join(lacking)} "
-                           f"(built for {components.get('cuda_arch_list')})")
+            refused.append(
+                f"{entry.path} has no code for the visible GPU(s) of compute capability {', '.join(lacking)} "
+                f"(built for {components.get('cuda_arch_list')})"
+            )
         else:
             matches.append((library, manifest))
     if not matches:
@@ -118,8 +129,9 @@ def untrusted_prebuilt(entry: _cache.Entry, library: Path, extension: Extension)
 _warned: set[str] = set()
 
 
-def prebuilt_or_error(extension: Extension, components: dict, why: str, required: bool,
-                      advice: str = "") -> tuple[Path, list[str]] | None:
+def prebuilt_or_error(
+    extension: Extension, components: dict, why: str, required: bool, advice: str = ""
+) -> tuple[Path, list[str]] | None:
     """A prebuilt .so matching the running process, and its backends. why: why building is not an
     option. No match: None, or (required) an error naming why, each refusal and advice."""
     library, manifest, refused = find_prebuilt(extension, components)
@@ -127,8 +139,8 @@ def prebuilt_or_error(extension: Extension, components: dict, why: str, required
         if not required:
             return None
         refusals = "".join(f"\n  - {reason}" for reason in refused) or (
-            "\n  - none found in " + (", ".join(str(d) for d in prebuilt_dirs(extension)) or "any folder: "
-                                        "JITOPS_PREBUILT_DIR is not set")
+            "\n  - none found in "
+            + (", ".join(str(d) for d in prebuilt_dirs(extension)) or "any folder: JITOPS_PREBUILT_DIR is not set")
         )
         raise BuildError(
             f"jitops: cannot build {extension.qualified_name!r}: {why}\nand no prebuilt library matches this "
@@ -137,6 +149,8 @@ def prebuilt_or_error(extension: Extension, components: dict, why: str, required
     backends = list(manifest["components"].get("backends", []))
     if extension.qualified_name not in _warned:
         _warned.add(extension.qualified_name)
-        warn(f"loading the prebuilt {extension.qualified_name} ({'+'.join(backends)}) from {library.parent}, "
-             f"since building is not possible: {why}")
+        warn(
+            f"loading the prebuilt {extension.qualified_name} ({'+'.join(backends)}) from {library.parent}, "
+            f"since building is not possible: {why}"
+        )
     return library, backends

@@ -17,9 +17,22 @@ from .extension import Extension
 BUILD_SUBFOLDER = "jitops"
 
 
-def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
-         extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None, with_sycl=None,
-         is_python_module=True, is_standalone=False, keep_intermediates=True):
+def load(
+    name,
+    sources,
+    extra_cflags=None,
+    extra_cuda_cflags=None,
+    extra_sycl_cflags=None,
+    extra_ldflags=None,
+    extra_include_paths=None,
+    build_directory=None,
+    verbose=False,
+    with_cuda=None,
+    with_sycl=None,
+    is_python_module=True,
+    is_standalone=False,
+    keep_intermediates=True,
+):
     """torch.utils.cpp_extension.load, through jitops: the pybind11 module (is_python_module=True),
     else the library's path after its TORCH_LIBRARY registrations ran. keep_intermediates has no
     effect (jitops keeps the build log, not the object files); verbose=True streams the compiler's
@@ -30,15 +43,42 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
     if not paths:
         raise ValueError("load: sources is empty")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
-    extension = _extension(name, root, [os.path.relpath(p, root) for p in paths], extra_cflags, extra_cuda_cflags,
-                           extra_ldflags, extra_include_paths, with_cuda, is_python_module, _cache_dir(build_directory))
+    extension = _extension(
+        name,
+        root,
+        [os.path.relpath(p, root) for p in paths],
+        extra_cflags,
+        extra_cuda_cflags,
+        extra_ldflags,
+        extra_include_paths,
+        with_cuda,
+        is_python_module,
+        _cache_dir(build_directory),
+    )
     return _load(extension, with_cuda, verbose)
 
 
-def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functions=None, extra_cflags=None,
-                extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None, extra_include_paths=None,
-                build_directory=None, verbose=False, with_cuda=None, with_sycl=None, is_python_module=True,
-                with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False, no_implicit_headers=False):
+def load_inline(
+    name,
+    cpp_sources,
+    cuda_sources=None,
+    sycl_sources=None,
+    functions=None,
+    extra_cflags=None,
+    extra_cuda_cflags=None,
+    extra_sycl_cflags=None,
+    extra_ldflags=None,
+    extra_include_paths=None,
+    build_directory=None,
+    verbose=False,
+    with_cuda=None,
+    with_sycl=None,
+    is_python_module=True,
+    with_pytorch_error_handling=True,
+    keep_intermediates=True,
+    use_pch=False,
+    no_implicit_headers=False,
+):
     """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
     writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
     after their content under the cache root, then built as load() builds files. use_pch has no
@@ -57,8 +97,18 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
     cache_dir = _cache_dir(build_directory)
     root = _write_once(name, files, cache_dir)
-    extension = _extension(name, root, sorted(files), extra_cflags, extra_cuda_cflags, extra_ldflags,
-                           extra_include_paths, with_cuda if cuda else False, is_python_module, cache_dir)
+    extension = _extension(
+        name,
+        root,
+        sorted(files),
+        extra_cflags,
+        extra_cuda_cflags,
+        extra_ldflags,
+        extra_include_paths,
+        with_cuda if cuda else False,
+        is_python_module,
+        cache_dir,
+    )
     return _load(extension, with_cuda if cuda else None, verbose)
 
 
@@ -76,13 +126,18 @@ def _cache_dir(build_directory) -> str | None:
     return os.path.join(os.path.abspath(build_directory), BUILD_SUBFOLDER) if build_directory else None
 
 
-def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module,
-               cache_dir) -> Extension:
+def _extension(
+    name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module, cache_dir
+) -> Extension:
     """The declaration of a load()/load_inline() call. A name this process loaded from other sources
     or flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook
     loads its new code beside the old (a second TORCH_LIBRARY block of one namespace still aborts)."""
-    for argument, value in (("extra_cflags", cflags), ("extra_cuda_cflags", cuda_cflags), ("extra_ldflags", ldflags),
-                            ("extra_include_paths", include_paths)):
+    for argument, value in (
+        ("extra_cflags", cflags),
+        ("extra_cuda_cflags", cuda_cflags),
+        ("extra_ldflags", ldflags),
+        ("extra_include_paths", include_paths),
+    ):
         if isinstance(value, str):
             raise TypeError(f"{argument} must be a list of strings, got the string {value!r}")
     # Include paths as torch takes them: relative to the working directory (an absolute path joined
@@ -90,10 +145,19 @@ def _extension(name, root, sources, cflags, cuda_cflags, ldflags, include_paths,
     include_dirs = [os.path.abspath(path) for path in include_paths or []]
     version = 0
     while True:
-        extension = Extension(name if version == 0 else f"{name}_v{version}", sources, namespace=DROP_IN_NAMESPACE,
-                              root=root, include_dirs=include_dirs, cflags=cflags or [], cuda_cflags=cuda_cflags or [],
-                              ldflags=ldflags or [], cuda="never" if with_cuda is False else "auto",
-                              python_module=bool(python_module), cache_dir=cache_dir)
+        extension = Extension(
+            name if version == 0 else f"{name}_v{version}",
+            sources,
+            namespace=DROP_IN_NAMESPACE,
+            root=root,
+            include_dirs=include_dirs,
+            cflags=cflags or [],
+            cuda_cflags=cuda_cflags or [],
+            ldflags=ldflags or [],
+            cuda="never" if with_cuda is False else "auto",
+            python_module=bool(python_module),
+            cache_dir=cache_dir,
+        )
         found = loaded.get(extension.qualified_name)
         if found is None or found.extension == extension:
             return extension

@@ -17,10 +17,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._core import (
-    DROP_IN_NAMESPACE, IDENTITY_FIELDS, MANIFEST_NAME, TOOLCHAIN_ENVIRONMENT, LoadedLibrary, configured_root,
-    cuda_arch_list, cxx_runtime, file_identity, identity_or_none, loaded, mark_used, open_verified_library, parse_entry_name,
-    private_dir_problem, process_abi, write_json_atomic,
+    DROP_IN_NAMESPACE,
+    IDENTITY_FIELDS,
+    MANIFEST_NAME,
+    TOOLCHAIN_ENVIRONMENT,
+    LoadedLibrary,
+    configured_root,
+    cuda_arch_list,
+    cxx_runtime,
+    file_identity,
+    identity_or_none,
+    loaded,
+    mark_used,
+    open_verified_library,
+    parse_entry_name,
+    private_dir_problem,
+    process_abi,
+    write_json_atomic,
 )
+
 if TYPE_CHECKING:
     from .extension import Extension
 
@@ -40,8 +55,12 @@ def already_loaded(extension) -> LoadedLibrary | None:
     elif extension.namespace == DROP_IN_NAMESPACE:
         others = []
     else:
-        others = [other for other in loaded.values() if other.extension.namespace == extension.namespace
-                  and (other.extension.root, other.extension.version) != (extension.root, extension.version)]
+        others = [
+            other
+            for other in loaded.values()
+            if other.extension.namespace == extension.namespace
+            and (other.extension.root, other.extension.version) != (extension.root, extension.version)
+        ]
     if others:
         from ._errors import NamespaceConflict  # only here: a warm load imports one module fewer
 
@@ -172,17 +191,32 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     return loaded.setdefault(name, LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
 
 
-def remember(extension: Extension, of_settings: str, checked: list[tuple[str, list[int] | None]], entry: str, library: str,
-             verified_identities: tuple, with_cuda: bool, cuda_reason: str) -> None:
+def remember(
+    extension: Extension,
+    of_settings: str,
+    checked: list[tuple[str, list[int] | None]],
+    entry: str,
+    library: str,
+    verified_identities: tuple,
+    with_cuda: bool,
+    cuda_reason: str,
+) -> None:
     """Write a warm record (see the module's docstring): of_settings and checked (each file and
     folder with its identity) as read before the key was computed; verified_identities: the
     library's and its manifest's. A record that cannot be written costs only time."""
     root = extension_root(extension)
     if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
         return  # a fallback cache (the configured one was refused): no warm start from there
-    record = {"settings": of_settings, "checked": checked, "entry": os.path.basename(entry),
-              "library": os.path.basename(library), "library_identity": verified_identities[0],
-              "manifest_identity": verified_identities[1], "with_cuda": with_cuda, "cuda_reason": cuda_reason}
+    record = {
+        "settings": of_settings,
+        "checked": checked,
+        "entry": os.path.basename(entry),
+        "library": os.path.basename(library),
+        "library_identity": verified_identities[0],
+        "manifest_identity": verified_identities[1],
+        "with_cuda": with_cuda,
+        "cuda_reason": cuda_reason,
+    }
     try:
         write_json_atomic(record_path(root, extension.qualified_name, of_settings), record)
     except OSError:

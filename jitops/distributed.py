@@ -41,8 +41,12 @@ def _local_state(entries: dict) -> dict:
     the node it builds into (host and that extension's cache root), and those its cache has."""
     host = socket.gethostname()
     cached = [name for name, entry in entries.items() if _cache.verified_or_discarded(entry) is not None]
-    return {"names": list(entries), "keys": {name: entry.key for name, entry in entries.items()},
-            "nodes": {name: f"{host}:{os.path.realpath(entry.root)}" for name, entry in entries.items()}, "cached": cached}
+    return {
+        "names": list(entries),
+        "keys": {name: entry.key for name, entry in entries.items()},
+        "nodes": {name: f"{host}:{os.path.realpath(entry.root)}" for name, entry in entries.items()},
+        "cached": cached,
+    }
 
 
 def _disagreement(states: dict[int, dict]) -> str:
@@ -54,7 +58,8 @@ def _disagreement(states: dict[int, dict]) -> str:
     if len(lists) == 1:
         return ""
     return "the ranks must load the same extensions, in the same order; they asked for:\n" + "\n".join(
-        f"  ranks {', '.join(map(str, ranks))}: {', '.join(names) or '(none)'}" for names, ranks in lists.items())
+        f"  ranks {', '.join(map(str, ranks))}: {', '.join(names) or '(none)'}" for names, ranks in lists.items()
+    )
 
 
 def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:

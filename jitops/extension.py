@@ -22,12 +22,41 @@ class Extension:
     instead of the cache root. prebuilt_dir: prebuilt libraries shipped with the package (relative
     to root), loaded before building when one matches."""
 
-    __slots__ = ("name", "namespace", "root", "sources", "include_dirs", "cflags", "cuda_cflags", "ldflags",
-                 "cuda", "cuda_archs", "version", "python_module", "cache_dir", "prebuilt_dir")
+    __slots__ = (
+        "name",
+        "namespace",
+        "root",
+        "sources",
+        "include_dirs",
+        "cflags",
+        "cuda_cflags",
+        "ldflags",
+        "cuda",
+        "cuda_archs",
+        "version",
+        "python_module",
+        "cache_dir",
+        "prebuilt_dir",
+    )
 
-    def __init__(self, name: str, sources, *, namespace: str, root: str, include_dirs=(), cflags=(),
-                 cuda_cflags=(), ldflags=(), cuda: str = "auto", cuda_archs: str | None = None, version: str = "0",
-                 python_module: bool = False, cache_dir: str | None = None, prebuilt_dir: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        sources,
+        *,
+        namespace: str,
+        root: str,
+        include_dirs=(),
+        cflags=(),
+        cuda_cflags=(),
+        ldflags=(),
+        cuda: str = "auto",
+        cuda_archs: str | None = None,
+        version: str = "0",
+        python_module: bool = False,
+        cache_dir: str | None = None,
+        prebuilt_dir: str | None = None,
+    ):
         for argument, value in (("name", name), ("namespace", namespace)):
             if not is_identifier(value):
                 raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
@@ -37,23 +66,41 @@ class Extension:
             if not isinstance(value, (str, os.PathLike)) and (value is not None or argument == "root"):
                 raise TypeError(f"Extension {name!r}: {argument} must be a path, got {value!r}")
         root = os.path.abspath(root)
-        values = {"name": name, "namespace": namespace, "root": root, "cuda": cuda, "cuda_archs": cuda_archs,
-                  "version": str(version), "python_module": bool(python_module),
-                  "cache_dir": os.path.abspath(cache_dir) if cache_dir is not None else None,
-                  "prebuilt_dir": os.path.join(root, prebuilt_dir) if prebuilt_dir is not None else None}
-        for argument, value in (("sources", sources), ("include_dirs", include_dirs), ("cflags", cflags),
-                                ("cuda_cflags", cuda_cflags), ("ldflags", ldflags)):
+        values = {
+            "name": name,
+            "namespace": namespace,
+            "root": root,
+            "cuda": cuda,
+            "cuda_archs": cuda_archs,
+            "version": str(version),
+            "python_module": bool(python_module),
+            "cache_dir": os.path.abspath(cache_dir) if cache_dir is not None else None,
+            "prebuilt_dir": os.path.join(root, prebuilt_dir) if prebuilt_dir is not None else None,
+        }
+        for argument, value in (
+            ("sources", sources),
+            ("include_dirs", include_dirs),
+            ("cflags", cflags),
+            ("cuda_cflags", cuda_cflags),
+            ("ldflags", ldflags),
+        ):
             if isinstance(value, str) or not all(isinstance(item, str) for item in value):
                 raise TypeError(f"Extension {name!r}: {argument} must be a list of strings, got {value!r}")
             values[argument] = tuple(value)
         if not values["sources"]:
             raise ValueError(f"Extension {name!r}: sources is empty")
         # Every build and warm record written into a folder the key reads would change it.
-        watched = [os.path.dirname(os.path.join(root, s)) for s in values["sources"]] + \
-            [os.path.join(root, d) for d in values["include_dirs"]] if cache_dir is not None else []
+        watched = (
+            [os.path.dirname(os.path.join(root, s)) for s in values["sources"]]
+            + [os.path.join(root, d) for d in values["include_dirs"]]
+            if cache_dir is not None
+            else []
+        )
         if values["cache_dir"] in {os.path.normpath(folder) for folder in watched}:
-            raise ValueError(f"Extension {name!r}: cache_dir {values['cache_dir']} holds its sources or headers; "
-                             "give it a folder of its own (a subfolder will do)")
+            raise ValueError(
+                f"Extension {name!r}: cache_dir {values['cache_dir']} holds its sources or headers; "
+                "give it a folder of its own (a subfolder will do)"
+            )
         for argument, value in values.items():
             object.__setattr__(self, argument, value)
 

@@ -17,9 +17,9 @@ namespace jitops {
 enum class Activation { kLinear, kRelu, kLrelu, kTanh, kSigmoid, kElu, kSelu, kSoftplus, kSwish };
 
 struct BiasActParams {
-  double alpha;   // lrelu's negative slope (unused by the others)
-  double gain;    // y = act(x + b) * gain
-  double clamp;   // then, if clamped, y is clamped to [-clamp, clamp]
+  double alpha;  // lrelu's negative slope (unused by the others)
+  double gain;   // y = act(x + b) * gain
+  double clamp;  // then, if clamped, y is clamped to [-clamp, clamp]
   bool clamped;
 };
 
@@ -34,8 +34,8 @@ struct BiasActShape {
 // (dense); b: [channels] or nullptr; grad: nullptr when derivative == 0. T: float, double (CPU);
 // also Half, BFloat16 (CUDA).
 template <Activation kAct, typename T>
-void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape,
-                  const BiasActParams& params, int derivative);
+void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape, const BiasActParams& params,
+                  int derivative);
 template <Activation kAct, typename T>
 void bias_act_cuda(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape,
                    const BiasActParams& params, int derivative, CudaStream stream);
@@ -101,7 +101,7 @@ struct ActivationFn {
 // One element: y = clamp(act(x + b) * gain), or grad times its first or second derivative.
 template <Activation kAct, int kDerivative, typename acc_t>
 JITOPS_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, acc_t alpha, acc_t gain, acc_t clamp,
-                                              bool clamped) {
+                                                 bool clamped) {
   const ActivationFn<kAct, acc_t> f(x + b, alpha);
   const acc_t y = f.value * gain;
   if constexpr (kDerivative == 0) {
@@ -121,7 +121,7 @@ JITOPS_HOST_DEVICE inline acc_t bias_act_element(acc_t x, acc_t b, acc_t grad, a
 template <typename Fn>
 JITOPS_HOST_DEVICE decltype(auto) dispatch_activation(Activation act, Fn&& fn) {
 #define JITOPS_ACTIVATION_CASE(name) \
-  case Activation::name:              \
+  case Activation::name:             \
     return fn(std::integral_constant<Activation, Activation::name>{});
   switch (act) {
     JITOPS_ACTIVATION_CASE(kLinear)
@@ -142,9 +142,12 @@ JITOPS_HOST_DEVICE decltype(auto) dispatch_activation(Activation act, Fn&& fn) {
 template <typename Fn>
 void dispatch_derivative(int derivative, Fn&& fn) {
   switch (derivative) {
-    case 0: return fn(std::integral_constant<int, 0>{});
-    case 1: return fn(std::integral_constant<int, 1>{});
-    default: return fn(std::integral_constant<int, 2>{});  // the bindings allow 0, 1 and 2 only
+    case 0:
+      return fn(std::integral_constant<int, 0>{});
+    case 1:
+      return fn(std::integral_constant<int, 1>{});
+    default:
+      return fn(std::integral_constant<int, 2>{});  // the bindings allow 0, 1 and 2 only
   }
 }
 

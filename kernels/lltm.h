@@ -35,9 +35,7 @@ struct LltmGates {
   acc_t input, output, candidate;
 
   JITOPS_HOST_DEVICE LltmGates(acc_t input_pre, acc_t output_pre, acc_t candidate_pre)
-      : input(sigmoid(input_pre)),
-        output(sigmoid(output_pre)),
-        candidate(elu(candidate_pre)) {}
+      : input(sigmoid(input_pre)), output(sigmoid(output_pre)), candidate(elu(candidate_pre)) {}
 
   // Both sides computed, then selected: a branch-free loop body the CPU kernels can vectorize.
   JITOPS_HOST_DEVICE static acc_t elu(acc_t x) {

@@ -53,12 +53,12 @@ struct AxisTaps {
 // position holds input sample (o * down - pad0 + k) / up when it is a multiple of up, else zero.
 template <typename index_t>
 JITOPS_HOST_DEVICE inline AxisTaps<index_t> axis_taps(index_t o, index_t up, index_t down, index_t pad0, index_t taps,
-                                                   index_t in_size, bool flip_filter) {
+                                                      index_t in_size, bool flip_filter) {
   const index_t start = o * down - pad0;
   const index_t k0 = first_sample_tap(start, up);
   const index_t i0 = (start + k0) / up;  // exact: start + k0 is a multiple of up
   const index_t all = k0 < taps ? (taps - 1 - k0) / up + 1 : 0;
-  const index_t skip = i0 < 0 ? -i0 : 0;                     // samples in the leading padding
+  const index_t skip = i0 < 0 ? -i0 : 0;                        // samples in the leading padding
   const index_t end = all < in_size - i0 ? all : in_size - i0;  // stop at the trailing padding
   const index_t k = k0 + skip * up;
   // flip_filter false convolves (the filter reversed, as StyleGAN2 does); true correlates.

@@ -70,7 +70,11 @@ def main() -> None:
             for tree, env in zip(trees, envs):
                 result = run_in_tree(CHILD, [str(EXAMPLES), args.dtype], tree, env)
                 results[tree].append(result)
-                print(f"round {round_ + 1} {tree.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()), file=sys.stderr, flush=True)
+                print(
+                    f"round {round_ + 1} {tree.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     names = list(results[trees[0]][0])
     print(f"bias_act {args.dtype}, ms, median of {args.rounds} rounds ({torch_and_gpu()})")
     print(f"{'tree':<14}" + "".join(f"{name:>18}" for name in names))

@@ -96,8 +96,21 @@ def main() -> None:
         source.write_text("int jitops_probe(void) { return 1; }\n")
         empty, linked = f"{tmp}/empty.so", f"{tmp}/linked.so"
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", str(source), "-o", empty], check=True)
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", str(source), "-o", linked, f"-L{torch_lib}",
-                        "-Wl,--no-as-needed", *[f"-l{lib}" for lib in libs]], check=True)
+        subprocess.run(
+            [
+                "cc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                str(source),
+                "-o",
+                linked,
+                f"-L{torch_lib}",
+                "-Wl,--no-as-needed",
+                *[f"-l{lib}" for lib in libs],
+            ],
+            check=True,
+        )
         rows = [("empty library", empty), (f"linked to {','.join(libs)}, no code", linked)]
         nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         if torch.cuda.is_available() and os.path.exists(nvcc):
@@ -105,8 +118,10 @@ def main() -> None:
             kernel = Path(tmp) / "kernel.cu"
             kernel.write_text("__global__ void jitops_probe_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n")
             with_kernel = f"{tmp}/kernel.so"
-            subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=sm_90", str(kernel),
-                            "-o", with_kernel], check=True)
+            subprocess.run(
+                [nvcc, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=sm_90", str(kernel), "-o", with_kernel],
+                check=True,
+            )
             rows.append(("one CUDA kernel, no torch", with_kernel))
         for op in args.ops.split(",") if args.ops else jitops.ops.available_ops():
             jitops.ops.require(op)

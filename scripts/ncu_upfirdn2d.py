@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: MIT
 # Profiling helper (not part of the suite): one launch of each tiled kernel at 8x512x256x256, for ncu.
-import torch, jitops, jitops.ops
+import torch
+
+import jitops
+import jitops.ops
+
 jitops.ops.require("upfirdn2d")
 f = torch.outer(torch.tensor([1.0, 3, 3, 1]), torch.tensor([1.0, 3, 3, 1])).cuda() / 64
 k = torch.ops.jitops._upfirdn2d_kernel

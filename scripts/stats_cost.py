@@ -20,5 +20,7 @@ for _ in range(repeats):
     started = time.perf_counter()
     _cache.count(root, "jitops.add2", cache_loads=1)
     seconds.append(time.perf_counter() - started)
-print(f"one counter update: median {statistics.median(seconds) * 1e3:.2f} ms, range {min(seconds) * 1e3:.2f}-"
-      f"{max(seconds) * 1e3:.2f} ms over {repeats}")
+print(
+    f"one counter update: median {statistics.median(seconds) * 1e3:.2f} ms, range {min(seconds) * 1e3:.2f}-"
+    f"{max(seconds) * 1e3:.2f} ms over {repeats}"
+)

@@ -57,9 +57,15 @@ def main() -> None:
                     runs = [run_in_tree(JITOPS_CHILD, [ops], tree, env) for _ in range(args.repeats)]
                     assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
                     medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
-            print(f"round {round_ + 1}: " + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),
-                  file=sys.stderr, flush=True)
-    print(f"{'warm load':<12}{'before ms':>11}{'after ms':>10}{'after / before':>16}   (median of {args.rounds} rounds x {args.repeats} processes)")
+            print(
+                f"round {round_ + 1}: "
+                + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"{'warm load':<12}{'before ms':>11}{'after ms':>10}{'after / before':>16}   (median of {args.rounds} rounds x {args.repeats} processes)"
+    )
     for name in loads:
         before, after = statistics.median(medians[0, name]), statistics.median(medians[1, name])
         print(f"{name:<12}{before:>11.2f}{after:>10.2f}{after / before:>15.3f}x")

@@ -8,7 +8,6 @@ import jitops.ops
 from jitops.ops.add2 import add2_ref
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def add2_loaded():
     # Tests that call torch.ops.jitops.add2 directly need the extension loaded first.

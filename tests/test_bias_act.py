@@ -45,7 +45,12 @@ def test_forward_and_gradients_match_reference(device, dtype, act, options):
     # b's gradient sums 105 elements per channel: allow for the sum's rounding in half precision.
     if not away_from_clamp.all():
         return  # b's gradient sums over the edge elements too
-    torch.testing.assert_close(grads[1].double(), expected_grads[1], rtol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4, atol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4)
+    torch.testing.assert_close(
+        grads[1].double(),
+        expected_grads[1],
+        rtol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4,
+        atol=0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-4,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -173,11 +178,17 @@ def test_torch_compile_fullgraph(device):
 
 def test_bad_inputs():
     x, b = random((2, 4, 3), "cpu", torch.float32), random((4,), "cpu", torch.float32)
-    with pytest.raises(ValueError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"):
+    with pytest.raises(
+        ValueError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"
+    ):
         jitops.bias_act(x, b, act="gelu")
-    with pytest.raises(RuntimeError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"):
+    with pytest.raises(
+        RuntimeError, match="act must be one of linear, relu, lrelu, tanh, sigmoid, elu, selu, softplus, swish; got 'gelu'"
+    ):
         torch.ops.jitops.bias_act(x, b, 1, "gelu", 0.0, 1.0, None)
-    with pytest.raises(RuntimeError, match=r"b must be 1-D with x.shape\[dim\] = 4 elements \(x: \[2, 4, 3\], dim 1\), got b of shape \[5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"b must be 1-D with x.shape\[dim\] = 4 elements \(x: \[2, 4, 3\], dim 1\), got b of shape \[5\]"
+    ):
         jitops.bias_act(x, random((5,), "cpu", torch.float32))
     with pytest.raises(RuntimeError, match=r"b must be 1-D.*got b of shape \[1, 4\]"):
         jitops.bias_act(x, b[None])

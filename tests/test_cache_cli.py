@@ -115,7 +115,13 @@ def test_list_shows_every_status(cache, add2_entry):
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
         (cache / f"{_cache.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = list_rows(cache)
-    assert statuses(rows) == {ok_key: "ok", "0" * 16: "stale", "1" * 16: "corrupt", "2" * 16 + "-abc": "orphan", "3" * 16 + "-xyz": "building"}
+    assert statuses(rows) == {
+        ok_key: "ok",
+        "0" * 16: "stale",
+        "1" * 16: "corrupt",
+        "2" * 16 + "-abc": "orphan",
+        "3" * 16 + "-xyz": "building",
+    }
     ok = next(r for r in rows if r["status"] == "ok")
     assert ok["op"] == "add2" and ok["backends"] and ok["torch"] and ok["size"] > 0 and ok["built_at"] and ok["last_used"]
     stale = next(r for r in rows if r["status"] == "stale")
@@ -190,10 +196,14 @@ def test_bad_usage_exits_2(cache, args):
     assert cli(cache, *args).returncode == 2
 
 
-@pytest.mark.parametrize("args", [["clear", "add"], ["list", "add"], ["clear", "add2", "nosuchop", "--dry-run"], ["build", "add"]])
+@pytest.mark.parametrize(
+    "args", [["clear", "add"], ["list", "add"], ["clear", "add2", "nosuchop", "--dry-run"], ["build", "add"]]
+)
 def test_an_unknown_op_name_is_bad_usage_naming_the_ops(cache, args):
     result = cli(cache, *args)
-    assert result.returncode == 2 and "unknown op(s)" in result.stderr and "available: add2, bias_act" in result.stderr, result.stderr
+    assert result.returncode == 2 and "unknown op(s)" in result.stderr and "available: add2, bias_act" in result.stderr, (
+        result.stderr
+    )
     assert len(list_rows(cache)) == 4, "nothing was removed"
 
 
@@ -265,7 +275,14 @@ def test_commands_other_than_build_never_compile(cache, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     env = {"PATH": str(bin_dir), "CXX": "c++"}
-    for command in (["dir"], ["list"], ["info"], ["locks"], ["clear", "--stale", "--dry-run"], ["prune", "--max-size", "1G", "--dry-run"]):
+    for command in (
+        ["dir"],
+        ["list"],
+        ["info"],
+        ["locks"],
+        ["clear", "--stale", "--dry-run"],
+        ["prune", "--max-size", "1G", "--dry-run"],
+    ):
         result = cli(cache, *command, env_extra=env)
         assert result.returncode == 0, f"{command}: {result.stderr}"
     assert cli(cache, "verify", env_extra=env).returncode == 1  # the corrupt entry
@@ -282,8 +299,15 @@ def test_entries_of_the_older_layout_are_stale_and_cleared(cache):
 
 
 def test_every_json_output_is_an_object_with_its_schema(cache):
-    for command in (["dir"], ["list"], ["info"], ["verify"], ["locks"], ["clear", "--stale", "--dry-run"],
-                    ["prune", "--max-size", "1G", "--dry-run"]):
+    for command in (
+        ["dir"],
+        ["list"],
+        ["info"],
+        ["verify"],
+        ["locks"],
+        ["clear", "--stale", "--dry-run"],
+        ["prune", "--max-size", "1G", "--dry-run"],
+    ):
         result = cli(cache, *command, "--json")
         assert result.returncode in (0, 1), f"{command}: {result.stderr}"
         data = json.loads(result.stdout)
@@ -296,8 +320,9 @@ def on_a_terminal(cache: Path, *args: str, answer: bytes = b"", columns: int = 8
 
     env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
     env.pop("COLUMNS", None)
-    return run_on_a_terminal([sys.executable, "-m", "cache_tools", *args], env, ("stdin", "stdout"), columns, answer,
-                             cwd=REPO, timeout_s=60)
+    return run_on_a_terminal(
+        [sys.executable, "-m", "cache_tools", *args], env, ("stdin", "stdout"), columns, answer, cwd=REPO, timeout_s=60
+    )
 
 
 def test_clear_all_on_a_terminal_asks_first(cache):
@@ -329,11 +354,11 @@ def test_list_fits_an_80_column_terminal_and_is_whole_when_piped(cache):
 
 
 def test_version_and_python_m_jitops():
-    version = subprocess.run([sys.executable, "-m", "cache_tools", "--version"], cwd=REPO, capture_output=True, text=True,
-                             timeout=TIMEOUT_S)
+    version = subprocess.run(
+        [sys.executable, "-m", "cache_tools", "--version"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     assert version.returncode == 0 and version.stdout.strip() == f"jitops-cache {jitops.__version__}"
-    module = subprocess.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True,
-                            timeout=TIMEOUT_S)
+    module = subprocess.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert module.returncode == 0 and json.loads(module.stdout)["schema"] == 1, module.stderr
 
 

@@ -90,7 +90,9 @@ def test_two_nodes_build_each_op_once_and_share_it(tmp_path):
     node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
     assert sorted(node0) == sorted(node1) == sorted(OPS)
     for op in OPS:  # the same build in both caches: one key, one library, one build time
-        assert [node0[op][k] for k in ("key", "library_sha256", "built_at")] == [node1[op][k] for k in ("key", "library_sha256", "built_at")]
+        assert [node0[op][k] for k in ("key", "library_sha256", "built_at")] == [
+            node1[op][k] for k in ("key", "library_sha256", "built_at")
+        ]
     # The builds were spread over the nodes: node 0 built add2, node 1 trilinear_interpolation.
     assert "jitops: built jitops.add2 (" in logs[0] and "jitops: built jitops.trilinear_interpolation (" in logs[1], logs
 
@@ -100,7 +102,7 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
     # builds its key once, node 1 its own; nothing built for one key reaches the other. (One op:
     # two builds of each op on a 2-core machine would be slow, and one shows it.)
     wrapper = tmp_path / "c++-wrapper"
-    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('c++')} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("c++")} "$@"\n')
     wrapper.chmod(0o755)
     out, nodes = start_job(tmp_path, [{}, {"CXX": str(wrapper)}], ops=["add2"])
     logs = finish_job(nodes)
@@ -123,7 +125,9 @@ def test_a_package_extension_is_built_once_in_the_job(tmp_path):
     assert builds_in(logs) == {op: 0 for op in OPS}
     node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
     assert sorted(node0) == sorted(node1) == ["tiny"]
-    assert [node0["tiny"][k] for k in ("key", "library_sha256", "built_at")] == [node1["tiny"][k] for k in ("key", "library_sha256", "built_at")]
+    assert [node0["tiny"][k] for k in ("key", "library_sha256", "built_at")] == [
+        node1["tiny"][k] for k in ("key", "library_sha256", "built_at")
+    ]
 
 
 def test_ranks_that_ask_for_different_extensions_all_fail_at_once(tmp_path):
@@ -143,7 +147,9 @@ def test_ranks_that_ask_for_different_extensions_all_fail_at_once(tmp_path):
 def test_a_rank_that_cannot_plan_fails_every_rank(tmp_path):
     # Node 1's copy of the package lacks its sources: its ranks cannot compute a key. They tell the
     # others through the one all_gather, so every rank raises naming them instead of waiting.
-    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}, {"JOB_EXTENSIONS": "tiny", "JOB_TINY_ROOT": str(tmp_path)}], ops=[])
+    out, nodes = start_job(
+        tmp_path, [{"JOB_EXTENSIONS": "tiny"}, {"JOB_EXTENSIONS": "tiny", "JOB_TINY_ROOT": str(tmp_path)}], ops=[]
+    )
     logs = finish_job(nodes)
     errors = {rank: r["error"] for rank, r in rank_results(out).items()}
     assert sorted(errors) == [0, 1, 2, 3] and all(node.returncode != 0 for node in nodes), logs
@@ -190,7 +196,9 @@ def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     assert reported, "no rank of node 0 reported"
     for error in reported.values():
         assert re.search(r"exchanging jitops\.\w+ \(provided by rank \d\) failed", error), reported
-        assert re.search(r"the other ranks that were building: .*rank [23] \(building jitops\.(add2|trilinear_interpolation)", error), reported
+        assert re.search(
+            r"the other ranks that were building: .*rank [23] \(building jitops\.(add2|trilinear_interpolation)", error
+        ), reported
     assert nodes[0].returncode != 0
     assert waited < 60, f"node 0 took {waited:.0f} s to end"
 
@@ -209,8 +217,9 @@ def test_plan_spreads_builds_and_keeps_keys_apart():
 
     ops = ["a", "b", "c", "d", "e"]
     # Five nodes of two ranks, empty caches: five builds on five nodes, each sent to the other four.
-    states = {rank: {"nodes": {op: f"n{rank // 2}" for op in ops}, "keys": {op: "k" for op in ops}, "cached": []}
-              for rank in range(10)}
+    states = {
+        rank: {"nodes": {op: f"n{rank // 2}" for op in ops}, "keys": {op: "k" for op in ops}, "cached": []} for rank in range(10)
+    }
     node = {rank: f"n{rank // 2}" for rank in states}
     transfers = plan(ops, states)
     assert all(t.build for t in transfers)
@@ -256,7 +265,9 @@ def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
     ]:
         with pytest.raises(jitops.BuildError, match=message):
             _build.publish_received(entry, bad_manifest, bad_library)
-        assert sorted(p.name for p in node.iterdir() if not p.name.endswith(".lock")) == [], "nothing published or left half-written"
+        assert sorted(p.name for p in node.iterdir() if not p.name.endswith(".lock")) == [], (
+            "nothing published or left half-written"
+        )
     published = _build.publish_received(entry, manifest, library)
     assert published == entry.verified_library(touch=False, full_hash=True)
     assert published.read_bytes() == library

@@ -19,7 +19,9 @@ TESTS = Path(__file__).resolve().parent
 OWNER = "jitops-demo-pkg"
 TIMEOUT_S = 600
 
-USE = PRELUDE + """
+USE = (
+    PRELUDE
+    + """
 import demo_pkg
 x, y = torch.randn(1000), torch.randn(1000)
 scaled, added = demo_pkg.scale_by(x, 3.0), demo_pkg.add_scaled(x, y)
@@ -30,6 +32,7 @@ print(json.dumps({"scale_ok": bool(torch.allclose(scaled, x * 3.0 * factor / 2))
                   "how": [demo_pkg.scale.load().how, demo_pkg.fused.load().how], "module": demo_pkg.fused.load().module.__name__,
                   "package": demo_pkg.__file__, "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,24 +40,45 @@ def venv(tmp_path_factory) -> Path:
     """A fresh venv that sees this jitops and torch (the test environment's site-packages, added
     by a .pth) and has the downstream package's wheel installed."""
     work = tmp_path_factory.mktemp("downstream")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work),
-                    str(TESTS / "downstream_pkg")], check=True, timeout=TIMEOUT_S)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work),
+            str(TESTS / "downstream_pkg"),
+        ],
+        check=True,
+        timeout=TIMEOUT_S,
+    )
     (wheel,) = work.glob("jitops_demo_pkg-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=TIMEOUT_S)
     python = work / "venv" / "bin" / "python"
-    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())
+    site = Path(
+        subprocess.check_output(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
     (site / "parent_environment.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
-                    str(wheel)], check=True, timeout=TIMEOUT_S)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        timeout=TIMEOUT_S,
+    )
     return work
 
 
 def run(venv: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "JITOPS_CACHE_DIR": str(venv / "cache")}
     env.pop("JITOPS_VERBOSE", None)
-    return subprocess.run([str(venv / "venv" / "bin" / "python"), *args], cwd=venv, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [str(venv / "venv" / "bin" / "python"), *args], cwd=venv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 def use(venv: Path) -> dict:
@@ -80,7 +104,9 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
 
     rows = [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     assert sorted((row["namespace"], row["op"], row["status"]) for row in rows) == [
-        ("demo_pkg", "fused", "ok"), ("demo_pkg", "scale", "ok")]
+        ("demo_pkg", "fused", "ok"),
+        ("demo_pkg", "scale", "ok"),
+    ]
     assert len(cli(venv, "list", "--package", OWNER)["entries"]) == 2
     assert cli(venv, "verify", "--package", OWNER)["problems"] == 0
 

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_extension import NAMESPACE, tiny_extension
 
 import jitops
 from jitops import _core, _errors
-from tiny_extension import NAMESPACE, tiny_extension
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -26,8 +26,13 @@ def run_child(code: str, cache: Path, *args: str) -> dict:
     """code in a new process with its own cache; its last stdout line, parsed as JSON."""
     env = {**__import__("os").environ, "JITOPS_CACHE_DIR": str(cache)}
     env.pop("JITOPS_VERBOSE", None)
-    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + code, *args],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stderr
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
 
@@ -119,8 +124,13 @@ def test_the_package_shows_its_ops_to_help_dir_and_type_checkers():
     source = (Path(jitops.__file__).parent / "__init__.py").read_text()
     for name in exported:  # the TYPE_CHECKING block imports each one
         assert re.search(rf"^    from \.ops\.\w+ import .*\b{name}\b", source, re.M), name
-    text = subprocess.run([sys.executable, "-c", "import jitops; help(jitops)"], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PAGER": "cat"}).stdout
+    text = subprocess.run(
+        [sys.executable, "-c", "import jitops; help(jitops)"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PAGER": "cat"},
+    ).stdout
     for op in available_ops():
         assert op in text, op
     with pytest.raises(AttributeError, match="did you mean 'bias_act'"):
@@ -147,18 +157,30 @@ def test_declaring_is_frozen_and_checks_its_arguments():
     # Its entries and warm records would change, on every load, a folder whose identity the key reads.
     for folder in ("src", "include", "src/"):
         with pytest.raises(ValueError, match="cache_dir .* holds its sources or headers"):
-            jitops.Extension("x", ["src/a.cpp"], namespace="ns", root="/pkg", include_dirs=["include"],
-                             cache_dir=os.path.join("/pkg", folder))
-    assert jitops.Extension("x", ["src/a.cpp"], namespace="ns", root="/pkg", cache_dir="/pkg/src/build").cache_dir == \
-        "/pkg/src/build"
+            jitops.Extension(
+                "x", ["src/a.cpp"], namespace="ns", root="/pkg", include_dirs=["include"], cache_dir=os.path.join("/pkg", folder)
+            )
+    assert (
+        jitops.Extension("x", ["src/a.cpp"], namespace="ns", root="/pkg", cache_dir="/pkg/src/build").cache_dir
+        == "/pkg/src/build"
+    )
 
 
 def test_only_namespace_name_key_is_an_entry_name():
     """Entry folders, warm records and prebuilt folders are all recognised by this one rule."""
     key = "0123456789abcdef"
     assert _core.parse_entry_name(f"jitops.add2-{key}") == ("jitops.add2", key)
-    for name in [f"add2-{key}", f"jitops.add2-{key.upper()}", f"jitops.add2-{key[:-1]}", f"jitops.a.b-{key}",
-                 f"../x.add2-{key}", f"jitops.\u00e4dd-{key}", f"jitops.add2-{key}.tmp", f".tmp-jitops.add2-{key}-12-x", ""]:
+    for name in [
+        f"add2-{key}",
+        f"jitops.add2-{key.upper()}",
+        f"jitops.add2-{key[:-1]}",
+        f"jitops.a.b-{key}",
+        f"../x.add2-{key}",
+        f"jitops.\u00e4dd-{key}",
+        f"jitops.add2-{key}.tmp",
+        f".tmp-jitops.add2-{key}-12-x",
+        "",
+    ]:
         assert _core.parse_entry_name(name) is None, name
 
 
@@ -195,7 +217,9 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
     assert first.parent.name.startswith(f"{NAMESPACE}.tiny-") and second.parent.name.startswith(f"{NAMESPACE}_other.tiny-")
     assert first.name == f"{NAMESPACE}_tiny.so" and second.name == f"{NAMESPACE}_other_tiny.so"
     assert sorted(p.name.rpartition("-")[0] for p in cache.glob("warm-*.json")) == [
-        f"warm-{NAMESPACE}.tiny", f"warm-{NAMESPACE}_other.tiny"]
+        f"warm-{NAMESPACE}.tiny",
+        f"warm-{NAMESPACE}_other.tiny",
+    ]
     assert sorted(p.name.rpartition("-")[0] for p in cache.glob("*.lock")) == [f"{NAMESPACE}.tiny", f"{NAMESPACE}_other.tiny"]
     for library in (first, second):
         assert json.loads((library.parent / _core.MANIFEST_NAME).read_text())["name"] == library.parent.name.rpartition("-")[0]
@@ -285,8 +309,11 @@ def test_a_header_from_another_folder_is_tracked_and_an_unused_one_is_not(tmp_pa
     (include / "tiny_offset.h").write_text("#define TINY_OFFSET 1\n")
     (include / "unused.h").write_text("#define UNUSED 1\n")
     source = root / "kernels" / "cpu" / "tiny.cpp"
-    source.write_text(source.read_text().replace('#include "../tiny.h"', '#include "../tiny.h"\n#include <tiny_offset.h>')
-                      .replace("return TINY_VALUE;", "return TINY_VALUE + TINY_OFFSET;"))
+    source.write_text(
+        source.read_text()
+        .replace('#include "../tiny.h"', '#include "../tiny.h"\n#include <tiny_offset.h>')
+        .replace("return TINY_VALUE;", "return TINY_VALUE + TINY_OFFSET;")
+    )
     first = run_child(LOAD_TINY_WITH_INCLUDES, cache, str(root), str(include))
     assert first["how"] == "built" and first["value"] == 43
     # The headers each unit included, and no others: relative to the root where under it.
@@ -322,4 +349,6 @@ def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     header.write_text(header.read_text() + "\n// edited\n")
     again = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
     assert (again["add2"], again["bias_act"]) == ("cache", "built"), again["stderr"]
-    assert len([p for p in cache.glob("jitops.bias_act-*") if p.is_dir()]) == 1, "rebuilt in place: the key names the declared sources"
+    assert len([p for p in cache.glob("jitops.bias_act-*") if p.is_dir()]) == 1, (
+        "rebuilt in place: the key names the declared sources"
+    )

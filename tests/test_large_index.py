@@ -13,7 +13,9 @@ from jitops.ops.bias_act import bias_act_ref
 
 pytestmark = [
     needs_cuda,
-    pytest.mark.skipif(os.environ.get("JITOPS_LARGE_TESTS") != "1", reason="set JITOPS_LARGE_TESTS=1 (needs ~40 GB of GPU memory)"),
+    pytest.mark.skipif(
+        os.environ.get("JITOPS_LARGE_TESTS") != "1", reason="set JITOPS_LARGE_TESTS=1 (needs ~40 GB of GPU memory)"
+    ),
 ]
 
 

@@ -165,7 +165,10 @@ def test_bad_inputs_name_the_argument():
         ((input, weights, bias, old_h[0], old_cell), r"old_h must have shape \(B, S\), got \[6\]"),
         ((input[:3], weights, bias, old_h, old_cell), r"old_h must have shape \(B, S\) = \[3, 6\], got \[4, 6\]"),
         ((input, weights, bias, old_h, old_cell[:, :5]), r"old_cell must have shape \(B, S\) = \[4, 6\], got \[4, 5\]"),
-        ((input, weights[:, :10], bias, old_h, old_cell), r"weights must have shape \(3 \* S, S \+ I\) = \[18, 11\], got \[18, 10\]"),
+        (
+            (input, weights[:, :10], bias, old_h, old_cell),
+            r"weights must have shape \(3 \* S, S \+ I\) = \[18, 11\], got \[18, 10\]",
+        ),
         ((input, weights, bias[:5], old_h, old_cell), r"bias must have shape \(3 \* S,\) = \[18\], got \[5\]"),
         ((input, weights.double(), bias, old_h, old_cell), "input and weights must have the same dtype"),
         ([t.int() for t in (input, weights, bias, old_h, old_cell)], "input must be float32 or float64.*got int32"),

@@ -15,16 +15,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_extension import tiny_extension
 
 import jitops.ops
 from jitops import _build, _cache, _core, _key, _loader, _warm
-from tiny_extension import tiny_extension
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
 
 # Loads the tiny extension in a fresh process and reports how, as JSON on stdout's last line.
-LOAD_TINY = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
+LOAD_TINY = (
+    f"TESTS = {str(Path(__file__).parent)!r}\n"
+    + """
 import ctypes, json, sys, time
 import os
 def count_spawn(event, args):
@@ -47,6 +49,7 @@ print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_
                   "library": str(loaded.library),
                   "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops._build" in sys.modules}))
 """
+)
 
 
 def slow_compiler(directory: Path, seconds: float) -> str:
@@ -55,7 +58,9 @@ def slow_compiler(directory: Path, seconds: float) -> str:
     once, so that only the build is slow."""
     wrapper = directory / f"slow-c++-{seconds:g}"
     compiler = shutil.which("c++")
-    wrapper.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) exec {compiler} \"$@\";; esac\nsleep {seconds:g}\nexec {compiler} \"$@\"\n")
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$*" in *--version*) exec {compiler} "$@";; esac\nsleep {seconds:g}\nexec {compiler} "$@"\n'
+    )
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -76,8 +81,9 @@ def tiny_env(cache: Path, **extra: str) -> dict:
     return env
 
 
-def start_tiny(cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, python: str = sys.executable,
-               **extra_env: str) -> subprocess.Popen:
+def start_tiny(
+    cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, python: str = sys.executable, **extra_env: str
+) -> subprocess.Popen:
     """A new process loading tiny; prelude: code it runs first (to reach into the loader)."""
     return subprocess.Popen(
         [python, "-c", prelude + LOAD_TINY, str(sources)],
@@ -134,7 +140,12 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert oct(entry.stat().st_mode & 0o777) == "0o700"
     manifest = json.loads((entry / "manifest.json").read_text())
     assert {"components", "library_sha256", "built_at", "build_seconds"} <= manifest.keys()
-    assert set(manifest["unit_seconds"]) == {"kernels_cpu_tiny.o", "kernels_cpu_tiny_second.o", "bindings_tiny.o", "jitops_test_tiny.so"}
+    assert set(manifest["unit_seconds"]) == {
+        "kernels_cpu_tiny.o",
+        "kernels_cpu_tiny_second.o",
+        "bindings_tiny.o",
+        "jitops_test_tiny.so",
+    }
     # The build runs ninja from this process: no second Python (importing torch again) is started.
     python = os.path.basename(sys.executable)
     assert not [s for s in cold_build["spawned"] if s.endswith(f" {python}")], cold_build["spawned"]
@@ -280,7 +291,7 @@ def test_source_touched_without_change_keeps_its_entry(tmp_path, tiny_copy):
 
 def _compiler_reporting(path: Path, version: str) -> str:
     """A C++ compiler (the real one, behind a script) whose --version says `version`."""
-    path.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) echo {version}; exit 0;; esac\nexec {shutil.which('c++')} \"$@\"\n")
+    path.write_text(f'#!/bin/sh\ncase "$*" in *--version*) echo {version}; exit 0;; esac\nexec {shutil.which("c++")} "$@"\n')
     path.chmod(0o755)
     return str(path)
 
@@ -421,7 +432,9 @@ def test_op_libraries_name_only_the_torch_libraries_they_use():
 
 def exported_symbols(library: Path) -> list[str]:
     """The symbols an ELF shared object defines for others (nm -D --defined-only)."""
-    return subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
 
 
 # Builds add2 (CPU) with $CXX in a fresh process, checks it computes and reports a bad argument.
@@ -449,7 +462,9 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("c++")} "$@" -static-libstdc++\n')
     wrapper.chmod(0o755)
     probe = tmp_path / "probe.cpp"
-    probe.write_text('#include <sstream>\nextern "C" int probe(int x) { std::ostringstream s; s << x; return int(s.str().size()); }\n')
+    probe.write_text(
+        '#include <sstream>\nextern "C" int probe(int x) { std::ostringstream s; s << x; return int(s.str().size()); }\n'
+    )
     subprocess.run([str(wrapper), "-shared", "-fPIC", str(probe), "-o", str(tmp_path / "probe.so")], check=True)
     assert "libstdc++.so.6" not in needed_libraries(tmp_path / "probe.so")
     assert len(exported_symbols(tmp_path / "probe.so")) > 1000, "the control must carry its own runtime"
@@ -506,8 +521,11 @@ def test_library_that_does_not_load_is_never_published(tmp_path, tiny_copy):
     # It compiles and links (a shared library may leave symbols undefined), but dlopen refuses it.
     binding = tiny_copy / "bindings" / "tiny.cpp"
     good = binding.read_text()
-    binding.write_text(good.replace("{ return tiny_value(); }", "{ return jitops_tiny_missing(); }").replace(
-        '#include "../kernels/tiny.h"', '#include "../kernels/tiny.h"\nextern "C" int jitops_tiny_missing();'))
+    binding.write_text(
+        good.replace("{ return tiny_value(); }", "{ return jitops_tiny_missing(); }").replace(
+            '#include "../kernels/tiny.h"', '#include "../kernels/tiny.h"\nextern "C" int jitops_tiny_missing();'
+        )
+    )
     cache = tmp_path / "cache"
     stderr = load_tiny_failing(cache, tiny_copy)
     message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
@@ -523,19 +541,19 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
     # A future torch may move cpp_extension's private writer: the build fails with a message that
     # names it, and nothing is left behind.
     cache = tmp_path / "cache"
-    code = (
-        "import torch.utils.cpp_extension as c; del c._write_ninja_file_to_build_library\n"
-        + LOAD_TINY
+    code = "import torch.utils.cpp_extension as c; del c._write_ninja_file_to_build_library\n" + LOAD_TINY
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(TINY_SOURCES)], env=tiny_env(cache), capture_output=True, text=True, timeout=TIMEOUT_S
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(TINY_SOURCES)], env=tiny_env(cache), capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
     assert proc.returncode != 0
     assert "cannot write a build file with torch" in proc.stderr and "_write_ninja_file_to_build_library" in proc.stderr
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
 # Builds tiny and copies of it under other names (argv[2:]) at once, in one thread each.
-LOAD_MANY = f"TESTS = {str(Path(__file__).parent)!r}\n" + """
+LOAD_MANY = (
+    f"TESTS = {str(Path(__file__).parent)!r}\n"
+    + """
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from jitops import _loader
@@ -545,6 +563,7 @@ names = ["tiny", *sys.argv[2:]]
 with ThreadPoolExecutor(len(names)) as pool:
     list(pool.map(lambda name: _loader.load(tiny_extension(sys.argv[1], name)), names))
 """
+)
 
 
 def copies_of_tiny(tiny_copy: Path, *names: str) -> list[str]:
@@ -557,14 +576,26 @@ def copies_of_tiny(tiny_copy: Path, *names: str) -> list[str]:
 
 def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
     env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
-    proc = subprocess.run([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, "tiny2")], env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, "tiny2")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "jitops" in line]
     # Why there is no CUDA: on the building line, not again on the built one.
-    line_forms = (r"jitops: building jitops_test\.(tiny2?) \(cpu only: [^)]*\) \.\.\.", r"jitops: built jitops_test\.(tiny2?) \(cpu only\) in \d+\.\ds \[\d+/\d+\]")
-    seen = [(form, re.fullmatch(pattern, line).group(1)) for line in lines for form, pattern in enumerate(line_forms)
-            if re.fullmatch(pattern, line)]
+    line_forms = (
+        r"jitops: building jitops_test\.(tiny2?) \(cpu only: [^)]*\) \.\.\.",
+        r"jitops: built jitops_test\.(tiny2?) \(cpu only\) in \d+\.\ds \[\d+/\d+\]",
+    )
+    seen = [
+        (form, re.fullmatch(pattern, line).group(1))
+        for line in lines
+        for form, pattern in enumerate(line_forms)
+        if re.fullmatch(pattern, line)
+    ]
     assert len(seen) == len(lines) == 4, proc.stderr
     assert sorted(seen) == [(0, "tiny"), (0, "tiny2"), (1, "tiny"), (1, "tiny2")], proc.stderr
     assert [form for form, _ in seen[:2]] == [0, 0], "both builds were in flight at once"
@@ -598,10 +629,14 @@ def test_warm_load_all_gives_working_ops():
     assert result["checked"] == ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-@pytest.mark.parametrize("configure, on_stdout", [
-    ("logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='LOG %(name)s %(message)s')", True),
-    ("logging.getLogger('jitops').setLevel(logging.WARNING)", False),
-], ids=["captured", "silenced"])
+@pytest.mark.parametrize(
+    "configure, on_stdout",
+    [
+        ("logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='LOG %(name)s %(message)s')", True),
+        ("logging.getLogger('jitops').setLevel(logging.WARNING)", False),
+    ],
+    ids=["captured", "silenced"],
+)
 def test_status_lines_go_through_the_jitops_logger(tmp_path, configure, on_stdout):
     """A library that uses jitops captures the build lines with its logging, or silences them."""
     proc = start_tiny(tmp_path / "cache", prelude=f"import logging, sys\n{configure}\n")
@@ -615,8 +650,15 @@ def test_status_lines_go_through_the_jitops_logger(tmp_path, configure, on_stdou
         assert logged[1].startswith("LOG jitops jitops: built jitops_test.tiny (cpu only) in ")
 
 
-def on_a_terminal(command: list[str], env: dict, streams: tuple[str, ...] = ("stderr",), columns: int = 80,
-                  answer: bytes = b"", cwd: Path | None = None, timeout_s: float = TIMEOUT_S) -> tuple[int, str]:
+def on_a_terminal(
+    command: list[str],
+    env: dict,
+    streams: tuple[str, ...] = ("stderr",),
+    columns: int = 80,
+    answer: bytes = b"",
+    cwd: Path | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> tuple[int, str]:
     """command run with `streams` on a pty of `columns` columns (the other output streams discarded):
     its exit status and what the terminal received (the pty's \\r\\n as \\n). `answer` is typed once
     it prints "[y/N]"; no output for timeout_s is a failure, not a hang."""
@@ -664,8 +706,13 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
     shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")[:-1]]  # each row as the terminal shows it
     assert len(shown) == 5, text
     for op in ["tiny", *names]:
-        assert sum(bool(re.fullmatch(rf"jitops: built jitops_test.{op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line))
-                   for line in shown) == 1, text
+        assert (
+            sum(
+                bool(re.fullmatch(rf"jitops: built jitops_test.{op} \(cpu only: [^)]*\) in \d+\.\ds \[\d+/\d+\]", line))
+                for line in shown
+            )
+            == 1
+        ), text
 
 
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
@@ -693,7 +740,10 @@ def tool_dir(tmp_path: Path, tools: list[str]) -> str:
 
 @pytest.mark.parametrize(
     "tools,missing",
-    [(["c++"], "no ninja on PATH, beside this Python or in the ninja package"), (["ninja"], "no C++ compiler: 'c++' is not on PATH")],
+    [
+        (["c++"], "no ninja on PATH, beside this Python or in the ninja package"),
+        (["ninja"], "no C++ compiler: 'c++' is not on PATH"),
+    ],
     ids=["no-ninja", "no-compiler"],
 )
 def test_missing_tool_is_a_clear_error(tmp_path, tools, missing, request):

@@ -33,8 +33,12 @@ def test_the_wheel_carries_the_licence_and_the_type_marker(wheel):
     assert any(re.fullmatch(r"jitops-[^/]+\.dist-info/licenses/LICENSE", n) for n in names), names
     assert "jitops/py.typed" in names and "jitops/include/jitops/library.h" in names
     metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    for line in ("License-Expression: MIT", "Classifier: Operating System :: POSIX :: Linux",
-                 "Classifier: Programming Language :: C++", "Classifier: Environment :: GPU :: NVIDIA CUDA"):
+    for line in (
+        "License-Expression: MIT",
+        "Classifier: Operating System :: POSIX :: Linux",
+        "Classifier: Programming Language :: C++",
+        "Classifier: Environment :: GPU :: NVIDIA CUDA",
+    ):
         assert line in metadata.splitlines(), line
     description = metadata.split("\n\n", 1)[1]
     assert not re.search(r"\]\((?!https?://)", description), "a relative link breaks off the repository"
@@ -44,8 +48,9 @@ def test_the_wheel_carries_the_licence_and_the_type_marker(wheel):
 def test_the_sdist_carries_the_tests_examples_and_makefile(tmp_path):
     with tarfile.open(build("sdist", tmp_path)) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    tracked = subprocess.run(["git", "ls-files", "tests", "examples"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "tests", "examples"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tracked, "a git checkout lists its files"
     missing = sorted(set(tracked + ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.py"]) - names)
     assert not missing, missing

@@ -46,7 +46,10 @@ def prebuilt_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("prebuilt")
     result = subprocess.run(
         [sys.executable, "-m", "cache_tools", "build", "add2", "--out", str(out), "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr
     (built,) = json.loads(result.stdout)["built"]
@@ -64,8 +67,13 @@ def test_build_out_writes_library_and_manifest(prebuilt_dir):
 def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
     python, env = python_without_ninja
     result = run(
-        ["-c", RUN_ADD2], REPO, python, **env,
-        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
+        ["-c", RUN_ADD2],
+        REPO,
+        python,
+        **env,
+        PATH=no_tools_path(tmp_path),
+        CXX="c++",
+        JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
         JITOPS_PREBUILT_DIR=str(prebuilt_dir),
     )
     assert result.returncode == 0, result.stderr
@@ -83,8 +91,14 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
     python, env = python_without_ninja
     result = run(
-        ["-c", RUN_ADD2], REPO, python, **env,
-        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(mismatched),
+        ["-c", RUN_ADD2],
+        REPO,
+        python,
+        **env,
+        PATH=no_tools_path(tmp_path),
+        CXX="c++",
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        JITOPS_PREBUILT_DIR=str(mismatched),
     )
     assert result.returncode != 0
     assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
@@ -97,8 +111,12 @@ def test_tampered_prebuilt_is_never_loaded(tmp_path, prebuilt_dir):
     (library,) = tampered.glob("jitops.add2-*/*.so")
     library.write_bytes(library.read_bytes() + b"planted")
     result = run(
-        ["-c", RUN_ADD2], REPO,
-        PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(tampered),
+        ["-c", RUN_ADD2],
+        REPO,
+        PATH=no_tools_path(tmp_path),
+        CXX="c++",
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        JITOPS_PREBUILT_DIR=str(tampered),
     )
     assert result.returncode != 0
     assert "does not match the sha256 in its manifest" in result.stderr, result.stderr
@@ -108,7 +126,10 @@ def build_wheel(out: Path, **env_extra: str) -> Path:
     env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), **env_extra}
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-build-isolation", "--no-deps", "-q", "-w", str(out)],
-        env=env, capture_output=True, text=True, timeout=1800,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = out.glob("jitops-*.whl")
@@ -126,15 +147,17 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     manifests = sorted(site.glob("jitops/prebuilt/*/manifest.json"))
-    assert sorted(m.parent.name.rpartition("-")[0] for m in manifests) == sorted(
-        f"jitops.{op}" for op in jitops.available_ops()
-    )
+    assert sorted(m.parent.name.rpartition("-")[0] for m in manifests) == sorted(f"jitops.{op}" for op in jitops.available_ops())
     # The installed package (on PYTHONPATH; run outside the checkout) with an empty cache: the
     # shipped library is loaded before building, with a toolchain or without one, and nothing compiles.
     for path in (no_tools_path(tmp_path), os.environ["PATH"]):
         result = run(
-            ["-c", RUN_ADD2 + "print(_core.loaded['jitops.add2'].library)"], tmp_path,
-            PYTHONPATH=str(site), PATH=path, CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+            ["-c", RUN_ADD2 + "print(_core.loaded['jitops.add2'].library)"],
+            tmp_path,
+            PYTHONPATH=str(site),
+            PATH=path,
+            CXX="c++",
+            JITOPS_CACHE_DIR=str(tmp_path / "cache"),
         )
         assert result.returncode == 0, result.stderr
         how, library = result.stdout.split()
@@ -192,23 +215,32 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
     (entry / _core.MANIFEST_NAME).chmod(0o644)
-    result = run(["-c", RUN_ADD2], REPO, PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
-                 JITOPS_PREBUILT_DIR=str(copy))
+    result = run(
+        ["-c", RUN_ADD2],
+        REPO,
+        PATH=no_tools_path(tmp_path),
+        CXX="c++",
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        JITOPS_PREBUILT_DIR=str(copy),
+    )
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("arch_list, gpus, missing", [
-    ("8.0;9.0", [(9, 0)], []),
-    ("8.0;9.0", [(8, 6), (8, 9)], []),  # SASS runs on its major with a minor up to the GPU's
-    ("8.0;9.0", [(12, 0)], ["12.0"]),  # a newer major: no SASS runs, no PTX to compile
-    ("8.6", [(8, 0)], ["8.0"]),  # a higher minor does not run on a lower one
-    ("8.0 9.0+PTX", [(10, 0), (12, 0), (8, 6)], []),  # PTX up to the GPU's arch is compiled by the driver
-    ("9.0+PTX", [(8, 9)], ["8.9"]),
-    ("9.0a", [(9, 0)], []),
-    ("9.0a", [(9, 1)], ["9.1"]),  # an arch-specific target runs on exactly its GPU
-    ("", [(9, 0)], ["9.0"]),
-    (None, [], []),  # no GPU visible: nothing to cover
-])
+@pytest.mark.parametrize(
+    "arch_list, gpus, missing",
+    [
+        ("8.0;9.0", [(9, 0)], []),
+        ("8.0;9.0", [(8, 6), (8, 9)], []),  # SASS runs on its major with a minor up to the GPU's
+        ("8.0;9.0", [(12, 0)], ["12.0"]),  # a newer major: no SASS runs, no PTX to compile
+        ("8.6", [(8, 0)], ["8.0"]),  # a higher minor does not run on a lower one
+        ("8.0 9.0+PTX", [(10, 0), (12, 0), (8, 6)], []),  # PTX up to the GPU's arch is compiled by the driver
+        ("9.0+PTX", [(8, 9)], ["8.9"]),
+        ("9.0a", [(9, 0)], []),
+        ("9.0a", [(9, 1)], ["9.1"]),  # an arch-specific target runs on exactly its GPU
+        ("", [(9, 0)], ["9.0"]),
+        (None, [], []),  # no GPU visible: nothing to cover
+    ],
+)
 def test_a_prebuilt_covers_a_gpu_only_with_code_it_can_run(arch_list, gpus, missing):
     from jitops import _prebuilt
 
@@ -235,13 +267,25 @@ def test_on_the_gpu_a_prebuilt_without_its_arch_is_refused_and_one_with_ptx_runs
     outcomes = {}
     for arch_list in (older, f"{older}+PTX"):
         out = tmp_path / arch_list.replace("+", "-")
-        built = run(["-m", "cache_tools", "build", "add2", "--out", str(out)], REPO,
-                    TORCH_CUDA_ARCH_LIST=arch_list, JITOPS_CACHE_DIR=str(tmp_path / f"build-cache-{out.name}"))
+        built = run(
+            ["-m", "cache_tools", "build", "add2", "--out", str(out)],
+            REPO,
+            TORCH_CUDA_ARCH_LIST=arch_list,
+            JITOPS_CACHE_DIR=str(tmp_path / f"build-cache-{out.name}"),
+        )
         assert built.returncode == 0, built.stderr
-        outcomes[arch_list] = run(["-c", RUN_ADD2_ON_THE_GPU], REPO, TORCH_CUDA_ARCH_LIST=f"{major}.{minor}",
-                                  JITOPS_DISABLE_BUILD="1", JITOPS_PREBUILT_DIR=str(out), JITOPS_CACHE_DIR=str(tmp_path / "cache"))
+        outcomes[arch_list] = run(
+            ["-c", RUN_ADD2_ON_THE_GPU],
+            REPO,
+            TORCH_CUDA_ARCH_LIST=f"{major}.{minor}",
+            JITOPS_DISABLE_BUILD="1",
+            JITOPS_PREBUILT_DIR=str(out),
+            JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        )
     refused, accepted = outcomes[older], outcomes[f"{older}+PTX"]
     assert refused.returncode != 0
-    assert f"has no code for the visible GPU(s) of compute capability {major}.{minor} (built for {older})" in refused.stderr, refused.stderr
+    assert f"has no code for the visible GPU(s) of compute capability {major}.{minor} (built for {older})" in refused.stderr, (
+        refused.stderr
+    )
     assert accepted.returncode == 0, accepted.stderr
     assert accepted.stdout.split() == ["prebuilt", "True"]

@@ -36,7 +36,11 @@ def tensor(draw, shape, device, dtype):
     layout = draw(st.sampled_from(["contiguous", "transposed", "sliced"]))
     seed = draw(st.integers(0, 2**31 - 1))
     generator = torch.Generator().manual_seed(seed)
-    make = lambda s: (torch.randn(s, generator=generator) * 2).to(dtype) if dtype.is_floating_point else torch.randint(-5, 5, s, generator=generator, dtype=dtype)  # noqa: E731
+    make = lambda s: (
+        (torch.randn(s, generator=generator) * 2).to(dtype)
+        if dtype.is_floating_point
+        else torch.randint(-5, 5, s, generator=generator, dtype=dtype)
+    )  # noqa: E731
     if layout == "transposed" and len(shape) >= 2:
         return make(shape[::-1]).permute(*reversed(range(len(shape)))).to(device)
     if layout == "sliced" and len(shape) >= 1:
@@ -100,14 +104,21 @@ def test_bias_act(device, data):
     gain = data.draw(st.one_of(st.none(), st.floats(0.1, 4)))
     clamp = data.draw(st.one_of(st.none(), st.floats(0, 10), st.just(-1.0)))
     kwargs = dict(dim=dim, act=act, alpha=alpha, gain=gain, clamp=clamp)
-    valid = dtype.is_floating_point and act in ACTIVATIONS and (clamp is None or clamp >= 0) and (b is None or channels == shape[dim])
+    valid = (
+        dtype.is_floating_point and act in ACTIVATIONS and (clamp is None or clamp >= 0) and (b is None or channels == shape[dim])
+    )
     check(lambda: jitops.bias_act(x, b, **kwargs), lambda: bias_act_ref(x, b, **kwargs), valid, dtype)
 
 
 @property_test
 def test_upfirdn2d(device, data):
     dtype = data.draw(st.sampled_from(dtypes_for(device)))
-    shape = [data.draw(st.integers(0, 2)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 7)), data.draw(st.integers(1, 7))]
+    shape = [
+        data.draw(st.integers(0, 2)),
+        data.draw(st.integers(1, 3)),
+        data.draw(st.integers(1, 7)),
+        data.draw(st.integers(1, 7)),
+    ]
     x = data.draw(tensor(shape, device, dtype))
     taps = data.draw(st.integers(1, 4))
     f = data.draw(st.one_of(tensor([taps], device, dtype), tensor([taps, data.draw(st.integers(1, 4))], device, dtype)))

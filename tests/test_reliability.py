@@ -214,7 +214,6 @@ def test_planted_fallback_is_refused_and_the_private_one_removed_at_exit(tmp_pat
     assert [p.name for p in tmp.iterdir()] == [planted.name], "the private temporary cache is gone after exit"
 
 
-
 def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
     cache = tmp_path / "cache"
     # A real build, made slow by a compiler wrapper, holds the entry's lock.
@@ -282,7 +281,11 @@ def foreign_root(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "make_root,message",
-    [(shared_root, "writable by group or others"), (symlinked_root, "is a symbolic link"), (foreign_root, "is owned by uid 4242")],
+    [
+        (shared_root, "writable by group or others"),
+        (symlinked_root, "is a symbolic link"),
+        (foreign_root, "is owned by uid 4242"),
+    ],
     ids=["world-writable", "symlink", "other-owner"],
 )
 def test_unsafe_cache_root_is_refused_and_a_private_one_used(tmp_path, make_root, message):
@@ -331,7 +334,10 @@ def test_torchrun_four_ranks_build_each_op_once(tmp_path):
     job = Path(__file__).resolve().parent / "jobs" / "torchrun_ops.py"
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(job), str(out)],
-        env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     counts = json.loads(out.read_text())
@@ -350,7 +356,7 @@ def hung_compiler(directory: Path) -> tuple[str, str]:
     the loader asks first), and the token on the sleeping process's command line."""
     token = f"3600.{random.randrange(10**6):06d}"
     wrapper = directory / "hung-c++"
-    wrapper.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) exec {shutil.which('c++')} \"$@\";; esac\nexec sleep {token}\n")
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec {shutil.which("c++")} "$@";; esac\nexec sleep {token}\n')
     wrapper.chmod(0o755)
     return str(wrapper), token
 

@@ -35,7 +35,9 @@ import jitops
 
 # torch's tutorial add2 (torch/extension.h, PYBIND11_MODULE), called with exactly the arguments
 # torch's load() takes, positionally, building into a build_directory as StyleGAN's get_plugin does.
-TUTORIAL_CHILD = PRELUDE + """
+TUTORIAL_CHILD = (
+    PRELUDE
+    + """
 module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + "/add2_cpu.cpp"], ["-O2"], None, None,
                      None, None, sys.argv[2], False, False)
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
@@ -44,8 +46,11 @@ ok = bool(torch.equal(out, x + y))
 loader = sorted(m for m in ("jitops._loader", "jitops._key", "jitops._cache", "jitops._build", "jitops._errors") if m in sys.modules)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """
+)
 
-INLINE_CHILD = PRELUDE + """
+INLINE_CHILD = (
+    PRELUDE
+    + """
 module = jitops.load_inline("twice", "torch::Tensor twice(torch::Tensor x) { return x * 2; }", functions=["twice"])
 path = jitops.load_inline("thrice", 'TORCH_LIBRARY(jitops_test_inline, m) { m.def("thrice(Tensor x) -> Tensor", '
                           '[](const at::Tensor& x) { return x * 3; }); }', is_python_module=False)
@@ -54,6 +59,7 @@ print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": pa
                   "thrice": bool(torch.equal(torch.ops.jitops_test_inline.thrice(x), x * 3)),
                   "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
+)
 
 
 def run_child(code: str, cache: Path, *args: str) -> dict:
@@ -64,8 +70,11 @@ def run_child(code: str, cache: Path, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("ours, torchs", [(jitops.load, cpp_extension.load), (jitops.load_inline, cpp_extension.load_inline)],
-                         ids=["load", "load_inline"])
+@pytest.mark.parametrize(
+    "ours, torchs",
+    [(jitops.load, cpp_extension.load), (jitops.load_inline, cpp_extension.load_inline)],
+    ids=["load", "load_inline"],
+)
 def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
     mine = [(p.name, p.default, p.kind) for p in inspect.signature(ours).parameters.values()]
     theirs = [(p.name, p.default, p.kind) for p in inspect.signature(torchs).parameters.values()]
@@ -80,8 +89,9 @@ def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_
     warm = run_child(TUTORIAL_CHILD, tmp_path / "cache", str(plugin), str(plugin))
     assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0), "a warm load spawns nothing and takes no lock"
     assert warm["loader"] == [], "a warm load imports only the warm path"
-    assert len([p for p in (plugin / "jitops").glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, \
+    assert len([p for p in (plugin / "jitops").glob("jitops_load.tutorial_add2-*") if p.is_dir()]) == 1, (
         "one entry, in build_directory/jitops"
+    )
     assert not list((tmp_path / "cache").glob("jitops_load.*")), "nothing in the cache root"
     assert list((plugin / "jitops").glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
 
@@ -97,7 +107,9 @@ def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
 
 # A notebook cell run, edited, run again: as torch's load() does, the new code loads beside the old
 # as <name>_v1 (plain C functions: a build takes a second).
-EDITED_CHILD = PRELUDE + """
+EDITED_CHILD = (
+    PRELUDE
+    + """
 import ctypes
 def value(code):
     path = jitops.load_inline("plain", 'extern "C" int value() { return %d; }' % code, is_python_module=False,
@@ -105,6 +117,7 @@ def value(code):
     return path, ctypes.CDLL(path).value()
 print(json.dumps([value(1), value(2), value(1), value(2)]))
 """
+)
 
 
 def test_a_name_loaded_again_from_other_sources_gets_the_next_version_as_in_torch(tmp_path):
@@ -117,19 +130,26 @@ def test_a_name_loaded_again_from_other_sources_gets_the_next_version_as_in_torc
 
 # tiny_ext (plain C functions, built in a second) through jitops.load into a build_directory, as a
 # third-party wrapper calls it: the crowd and kill -9 cases of test_reliability/test_loader on this path.
-TINY_DROP_IN_CHILD = PRELUDE + """
+TINY_DROP_IN_CHILD = (
+    PRELUDE
+    + """
 import ctypes
 tiny = sys.argv[1]
 path = jitops.load("tiny", [tiny + "/kernels/cpu/tiny.cpp", tiny + "/kernels/cpu/tiny_second.cpp", tiny + "/bindings/tiny.cpp"],
                    build_directory=sys.argv[2], is_python_module=False)
 print(json.dumps({"value": ctypes.CDLL(path).jitops_tiny_value(), "path": path}))
 """
+)
 
 
 def start_tiny_drop_in(plugin: Path, **extra_env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TINY_DROP_IN_CHILD, str(TINY_SOURCES), str(plugin)],
-                            env=tiny_env(plugin.parent / "cache", **extra_env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", TINY_DROP_IN_CHILD, str(TINY_SOURCES), str(plugin)],
+        env=tiny_env(plugin.parent / "cache", **extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def drop_in_entries(plugin: Path) -> list[Path]:
@@ -162,12 +182,15 @@ def test_a_drop_in_build_killed_mid_compile_does_not_block_the_next(tmp_path):
     assert len(drop_in_entries(plugin)) == 1
 
 
-@pytest.mark.parametrize("arguments, named", [
-    ({"is_standalone": True}, "is_standalone"),
-    ({"with_sycl": True}, "with_sycl"),
-    ({"extra_sycl_cflags": ["-O2"]}, "extra_sycl_cflags"),
-    ({"extra_cflags": "-O2"}, "extra_cflags"),
-])
+@pytest.mark.parametrize(
+    "arguments, named",
+    [
+        ({"is_standalone": True}, "is_standalone"),
+        ({"with_sycl": True}, "with_sycl"),
+        ({"extra_sycl_cflags": ["-O2"]}, "extra_sycl_cflags"),
+        ({"extra_cflags": "-O2"}, "extra_cflags"),
+    ],
+)
 def test_what_jitops_does_not_do_is_refused_naming_the_argument(tmp_path, monkeypatch, arguments, named):
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises((ValueError, TypeError), match=named):
@@ -184,7 +207,9 @@ def test_load_inline_refuses_sycl_and_a_name_that_is_no_identifier(tmp_path, mon
     assert not (tmp_path / "cache").exists(), "nothing written"
 
 
-CUDA_INLINE_CHILD = PRELUDE + """
+CUDA_INLINE_CHILD = (
+    PRELUDE
+    + """
 cuda = '''
 __global__ void sin_add_kernel(const float* a, const float* b, float* out, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -202,6 +227,7 @@ a, b = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
 print(json.dumps({"ok": bool(torch.allclose(module.sin_add(a, b), torch.sin(a) + b, atol=1e-5)),
                   "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
+)
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")

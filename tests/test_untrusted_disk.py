@@ -13,12 +13,19 @@ from pathlib import Path
 
 import pytest
 from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
-    cold_build, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny, tiny_copy,
+    cold_build,
+    entries,
+    finish,
+    load_tiny,
+    load_tiny_failing,
+    slow_compiler,
+    start_tiny,
+    tiny_copy,
 )
+from tiny_extension import tiny_extension
 
 import jitops
 from jitops import _build, _cache, _core, _key, _warm
-from tiny_extension import tiny_extension
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -191,8 +198,12 @@ def test_a_warm_record_never_points_outside_the_cache(tmp_path):
     evil = cache.parent / "evil.so"
     evil.write_bytes(library.read_bytes())
     (cache.parent / _core.MANIFEST_NAME).write_bytes((library.parent / _core.MANIFEST_NAME).read_bytes())
-    record.update(entry="..", library="evil.so", library_identity=_core.file_identity(str(evil)),
-                  manifest_identity=_core.file_identity(str(cache.parent / _core.MANIFEST_NAME)))
+    record.update(
+        entry="..",
+        library="evil.so",
+        library_identity=_core.file_identity(str(evil)),
+        manifest_identity=_core.file_identity(str(cache.parent / _core.MANIFEST_NAME)),
+    )
     record_file.write_text(json.dumps(record))
     result = load_tiny(cache)
     assert Path(result["library"]) == library and result["how"] == "cache"
@@ -260,7 +271,9 @@ def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(monkeypatch, 
         read()
 
 
-@pytest.mark.parametrize("variable,value", [("JITOPS_LOCK_TIMEOUT", "inf"), ("JITOPS_BUILD_TIMEOUT", "inf"), ("JITOPS_LOCK_TIMEOUT", "-1")])
+@pytest.mark.parametrize(
+    "variable,value", [("JITOPS_LOCK_TIMEOUT", "inf"), ("JITOPS_BUILD_TIMEOUT", "inf"), ("JITOPS_LOCK_TIMEOUT", "-1")]
+)
 def test_a_bad_timeout_stops_a_real_build_at_once_with_one_clear_error(tmp_path, variable, value):
     cache = tmp_path / "cache"
     proc = start_tiny(cache, **{variable: value})

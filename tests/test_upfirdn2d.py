@@ -134,8 +134,11 @@ def test_bad_inputs():
 )
 def test_an_output_too_large_for_a_tensor_is_refused_naming_the_arguments(kwargs):
     x, f = torch.randn(1, 1, 2, 2, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
-    with pytest.raises(RuntimeError, match=r"the output would take more than 2\^63 bytes, more than a tensor can hold: "
-                       r"x \[1, 1, 2, 2\], up=\[.*\], down=\[1, 1\], padding=\[.*\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"the output would take more than 2\^63 bytes, more than a tensor can hold: "
+        r"x \[1, 1, 2, 2\], up=\[.*\], down=\[1, 1\], padding=\[.*\]",
+    ):
         jitops.upfirdn2d(x, f, **kwargs)
     with pytest.raises(RuntimeError, match=r"more than a tensor can hold"):  # the fake kernel says the same
         jitops.upfirdn2d(x.to("meta"), f.to("meta"), **kwargs)
@@ -144,8 +147,11 @@ def test_an_output_too_large_for_a_tensor_is_refused_naming_the_arguments(kwargs
 def test_an_output_that_cannot_be_allocated_names_its_size_and_the_arguments():
     # 2^61 bytes: a tensor could hold it, no machine's address space can.
     x, f = torch.randn(1, 1, 2, 2, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
-    with pytest.raises(RuntimeError, match=r"cannot allocate the output \[1, 1, 536870912, 536870912\] "
-                       r"\(2305843009213693952 bytes\) for x \[1, 1, 2, 2\], up=\[268435456, 268435456\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"cannot allocate the output \[1, 1, 536870912, 536870912\] "
+        r"\(2305843009213693952 bytes\) for x \[1, 1, 2, 2\], up=\[268435456, 268435456\]",
+    ):
         jitops.upfirdn2d(x, f, up=2**28)
 
 

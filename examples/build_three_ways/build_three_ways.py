@@ -100,8 +100,10 @@ def main() -> None:
     expected = a + b
     for way, out in outputs.items():
         same = torch.equal(out, outputs["jit"])
-        print(f"{way:<11} build {times[way]:6.1f} s   output {'identical to jit' if same else 'DIFFERENT'}"
-              f", max |out - (a + b)| = {(out - expected).abs().max().item():.1e}")
+        print(
+            f"{way:<11} build {times[way]:6.1f} s   output {'identical to jit' if same else 'DIFFERENT'}"
+            f", max |out - (a + b)| = {(out - expected).abs().max().item():.1e}"
+        )
         if not same:
             sys.exit(f"the {way} build gives a different result")
     if not args.work:

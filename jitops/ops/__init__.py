@@ -10,13 +10,12 @@ comes from the library (bindings/<op>.cpp).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 import threading
 
 import torch
-
-import os
 
 from .._core import PACKAGE_DIR, SOURCE_ROOT, VERSION
 from ..extension import Extension
@@ -33,8 +32,16 @@ PREBUILT_DIR = os.path.join(PACKAGE_DIR, "prebuilt")  # filled by an ahead-of-ti
 def op_extension(name: str, *sources: str) -> Extension:
     """The Extension of one of jitops' own ops: its sources (relative to the source root holding
     kernels/ and bindings/) with the flags and version every op here shares."""
-    return Extension(name, sources, namespace=NAMESPACE, root=SOURCE_ROOT, cflags=CFLAGS, cuda_cflags=CUDA_CFLAGS,
-                     version=VERSION, prebuilt_dir=PREBUILT_DIR)
+    return Extension(
+        name,
+        sources,
+        namespace=NAMESPACE,
+        root=SOURCE_ROOT,
+        cflags=CFLAGS,
+        cuda_cflags=CUDA_CFLAGS,
+        version=VERSION,
+        prebuilt_dir=PREBUILT_DIR,
+    )
 
 
 def available_ops() -> list[str]:

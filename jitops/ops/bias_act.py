@@ -111,11 +111,15 @@ def _check_args(x, b, dim, act, clamp) -> None:
     torch._check(act in ACTIVATIONS, lambda: f"act must be one of {', '.join(ACTIVATIONS)}; got '{act}'")
     torch._check(clamp is None or clamp >= 0, lambda: f"clamp must be None or >= 0, got {clamp}")
     if b is not None:
-        torch._check(-x.dim() <= dim < x.dim(), lambda: f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape {list(x.shape)}, got {dim}")
+        torch._check(
+            -x.dim() <= dim < x.dim(), lambda: f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape {list(x.shape)}, got {dim}"
+        )
         channels = x.shape[dim]
         torch._check(
             b.dim() == 1 and b.shape[0] == channels,
-            lambda: f"b must be 1-D with x.shape[dim] = {channels} elements (x: {list(x.shape)}, dim {dim % x.dim()}), got b of shape {list(b.shape)}",
+            lambda: (
+                f"b must be 1-D with x.shape[dim] = {channels} elements (x: {list(x.shape)}, dim {dim % x.dim()}), got b of shape {list(b.shape)}"
+            ),
         )
         torch._check(x.device == b.device, lambda: f"x and b must be on the same device, got {x.device} and {b.device}")
         torch._check(x.dtype == b.dtype, lambda: f"x and b must have the same dtype, got {x.dtype} and {b.dtype}")

@@ -87,8 +87,14 @@ def _check_args(input, weights, bias, old_h, old_cell) -> None:
             tuple(tensor.shape) == shape,
             lambda: f"{name} must have shape {formula} = {list(shape)}, got {list(tensor.shape)}",
         )
-        torch._check(tensor.device == input.device, lambda: f"input and {name} must be on the same device, got {input.device} and {tensor.device}")
-        torch._check(tensor.dtype == input.dtype, lambda: f"input and {name} must have the same dtype, got {input.dtype} and {tensor.dtype}")
+        torch._check(
+            tensor.device == input.device,
+            lambda: f"input and {name} must be on the same device, got {input.device} and {tensor.device}",
+        )
+        torch._check(
+            tensor.dtype == input.dtype,
+            lambda: f"input and {name} must have the same dtype, got {input.dtype} and {tensor.dtype}",
+        )
 
 
 def _fake_forward(input, weights, bias, old_h, old_cell):

@@ -12,7 +12,8 @@ from . import call_op, check_backend, check_tensor_args, op_extension, register_
 
 EXTENSION = op_extension(
     "trilinear_interpolation",
-    "kernels/cpu/trilinear_interpolation.cpp", "kernels/cuda/trilinear_interpolation.cu",
+    "kernels/cpu/trilinear_interpolation.cpp",
+    "kernels/cuda/trilinear_interpolation.cu",
     "bindings/trilinear_interpolation.cpp",
 )
 
@@ -59,8 +60,13 @@ def _check_args(feats: torch.Tensor, points: torch.Tensor) -> None:
         points.dim() == 2 and points.shape[0] == n and points.shape[1] == 3,
         lambda: f"points must have shape (N, 3) with N = {n} (feats.size(0)), got {list(points.shape)}",
     )
-    torch._check(feats.device == points.device, lambda: f"feats and points must be on the same device, got {feats.device} and {points.device}")
-    torch._check(feats.dtype == points.dtype, lambda: f"feats and points must have the same dtype, got {feats.dtype} and {points.dtype}")
+    torch._check(
+        feats.device == points.device,
+        lambda: f"feats and points must be on the same device, got {feats.device} and {points.device}",
+    )
+    torch._check(
+        feats.dtype == points.dtype, lambda: f"feats and points must have the same dtype, got {feats.dtype} and {points.dtype}"
+    )
 
 
 def _fake_forward(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
@@ -70,7 +76,9 @@ def _fake_forward(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
 
 def _fake_backward(grad_out: torch.Tensor, feats: torch.Tensor, points: torch.Tensor):
     _check_args(feats, points)
-    return torch.empty_like(feats, memory_format=torch.contiguous_format), torch.empty_like(points, memory_format=torch.contiguous_format)
+    return torch.empty_like(feats, memory_format=torch.contiguous_format), torch.empty_like(
+        points, memory_format=torch.contiguous_format
+    )
 
 
 def _fake_backward_feats(grad_out: torch.Tensor, points: torch.Tensor) -> torch.Tensor:

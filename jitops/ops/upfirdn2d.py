@@ -14,7 +14,9 @@ from . import check_backend, check_tensor_args, op_extension, register_fake, req
 
 EXTENSION = op_extension(
     "upfirdn2d",
-    "kernels/cpu/upfirdn2d.cpp", "kernels/cuda/upfirdn2d.cu", "bindings/upfirdn2d.cpp",
+    "kernels/cpu/upfirdn2d.cpp",
+    "kernels/cuda/upfirdn2d.cu",
+    "bindings/upfirdn2d.cpp",
     "bindings/upfirdn2d_autograd.cpp",
 )
 
@@ -111,11 +113,15 @@ def _fake(x, f, up, down, padding, flip_filter, gain):
     torch._check(f.dim() == 2, lambda: f"f must be a non-empty 2-D filter here, got {list(f.shape)}")
     padded_w = x.shape[3] * up[0] + padding[0] + padding[1]
     padded_h = x.shape[2] * up[1] + padding[2] + padding[3]
-    torch._check(padded_w >= f.shape[1] and padded_h >= f.shape[0], lambda: "the upsampled, padded input is smaller than the filter")
+    torch._check(
+        padded_w >= f.shape[1] and padded_h >= f.shape[0], lambda: "the upsampled, padded input is smaller than the filter"
+    )
     sizes = (x.shape[0], x.shape[1], (padded_h - f.shape[0]) // down[1] + 1, (padded_w - f.shape[1]) // down[0] + 1)
     torch._check(
         sizes[0] * sizes[1] * sizes[2] * sizes[3] * x.element_size() < 2**63,
-        lambda: f"the output would take more than 2^63 bytes, more than a tensor can hold: up={up}, down={down}, padding={padding}",
+        lambda: (
+            f"the output would take more than 2^63 bytes, more than a tensor can hold: up={up}, down={down}, padding={padding}"
+        ),
     )
     return x.new_empty(sizes)
 

@@ -18,8 +18,8 @@ namespace {
 // out[k] for k < count: element k of x/grad/out, each with bias[k * bias_step] (bias_step 0 or 1).
 template <Activation kAct, int kDerivative, typename scalar_t>
 JITOPS_CPU_MULTIVERSION void bias_act_run(const scalar_t* __restrict x, const scalar_t* __restrict bias,
-                                          int64_t bias_step, const scalar_t* __restrict grad,
-                                          scalar_t* __restrict out, int64_t count, BiasActParams p) {
+                                          int64_t bias_step, const scalar_t* __restrict grad, scalar_t* __restrict out,
+                                          int64_t count, BiasActParams p) {
   const scalar_t alpha(p.alpha), gain(p.gain), clamp(p.clamp);
   for (int64_t k = 0; k < count; ++k) {
     const scalar_t b = bias ? bias[k * bias_step] : scalar_t(0);
@@ -31,8 +31,8 @@ JITOPS_CPU_MULTIVERSION void bias_act_run(const scalar_t* __restrict x, const sc
 }  // namespace
 
 template <Activation kAct, typename T>
-void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape,
-                  const BiasActParams& params, int derivative) {
+void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActShape& shape, const BiasActParams& params,
+                  int derivative) {
   const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
   if (n == 0) return;
   dispatch_derivative(derivative, [&](auto order) {
@@ -60,7 +60,7 @@ void bias_act_cpu(const T* x, const T* b, const T* grad, T* out, const BiasActSh
   });
 }
 
-#define JITOPS_BIAS_ACT_CPU(act)                                                                              \
+#define JITOPS_BIAS_ACT_CPU(act)                                                                            \
   template void bias_act_cpu<Activation::act, float>(const float*, const float*, const float*, float*,      \
                                                      const BiasActShape&, const BiasActParams&, int);       \
   template void bias_act_cpu<Activation::act, double>(const double*, const double*, const double*, double*, \

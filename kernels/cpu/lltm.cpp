@@ -12,8 +12,8 @@ namespace {
 
 // gates: [3S] of one row; old_cell, new_h, new_cell: [S]
 template <typename scalar_t>
-JITOPS_CPU_MULTIVERSION void cell_row(const scalar_t* __restrict gates, const scalar_t* __restrict old_cell, scalar_t* __restrict new_h,
-              scalar_t* __restrict new_cell, int64_t state) {
+JITOPS_CPU_MULTIVERSION void cell_row(const scalar_t* __restrict gates, const scalar_t* __restrict old_cell,
+                                      scalar_t* __restrict new_h, scalar_t* __restrict new_cell, int64_t state) {
   for (int64_t s = 0; s < state; ++s) {
     const LltmGates<scalar_t> g(gates[s], gates[state + s], gates[2 * state + s]);
     const scalar_t cell = g.new_cell(old_cell[s]);
@@ -25,8 +25,9 @@ JITOPS_CPU_MULTIVERSION void cell_row(const scalar_t* __restrict gates, const sc
 // grad_h, grad_cell, new_cell, grad_old_cell: [S]; gates, grad_gates: [3S] of one row
 template <typename scalar_t>
 JITOPS_CPU_MULTIVERSION void cell_backward_row(const scalar_t* __restrict grad_h, const scalar_t* __restrict grad_cell,
-                       const scalar_t* __restrict new_cell, const scalar_t* __restrict gates,
-                       scalar_t* __restrict grad_gates, scalar_t* __restrict grad_old_cell, int64_t state) {
+                                               const scalar_t* __restrict new_cell, const scalar_t* __restrict gates,
+                                               scalar_t* __restrict grad_gates, scalar_t* __restrict grad_old_cell,
+                                               int64_t state) {
   for (int64_t s = 0; s < state; ++s) {
     const LltmGates<scalar_t> g(gates[s], gates[state + s], gates[2 * state + s]);
     scalar_t grad_pre[3];
@@ -66,8 +67,8 @@ void lltm_cell_backward_cpu(const T* grad_h, const T* grad_cell, const T* new_ce
   });
 }
 
-#define JITOPS_INSTANTIATE(T)                                                                          \
-  template void lltm_cell_cpu<T>(const T*, const T*, T*, T*, int64_t, int64_t);                        \
+#define JITOPS_INSTANTIATE(T)                                                   \
+  template void lltm_cell_cpu<T>(const T*, const T*, T*, T*, int64_t, int64_t); \
   template void lltm_cell_backward_cpu<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t);
 JITOPS_INSTANTIATE(float)
 JITOPS_INSTANTIATE(double)

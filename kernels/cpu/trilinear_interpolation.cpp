@@ -99,10 +99,9 @@ void trilinear_interpolation_backward_cpu(const T* grad_out, const T* feats, con
   });
 }
 
-#define JITOPS_INSTANTIATE(T)                                                                        \
-  template void trilinear_interpolation_cpu<T>(const T*, const T*, T*, int64_t, int64_t);           \
-  template void trilinear_interpolation_backward_cpu<T>(const T*, const T*, const T*, T*, T*, int64_t, \
-                                                        int64_t);
+#define JITOPS_INSTANTIATE(T)                                                             \
+  template void trilinear_interpolation_cpu<T>(const T*, const T*, T*, int64_t, int64_t); \
+  template void trilinear_interpolation_backward_cpu<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t);
 JITOPS_INSTANTIATE(float)
 JITOPS_INSTANTIATE(double)
 #undef JITOPS_INSTANTIATE

@@ -16,9 +16,9 @@ void bias_act_any_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, co
   });
 }
 
-#define JITOPS_INSTANTIATE(T)                                                                          \
-  template void bias_act_any_cuda<T>(const T*, const T*, const T*, T*, const BiasActShape&, const BiasActParams&, \
-                                     int, Activation, CudaStream);
+#define JITOPS_INSTANTIATE(T)                                                                                          \
+  template void bias_act_any_cuda<T>(const T*, const T*, const T*, T*, const BiasActShape&, const BiasActParams&, int, \
+                                     Activation, CudaStream);
 JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
 #undef JITOPS_INSTANTIATE
 JITOPS_BIAS_ACT_CUDA(kTanh, BFloat16)

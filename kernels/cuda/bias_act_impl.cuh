@@ -20,7 +20,6 @@
 #include "../bias_act.h"
 #include "../cuda_helpers.cuh"
 
-
 namespace jitops {
 namespace {
 
@@ -121,7 +120,8 @@ __global__ void bias_act_kernel(const scalar_t* __restrict x, const scalar_t* __
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = first + u * static_cast<int64_t>(blockDim.x);
-      if (v < n_vec) reinterpret_cast<V*>(out)[v] = bias_act_vector<kAct, kDerivative>(xv[u], gv[u], bias, v * kVec, layout, s);
+      if (v < n_vec)
+        reinterpret_cast<V*>(out)[v] = bias_act_vector<kAct, kDerivative>(xv[u], gv[u], bias, v * kVec, layout, s);
     }
   }
 }
@@ -166,8 +166,8 @@ __global__ void bias_act_backward_kernel(const scalar_t* __restrict x, const sca
   const int64_t per_channel = runs.outer * runs.inner_vec;
   // Vector j of this channel, as a vector index into x.
   const auto vector_index = [&](int64_t j) {
-    const int64_t run = runs.fits_32_bits ? static_cast<uint32_t>(j) / static_cast<uint32_t>(runs.inner_vec)
-                                          : j / runs.inner_vec;
+    const int64_t run =
+        runs.fits_32_bits ? static_cast<uint32_t>(j) / static_cast<uint32_t>(runs.inner_vec) : j / runs.inner_vec;
     return (run * runs.channels + channel) * runs.inner_vec + (j - run * runs.inner_vec);
   };
   acc_t sum = 0;
@@ -210,7 +210,8 @@ __global__ void bias_act_any_kernel(const scalar_t* __restrict x, const scalar_t
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < layout.n; i += step) {
     const acc_t b = bias == nullptr ? acc_t(0) : to_acc(bias[ChannelCursor(i, layout).channel]);
     const scalar_t g = kDerivative > 0 ? grad[i] : scalar_t();
-    out[i] = dispatch_activation(act, [&](auto kAct) { return bias_act_one<decltype(kAct)::value, kDerivative>(x[i], b, g, s); });
+    out[i] = dispatch_activation(
+        act, [&](auto kAct) { return bias_act_one<decltype(kAct)::value, kDerivative>(x[i], b, g, s); });
   }
 }
 
@@ -262,8 +263,6 @@ void bias_act_cuda(const T* x_t, const T* b_t, const T* grad_t, T* out_t, const 
   }
 }
 
-
-
 template <Activation kAct, typename T>
 void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T* grad_x_t, BiasSum<T>* partial_sums,
                                   int64_t blocks, const BiasActShape& shape, const BiasActParams& params,
@@ -275,18 +274,18 @@ void bias_act_fused_backward_cuda(const T* x_t, const T* b_t, const T* grad_t, T
     const int64_t n = shape.n, channels = shape.channels, inner = shape.inner;
     const ChannelRuns runs{n / (channels * inner), channels, inner / kVec, n / (channels * kVec) < (int64_t{1} << 32)};
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(channels));
-    bias_act_backward_kernel<kAct, kVec, scalar_t><<<grid, kThreads, 0, stream>>>(
-        cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(grad_x_t), partial_sums, runs, scalars<scalar_t>(params));
+    bias_act_backward_kernel<kAct, kVec, scalar_t>
+        <<<grid, kThreads, 0, stream>>>(cuda_ptr(x_t), cuda_ptr(b_t), cuda_ptr(grad_t), cuda_ptr(grad_x_t),
+                                        partial_sums, runs, scalars<scalar_t>(params));
     JITOPS_CHECK_LAUNCH();
   }
 }
 
-#define JITOPS_BIAS_ACT_CUDA(act, T)                                                                              \
-  template void bias_act_cuda<Activation::act, T>(const T*, const T*, const T*, T*, const BiasActShape&,          \
-                                                  const BiasActParams&, int, CudaStream);                        \
-  template void bias_act_fused_backward_cuda<Activation::act, T>(const T*, const T*, const T*, T*, BiasSum<T>*, \
-                                                                 int64_t, const BiasActShape&,                  \
-                                                                 const BiasActParams&, CudaStream);
+#define JITOPS_BIAS_ACT_CUDA(act, T)                                                                     \
+  template void bias_act_cuda<Activation::act, T>(const T*, const T*, const T*, T*, const BiasActShape&, \
+                                                  const BiasActParams&, int, CudaStream);                \
+  template void bias_act_fused_backward_cuda<Activation::act, T>(                                        \
+      const T*, const T*, const T*, T*, BiasSum<T>*, int64_t, const BiasActShape&, const BiasActParams&, CudaStream);
 // float64 has no vector kernel of its own (bias_act_cuda sends it to the run-time switch), so it
 // rides with float32 and float16.
 #define JITOPS_BIAS_ACT_CUDA_ALL_BUT_BF16(act) \

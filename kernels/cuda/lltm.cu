@@ -41,7 +41,8 @@ __global__ void lltm_cell_backward_kernel(const scalar_t* __restrict__ grad_h, c
     scalar_t* grad_row = grad_gates + b * 3 * state;
     const LltmGates<acc_t> g(to_acc(row[s]), to_acc(row[state + s]), to_acc(row[2 * state + s]));
     acc_t grad_pre[3];
-    grad_old_cell[i] = from_acc<scalar_t>(g.backward(to_acc(grad_h[i]), to_acc(grad_cell[i]), to_acc(new_cell[i]), grad_pre));
+    grad_old_cell[i] =
+        from_acc<scalar_t>(g.backward(to_acc(grad_h[i]), to_acc(grad_cell[i]), to_acc(new_cell[i]), grad_pre));
 #pragma unroll
     for (int k = 0; k < 3; ++k) grad_row[k * state + s] = from_acc<scalar_t>(grad_pre[k]);
   }
@@ -68,8 +69,8 @@ void lltm_cell_backward_cuda(const T* grad_h, const T* grad_cell, const T* new_c
   JITOPS_CHECK_LAUNCH();
 }
 
-#define JITOPS_INSTANTIATE(T)                                                                                     \
-  template void lltm_cell_cuda<T>(const T*, const T*, T*, T*, int64_t, int64_t, CudaStream);                       \
+#define JITOPS_INSTANTIATE(T)                                                                                \
+  template void lltm_cell_cuda<T>(const T*, const T*, T*, T*, int64_t, int64_t, CudaStream);                 \
   template void lltm_cell_backward_cuda<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t, \
                                            CudaStream);
 JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)

@@ -168,8 +168,8 @@ void trilinear_interpolation_cuda(const T* feats_t, const T* points_t, T* out_t,
   scalar_t* out = cuda_ptr(out_t);
   const LaunchShape shape = launch_shape<scalar_t>(n, f, {feats, out});
   with_vec_size<scalar_t>(shape.vectorized, [&](auto vec) {
-    trilinear_forward_kernel<scalar_t, decltype(vec)::value><<<shape.blocks, kThreads, 0, stream>>>(
-        feats, cuda_ptr(points_t), out, n, shape.f_vecs, shape.lanes_log2);
+    trilinear_forward_kernel<scalar_t, decltype(vec)::value>
+        <<<shape.blocks, kThreads, 0, stream>>>(feats, cuda_ptr(points_t), out, n, shape.f_vecs, shape.lanes_log2);
     JITOPS_CHECK_LAUNCH();
   });
 }
@@ -199,7 +199,7 @@ void trilinear_interpolation_backward_cuda(const T* grad_out_t, const T* feats_t
 }
 
 #define JITOPS_INSTANTIATE(T)                                                                                    \
-  template void trilinear_interpolation_cuda<T>(const T*, const T*, T*, int64_t, int64_t, CudaStream);            \
+  template void trilinear_interpolation_cuda<T>(const T*, const T*, T*, int64_t, int64_t, CudaStream);           \
   template void trilinear_interpolation_backward_cuda<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t, \
                                                          CudaStream);
 JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)

@@ -33,8 +33,8 @@ struct Shape {
 };
 
 template <typename scalar_t, typename index_t>
-__global__ void upfirdn2d_kernel(const scalar_t* __restrict x, const scalar_t* __restrict f,
-                                 scalar_t* __restrict out, Shape<index_t> s, Upfirdn2dParams p) {
+__global__ void upfirdn2d_kernel(const scalar_t* __restrict x, const scalar_t* __restrict f, scalar_t* __restrict out,
+                                 Shape<index_t> s, Upfirdn2dParams p) {
   using acc_t = acc_type<scalar_t>;
   const index_t ox = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ox >= s.out_w) return;
@@ -162,7 +162,8 @@ struct CellCursor {
 
 // Whether input (iy, ix) lies in the plane (one unsigned comparison per axis).
 __device__ __forceinline__ bool in_plane(int iy, int ix, const TiledShape& s) {
-  return static_cast<unsigned>(iy) < static_cast<unsigned>(s.in_h) && static_cast<unsigned>(ix) < static_cast<unsigned>(s.in_w);
+  return static_cast<unsigned>(iy) < static_cast<unsigned>(s.in_h) &&
+         static_cast<unsigned>(ix) < static_cast<unsigned>(s.in_w);
 }
 
 // cp.async of kBytes (4 or 16, both addresses aligned to it) from src to the shared-memory address
@@ -193,8 +194,8 @@ __device__ __forceinline__ void copy_rows_async(value_t* tile, const scalar_t* i
   for (CellCursor<kPieces, T::kThreadsX * T::kThreadsY> cell(thread); cell.r < T::kInH; cell.advance()) {
     const int iy = iy0 + cell.r, ix = ix0 - shift + kValues * cell.c;
     const bool inside = in_plane(iy, ix, s);
-    copy_async<kValues * sizeof(value_t)>(tile + cell.r * L::kPitch + kValues * cell.c, in + (inside ? iy * s.in_w + ix : 0),
-                                          inside);
+    copy_async<kValues * sizeof(value_t)>(tile + cell.r * L::kPitch + kValues * cell.c,
+                                          in + (inside ? iy * s.in_w + ix : 0), inside);
   }
   asm volatile("cp.async.wait_all;\n" ::);
 }
@@ -251,9 +252,9 @@ __device__ __forceinline__ void stage_tile(value_t* tile, const scalar_t* in, in
 }
 
 template <typename scalar_t, int kUp, int kDown, int kTaps>
-__global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_kernel(const scalar_t* __restrict x,
-                                                              const scalar_t* __restrict f, scalar_t* __restrict out,
-                                                              TiledShape s, bool flip_filter, float gain) {
+__global__ void __launch_bounds__(256, (min_blocks<kDown>()))
+    upfirdn2d_tiled_kernel(const scalar_t* __restrict x, const scalar_t* __restrict f, scalar_t* __restrict out,
+                           TiledShape s, bool flip_filter, float gain) {
   using T = Tile<kUp, kDown, kTaps>;
   using L = TileLayout<T, scalar_t>;
   using acc_t = acc_type<scalar_t>;
@@ -280,7 +281,8 @@ __global__ void __launch_bounds__(256, (min_blocks<kDown>())) upfirdn2d_tiled_ke
 #pragma unroll
         for (int u = 0; u < T::kTapsPerPhase; ++u) {
           const int ky = py + t * kUp, kx = px + u * kUp;
-          w[py][t][px][u] = to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
+          w[py][t][px][u] =
+              to_acc(f[(flip_filter ? ky : kTaps - 1 - ky) * kTaps + (flip_filter ? kx : kTaps - 1 - kx)]);
         }
       }
     }
@@ -353,20 +355,12 @@ bool launch_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upf
   const int shift_y = kUp == 2 ? static_cast<int>(p.pady0 & 1) : 0;
   const int tiles_x = static_cast<int>(ceil_div<int64_t>(z.out_w + shift_x, T::kOutW));
   const int64_t tiles = tiles_x * ceil_div<int64_t>(z.out_h + shift_y, T::kOutH);
-  const TiledShape s{z.planes,
-                     static_cast<int>(z.in_h),
-                     static_cast<int>(z.in_w),
-                     static_cast<int>(z.out_h),
-                     static_cast<int>(z.out_w),
-                     tiles_x,
-                     shift_x,
-                     shift_y,
-                     static_cast<int>(p.padx0),
+  const TiledShape s{z.planes, static_cast<int>(z.in_h), static_cast<int>(z.in_w), static_cast<int>(z.out_h),
+                     static_cast<int>(z.out_w), tiles_x, shift_x, shift_y, static_cast<int>(p.padx0),
                      static_cast<int>(p.pady0),
                      // Pairs start on even columns of even-length rows of an aligned output.
                      shift_x == 0 && z.out_w % 2 == 0 && is_aligned(out, 2 * sizeof(scalar_t)),
-                     z.in_w % 2 == 0 && is_aligned(x, 4),
-                     z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
+                     z.in_w % 2 == 0 && is_aligned(x, 4), z.in_w * sizeof(scalar_t) % 16 == 0 && is_aligned(x, 16)};
   const dim3 block(T::kThreadsX, T::kThreadsY);
   // A block computes its tile in up to kPlanesPerBlock planes, which spreads the cost of its filter
   // taps and index arithmetic; only where the grid keeps kBlocksWanted blocks, so that the last wave
@@ -393,8 +387,8 @@ bool fits_32_bits(const Upfirdn2dSizes& z, const Upfirdn2dParams& p) {
 // large enough for it to pay): returns whether it launched. float64 keeps the general kernel (the
 // slow, exact dtype, where a smaller build counts more than speed).
 template <typename scalar_t>
-bool try_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2dSizes& z,
-               const Upfirdn2dParams& p, CudaStream stream, bool auto_pick) {
+bool try_tiled(const scalar_t* x, const scalar_t* f, scalar_t* out, const Upfirdn2dSizes& z, const Upfirdn2dParams& p,
+               CudaStream stream, bool auto_pick) {
   if constexpr (std::is_same<scalar_t, double>::value) {
     return false;
   } else {
@@ -430,9 +424,9 @@ void upfirdn2d_cuda(const T* x, const T* f, T* out, const Upfirdn2dSizes& sizes,
   }
 }
 
-#define JITOPS_INSTANTIATE(T)                                                                             \
-  template void upfirdn2d_cuda<T>(const T*, const T*, T*, const Upfirdn2dSizes&, const Upfirdn2dParams&, \
-                                  CudaStream, Upfirdn2dKernel);
+#define JITOPS_INSTANTIATE(T)                                                                                        \
+  template void upfirdn2d_cuda<T>(const T*, const T*, T*, const Upfirdn2dSizes&, const Upfirdn2dParams&, CudaStream, \
+                                  Upfirdn2dKernel);
 JITOPS_FOR_EACH_CUDA_TYPE(JITOPS_INSTANTIATE)
 #undef JITOPS_INSTANTIATE
 

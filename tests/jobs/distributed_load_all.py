@@ -35,7 +35,9 @@ def check(op: str, rank: int) -> None:
         points = torch.rand(64, 3, generator=generator) * 2 - 1
         torch.testing.assert_close(jitops.trilinear_interpolation(feats, points), trilinear_interpolation_ref(feats, points))
     elif op == "tiny":  # a package's Extension, loaded by load_all: its .load() is this process's
-        assert ctypes.CDLL(str(tiny_extension(os.environ.get("JOB_TINY_ROOT") or SOURCES).load().library)).jitops_tiny_value() == 42
+        assert (
+            ctypes.CDLL(str(tiny_extension(os.environ.get("JOB_TINY_ROOT") or SOURCES).load().library)).jitops_tiny_value() == 42
+        )
     else:
         raise ValueError(f"no example for op {op!r}")
 

@@ -31,7 +31,9 @@ def main() -> None:
     # How many ranks built each op and how many loaded it from the cache, summed over ranks
     # (with tensors: all_gather_object would need numpy).
     ops = ("add2", "trilinear_interpolation")
-    counts = torch.tensor([[_core.loaded[f"jitops.{op}"].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64)
+    counts = torch.tensor(
+        [[_core.loaded[f"jitops.{op}"].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64
+    )
     dist.all_reduce(counts)
     if rank == 0:
         with open(sys.argv[1], "w") as out:
