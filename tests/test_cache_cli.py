@@ -270,19 +270,23 @@ def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path, python_without_ninja)
     assert all(op["how"] == "unavailable" and "no ninja on PATH" in op["detail"] for op in ops)
 
 
+# Every command that only reads (a dry run removes nothing), verify aside: it exits 1 on the corrupt entry.
+READING_COMMANDS = (
+    ["dir"],
+    ["list"],
+    ["info"],
+    ["locks"],
+    ["clear", "--stale", "--dry-run"],
+    ["prune", "--max-size", "1G", "--dry-run"],
+)
+
+
 def test_commands_other_than_build_never_compile(cache, tmp_path):
     # With no compiler and no ninja on PATH, every inspecting command still works.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     env = {"PATH": str(bin_dir), "CXX": "c++"}
-    for command in (
-        ["dir"],
-        ["list"],
-        ["info"],
-        ["locks"],
-        ["clear", "--stale", "--dry-run"],
-        ["prune", "--max-size", "1G", "--dry-run"],
-    ):
+    for command in READING_COMMANDS:
         result = cli(cache, *command, env_extra=env)
         assert result.returncode == 0, f"{command}: {result.stderr}"
     assert cli(cache, "verify", env_extra=env).returncode == 1  # the corrupt entry
@@ -299,15 +303,7 @@ def test_entries_of_the_older_layout_are_stale_and_cleared(cache):
 
 
 def test_every_json_output_is_an_object_with_its_schema(cache):
-    for command in (
-        ["dir"],
-        ["list"],
-        ["info"],
-        ["verify"],
-        ["locks"],
-        ["clear", "--stale", "--dry-run"],
-        ["prune", "--max-size", "1G", "--dry-run"],
-    ):
+    for command in [*READING_COMMANDS, ["verify"]]:
         result = cli(cache, *command, "--json")
         assert result.returncode in (0, 1), f"{command}: {result.stderr}"
         data = json.loads(result.stdout)
