@@ -700,7 +700,7 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
     rc, text = on_a_terminal([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, *names)], env)
     assert rc == 0, text
     redraws = [part for line in text.split("\n") for part in line.split("\r\x1b[K")[:-1] if part]
-    assert len(redraws) >= 5, f"a terminal gets the live line, redrawn: {text!r}"
+    assert len(redraws) >= 2, f"a terminal gets the live line, redrawn: {text!r}"  # every 0.25 s: 1 s on 16 cores
     assert all(len(part) < 80 for part in redraws), [part for part in redraws if len(part) >= 80]
     assert any(part.startswith("jitops: building jitops_test.tiny") and ";" in part for part in redraws), "builds at once"
     shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")[:-1]]  # each row as the terminal shows it
