@@ -283,26 +283,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
     root, _ = configured_root()
-    stats = _cache.RecordFile(root / _cache.STATS_NAME)
     if args.zero:
-        with contextlib.suppress(FileNotFoundError):
-            (root / _cache.STATS_NAME).unlink()
+        _cache.zero_stats(root)
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
         return EXIT_OK
-    extensions = stats.records.get("extensions") if isinstance(stats.records.get("extensions"), dict) else {}
+    extensions, zeroed_at = _cache.read_stats(root)
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
-    chosen = {
-        name: counters
-        for name, counters in sorted(extensions.items())
-        if isinstance(counters, dict) and args.package in (None, owners[name])
-    }
     rows = [
-        {"name": name, "owner": owners[name], **{f: counters.get(f, 0) for f in _cache.STATS_FIELDS}}
-        for name, counters in chosen.items()
+        {"name": name, "owner": owners[name], **counters}
+        for name, counters in sorted(extensions.items())
+        if args.package in (None, owners[name])
     ]
     totals = {f: round(sum(row[f] for row in rows), 3) for f in _cache.STATS_FIELDS}
-    zeroed_at = stats.records.get("zeroed_at")
 
     def human():
         print_table(
@@ -325,7 +318,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
             f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
             f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
-            f"{when(zeroed_at) if isinstance(zeroed_at, (int, float)) else 'the cache was made'}, in {root}"
+            f"{when(zeroed_at) if zeroed_at else 'the cache was made'}, in {root}"
         )
         print("(warm loads, which write nothing, are not counted)")
 

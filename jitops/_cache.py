@@ -8,6 +8,7 @@ trusted while the file keeps it: a load reads no file in full unless it has chan
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -204,35 +205,59 @@ STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
 STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
 
 
-def count(root: Path, name: str, **increments: float) -> None:
-    """Add to the extension's counters in <root>/stats.json, under a lock (counts from concurrent
-    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
-    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
-    import fcntl  # not filelock: importing it would cost a cache load more than the count itself
+def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:
+    """The counters in <root>/stats.json, each extension's with every field (0 where absent), and
+    when they were zeroed. Whatever is malformed reads as no count."""
+    records = RecordFile(root / STATS_NAME).records
+    extensions = records.get("extensions") if isinstance(records.get("extensions"), dict) else {}
+    counters = {
+        name: {f: v if isinstance(v := fields.get(f), (int, float)) else 0 for f in STATS_FIELDS}
+        for name, fields in extensions.items()
+        if isinstance(fields, dict)
+    }
+    zeroed_at = records.get("zeroed_at")
+    return counters, zeroed_at if isinstance(zeroed_at, (int, float)) else None
 
-    path = root / STATS_NAME
+
+@contextlib.contextmanager
+def _stats_locked(root: Path):
+    """The counters' lock (fcntl, not filelock: importing that would cost a cache load more than
+    the count itself). Yields False where the lock file cannot be opened."""
+    import fcntl
+
     try:
         fd = os.open(root / STATS_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
+        yield False
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read and a write: never long
-        stats = RecordFile(path)
-        extensions = stats.records.get("extensions")
-        extensions = extensions if isinstance(extensions, dict) else {}
-        counters = extensions.get(name) if isinstance(extensions.get(name), dict) else {}
-        for field, increment in increments.items():
-            previous = counters.get(field)
-            counters[field] = round((previous if isinstance(previous, (int, float)) else 0) + increment, 3)
-        extensions[name] = counters
-        stats.put("extensions", extensions)
-        if not isinstance(stats.records.get("zeroed_at"), (int, float)):
-            stats.put("zeroed_at", time.time())
-        stats.save()
-    except OSError:
-        pass
+        yield True
     finally:
         os.close(fd)  # releases the lock
+
+
+def count(root: Path, name: str, **increments: float) -> None:
+    """Add to the extension's counters in <root>/stats.json, under the lock (counts from concurrent
+    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
+    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
+    with _stats_locked(root) as locked:
+        if not locked:
+            return
+        extensions, zeroed_at = read_stats(root)
+        counters = extensions.setdefault(name, dict.fromkeys(STATS_FIELDS, 0))
+        for field, increment in increments.items():
+            counters[field] = round(counters[field] + increment, 3)
+        try:
+            write_json_atomic(root / STATS_NAME, {"zeroed_at": zeroed_at or time.time(), "extensions": extensions})
+        except OSError:
+            pass
+
+
+def zero_stats(root: Path) -> None:
+    """Remove the counters (under their lock: a count meanwhile is not lost into the old file)."""
+    with _stats_locked(root), contextlib.suppress(FileNotFoundError):
+        (root / STATS_NAME).unlink()
 
 
 def compute_key(components: dict) -> str:

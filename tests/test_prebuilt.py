@@ -64,18 +64,23 @@ def test_build_out_writes_library_and_manifest(prebuilt_dir):
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
 
-def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
+def run_add2_without_tools(tmp_path: Path, python_without_ninja, cache: Path, prebuilt: Path) -> subprocess.CompletedProcess:
+    """add2 in a new process that finds neither a compiler nor ninja, with this prebuilt folder."""
     python, env = python_without_ninja
-    result = run(
+    return run(
         ["-c", RUN_ADD2],
         REPO,
         python,
         **env,
         PATH=no_tools_path(tmp_path),
         CXX="c++",
-        JITOPS_CACHE_DIR=str(tmp_path / "empty_cache"),
-        JITOPS_PREBUILT_DIR=str(prebuilt_dir),
+        JITOPS_CACHE_DIR=str(cache),
+        JITOPS_PREBUILT_DIR=str(prebuilt),
     )
+
+
+def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
+    result = run_add2_without_tools(tmp_path, python_without_ninja, tmp_path / "empty_cache", prebuilt_dir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "prebuilt"
     assert "loading the prebuilt jitops.add2" in result.stderr and "no ninja on PATH" in result.stderr
@@ -89,17 +94,7 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
-    python, env = python_without_ninja
-    result = run(
-        ["-c", RUN_ADD2],
-        REPO,
-        python,
-        **env,
-        PATH=no_tools_path(tmp_path),
-        CXX="c++",
-        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
-        JITOPS_PREBUILT_DIR=str(mismatched),
-    )
+    result = run_add2_without_tools(tmp_path, python_without_ninja, tmp_path / "cache", mismatched)
     assert result.returncode != 0
     assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
     assert "was built for another setup: torch '1.13.0', here " in result.stderr, result.stderr
