@@ -22,9 +22,13 @@ demo: $(PYTHON)
 	cd examples && $(abspath $(PYTHON)) add2.py && $(abspath $(PYTHON)) trilinear.py && $(abspath $(PYTHON)) lltm.py \
 		&& $(abspath $(PYTHON)) stylegan_block.py
 
-# pytest's exit code 5 (no tests collected) is a failure here, not a pass.
+# pytest's exit code 5 (no tests collected) is a failure here, not a pass. The tests run in
+# TEST_WORKERS processes (pytest-xdist; most of a test's time is its own processes importing torch
+# and compiling, on one core each), sharing one cache. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist worksteal
 test: $(PYTHON)
-	$(PYTHON) -m pytest -q -rs tests; rc=$$?; \
+	$(PYTHON) -m pytest -q -rs $(XDIST) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The quick tier for the edit-run loop (about 90 s on a 2-core VM): every op against its reference
@@ -34,7 +38,7 @@ test: $(PYTHON)
 # `make test` runs everything and is what CI runs.
 FAST_DESELECT := not torch_compile and not opcheck and not killed and not rebuilds_bias_act
 test-fast: $(PYTHON)
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_reliability.py --ignore=tests/test_prebuilt.py \
+	$(PYTHON) -m pytest -q -p no:cacheprovider $(XDIST) tests --ignore=tests/test_reliability.py --ignore=tests/test_prebuilt.py \
 		--ignore=tests/test_cache_cli.py --ignore=tests/test_distributed.py --ignore=tests/test_untrusted_disk.py \
 		--ignore=tests/test_torch_load.py --ignore=tests/test_downstream.py -k "$(FAST_DESELECT)"
 

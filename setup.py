@@ -3,7 +3,7 @@
 
     JITOPS_AOT=1 pip wheel . --no-build-isolation      # torch must be importable
 
-compiles every op's Extension ahead of time with setuptools (torch's BuildExtension, the same
+compiles every op's Extension (or those JITOPS_AOT_OPS names, comma-separated) ahead of time with setuptools (torch's BuildExtension, the same
 sources and flags as the JIT loader) and ships each library with its manifest in
 jitops/prebuilt/<namespace>.<name>-<key>/, where the loader finds it when it cannot compile
 (docs/ARCHITECTURE.md, resolution order). Without the switch the wheel is source-only, and the ops
@@ -34,7 +34,7 @@ class FreshBuildPy(build_py):
 
 
 def ahead_of_time_build() -> dict:
-    """setup() arguments that compile every op and stamp each result with a manifest."""
+    """setup() arguments that compile every op (or those chosen) and stamp each result with a manifest."""
     import time
 
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
@@ -45,7 +45,11 @@ def ahead_of_time_build() -> dict:
 
     cxx = _key.find_cxx()
     extensions = []
-    for op in available_ops():
+    chosen = [op for op in os.environ.get("JITOPS_AOT_OPS", "").split(",") if op] or available_ops()
+    unknown = sorted(set(chosen) - set(available_ops()))
+    if unknown:
+        raise SystemExit(f"JITOPS_AOT_OPS: unknown op(s) {unknown}; available: {available_ops()}")
+    for op in chosen:
         declared = extension(op)
         cuda = _key.plan_cuda(declared)
         components = _key.key_components(declared, cxx, cuda)

@@ -38,16 +38,6 @@ TOOLCHAIN_ENVIRONMENT = (
 )
 
 
-def _find_source_root() -> str:
-    """jitops' own kernels/ and bindings/: inside the installed package, or beside it in a checkout."""
-    package_dir = os.path.dirname(os.path.realpath(__file__))
-    for candidate in (package_dir, os.path.dirname(package_dir)):
-        if os.path.isdir(os.path.join(candidate, "kernels")) and os.path.isdir(os.path.join(candidate, "bindings")):
-            return candidate
-    raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {package_dir}")
-
-
-SOURCE_ROOT = _find_source_root()
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on every extension's include path
 # The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
@@ -201,17 +191,25 @@ def cuda_arch_list() -> str:
 
 @functools.cache
 def _libc_dl() -> tuple:
-    """libc's dlopen, dlerror and dlinfo (or None), through ctypes.PyDLL (the GIL stays held, as
-    in ctypes' own dlopen), all looked up first: a lookup would clear the error dlerror reports."""
+    """libc's dlopen, dlerror and dlinfo (or None), called with the GIL held (as ctypes' own
+    dlopen), all looked up first: a lookup would clear the error dlerror reports. Indexing
+    ctypes.pythonapi gives function objects of our own (its attributes are shared) without the
+    class a new PyDLL creates."""
     import ctypes  # only where a library is opened
 
-    libc = ctypes.PyDLL(None)
-    dlopen, dlerror, dlinfo = libc.dlopen, libc.dlerror, getattr(libc, "dlinfo", None)
-    dlopen.restype, dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
-    dlerror.restype, dlerror.argtypes = ctypes.c_char_p, []
-    if dlinfo is not None:
-        dlinfo.restype, dlinfo.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    return dlopen, dlerror, dlinfo
+    def function(name: str, restype, *argtypes):
+        try:
+            found = ctypes.pythonapi[name]
+        except AttributeError:  # a libc without it (dlinfo)
+            return None
+        found.restype, found.argtypes = restype, list(argtypes)
+        return found
+
+    return (
+        function("dlopen", ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int),
+        function("dlerror", ctypes.c_char_p),
+        function("dlinfo", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p),
+    )
 
 
 @functools.cache
@@ -232,30 +230,48 @@ def cxx_runtime() -> str | None:
 _RTLD_DI_LINKMAP = 2  # <dlfcn.h>
 
 
-def open_verified_library(library: str) -> None:
+def open_verified_library(library: str, module_name: str | None = None):
     """torch.ops.load_library(library) with lazy binding (a third of a small library's dlopen).
     Only for a library a warm record names: that very file loaded with every symbol bound under the
-    same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it."""
+    same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it.
+    With module_name, the library is a pybind11 module: Python's import opens it (once, not twice),
+    and the module is returned."""
     import torch  # loaded by the caller already: this module imports without it
 
     path = os.path.realpath(library)  # as torch.ops.load_library records it
-    dlopen, dlerror, _ = _libc_dl()
-    if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
-        raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
+    module = None
+    if module_name is not None:
+        module = import_by_path(module_name, path)
+    else:
+        dlopen, dlerror, _ = _libc_dl()
+        if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
+            raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
     torch.ops.loaded_libraries.add(path)
+    return module
+
+
+def import_by_path(name: str, library: str | Path):
+    """A pybind11 module imported from its file, never through sys.path: each key has its own
+    file, so two builds never clash. A library that does not open raises ImportError."""
+    import importlib.util  # only for pybind11 modules
+
+    spec = importlib.util.spec_from_file_location(name, library)
+    module = importlib.util.module_from_spec(spec)  # opens the library and runs its PyInit_<name>
+    spec.loader.exec_module(module)
+    return module
 
 
 # The libraries this process has loaded
 class LoadedLibrary:
     """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
 
-    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str, module=None):
         self.extension = extension  # the declaration it was loaded for
         self.library = library
         self.with_cuda = with_cuda
         self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
         self.how = how  # "cache", "built" or "prebuilt"
-        self._module = None
+        self._module = module
 
     @property
     def ops(self):
@@ -266,15 +282,9 @@ class LoadedLibrary:
 
     @property
     def module(self):
-        """Its pybind11 module (None unless the extension is a python_module), imported by its
-        path, never through sys.path: each key has its own file, so two builds never clash."""
+        """Its pybind11 module (None unless the extension is a python_module)."""
         if self._module is None and self.extension.python_module:
-            import importlib.util  # only for pybind11 modules
-
-            spec = importlib.util.spec_from_file_location(self.extension.name, self.library)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            self._module = module
+            self._module = import_by_path(self.extension.name, self.library)
         return self._module
 
 

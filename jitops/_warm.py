@@ -89,7 +89,7 @@ def extension_root(extension: Extension) -> str:
 
 
 def record_path(root: str, name: str, of_settings: str) -> str:
-    digest = hashlib.sha256(of_settings.encode()).hexdigest()[:16]
+    digest = hashlib.blake2b(of_settings.encode(), digest_size=8).hexdigest()  # not sha256: a third of its first call
     return os.path.join(root, f"{RECORD_PREFIX}{name}-{digest}.json")
 
 
@@ -184,11 +184,12 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
         return None
     library, record, last_used = found
     try:
-        open_verified_library(library)
-    except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
+        module = open_verified_library(library, extension.name if extension.python_module else None)
+    except (OSError, ImportError):  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)
-    return loaded.setdefault(name, LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
+    opened = LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache", module)
+    return loaded.setdefault(name, opened)
 
 
 def remember(

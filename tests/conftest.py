@@ -7,7 +7,20 @@ import pytest
 import torch
 
 # Tests build into a cache of their own, unless one is named (e.g. to reuse builds between runs).
-os.environ.setdefault("JITOPS_CACHE_DIR", tempfile.mkdtemp(prefix="jitops-test-cache-"))
+# Set here, in the process that starts pytest-xdist's workers, so that all of them share it: each op
+# is built once per run (the loader's lock makes a second worker wait for the first's build).
+_OWN_CACHE = None if "JITOPS_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="jitops-test-cache-")
+if _OWN_CACHE is not None:
+    os.environ["JITOPS_CACHE_DIR"] = _OWN_CACHE
+
+
+def pytest_unconfigure(config):
+    """The run's own cache goes with it (workers inherit the variable, so only its creator removes it)."""
+    if _OWN_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

@@ -342,7 +342,7 @@ print(json.dumps(how))
 def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     root, cache = tmp_path / "sources", tmp_path / "cache"
     for folder in ("kernels", "bindings"):
-        shutil.copytree(Path(_core.SOURCE_ROOT) / folder, root / folder)
+        shutil.copytree(Path(jitops.ops.SOURCE_ROOT) / folder, root / folder)
     first = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
     assert (first["add2"], first["bias_act"]) == ("built", "built"), first["stderr"]
     header = root / "kernels" / "bias_act.h"

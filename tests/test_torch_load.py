@@ -52,8 +52,9 @@ INLINE_CHILD = (
     PRELUDE
     + """
 module = jitops.load_inline("twice", "torch::Tensor twice(torch::Tensor x) { return x * 2; }", functions=["twice"])
-path = jitops.load_inline("thrice", 'TORCH_LIBRARY(jitops_test_inline, m) { m.def("thrice(Tensor x) -> Tensor", '
-                          '[](const at::Tensor& x) { return x * 3; }); }', is_python_module=False)
+path = jitops.load_inline("thrice", '#include <ATen/ATen.h>\\n#include <torch/library.h>\\n'
+                          'TORCH_LIBRARY(jitops_test_inline, m) { m.def("thrice(Tensor x) -> Tensor", '
+                          '[](const at::Tensor& x) { return x * 3; }); }', is_python_module=False, no_implicit_headers=True)
 x = torch.rand(100)
 print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": path,
                   "thrice": bool(torch.equal(torch.ops.jitops_test_inline.thrice(x), x * 3)),

@@ -17,7 +17,7 @@ import threading
 
 import torch
 
-from .._core import PACKAGE_DIR, SOURCE_ROOT, VERSION
+from .._core import PACKAGE_DIR, VERSION
 from ..extension import Extension
 
 NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
@@ -27,6 +27,25 @@ NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
 CFLAGS = ("-O3", "-fno-trapping-math")
 CUDA_CFLAGS = ("-O3",)
 PREBUILT_DIR = os.path.join(PACKAGE_DIR, "prebuilt")  # filled by an ahead-of-time wheel (setup.py)
+
+
+def _find_source_root() -> str:
+    """The ops' kernels/ and bindings/: inside the installed package, or beside it in a checkout,
+    or beside the folder a linked package leads to (realpath is slow: only then)."""
+
+    def found_in(package_dir: str) -> str | None:
+        for candidate in (package_dir, os.path.dirname(package_dir)):
+            if os.path.isdir(os.path.join(candidate, "kernels")) and os.path.isdir(os.path.join(candidate, "bindings")):
+                return candidate
+        return None
+
+    root = found_in(PACKAGE_DIR) or found_in(os.path.realpath(PACKAGE_DIR))
+    if root is None:
+        raise ImportError(f"jitops: no kernels/ and bindings/ sources found in or beside {PACKAGE_DIR}")
+    return root
+
+
+SOURCE_ROOT = _find_source_root()
 
 
 def op_extension(name: str, *sources: str) -> Extension:
