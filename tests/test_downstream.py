@@ -3,7 +3,7 @@
 kernel, declared as jitops Extensions and registered through the jitops.extensions entry point),
 built as a wheel, installed into a fresh venv and used from outside the repository: first use
 builds, a new process loads warm, jitops-cache shows and acts on it by owner, a header edit
-rebuilds, its shipped prebuilts load without compiling."""
+rebuilds the library that includes it, its shipped prebuilts load without compiling."""
 
 import json
 import os
@@ -25,10 +25,10 @@ USE = (
 import demo_pkg
 x, y = torch.randn(1000), torch.randn(1000)
 scaled, added = demo_pkg.scale_by(x, 3.0), demo_pkg.add_scaled(x, y)
-factor = float((added - x).div(y).median())
+scale_factor, add_factor = float(scaled.div(x * 1.5).median()), float((added - x).div(y).median())  # each header's
 cuda_ok = bool(torch.allclose(demo_pkg.add_scaled(x.cuda(), y.cuda()).cpu(), added)) if torch.cuda.is_available() else None
-print(json.dumps({"scale_ok": bool(torch.allclose(scaled, x * 3.0 * factor / 2)), "factor": round(factor, 3),
-                  "add_ok": bool(torch.allclose(added, x + factor * y)), "cuda_ok": cuda_ok,
+print(json.dumps({"scale_ok": bool(torch.allclose(scaled, x * 1.5 * scale_factor)), "factors": [round(scale_factor, 3), round(add_factor, 3)],
+                  "add_ok": bool(torch.allclose(added, x + add_factor * y)), "cuda_ok": cuda_ok,
                   "how": [demo_pkg.scale.load().how, demo_pkg.fused.load().how], "module": demo_pkg.fused.load().module.__name__,
                   "package": demo_pkg.__file__, "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
@@ -95,7 +95,7 @@ def cli(venv: Path, *args: str) -> dict:
 
 def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     cold = use(venv)
-    assert cold["scale_ok"] and cold["add_ok"] and cold["factor"] == 2.0
+    assert cold["scale_ok"] and cold["add_ok"] and cold["factors"] == [2.0, 2.0]
     assert cold["how"] == ["built", "built"] and cold["module"] == "fused"
     assert cold["cuda_ok"] in (None, True), "the CUDA kernel, where there is a GPU"
     assert Path(cold["package"]).is_relative_to(venv / "venv"), "the installed wheel, not the checkout"
@@ -110,12 +110,13 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     assert len(cli(venv, "list", "--package", OWNER)["entries"]) == 2
     assert cli(venv, "verify", "--package", OWNER)["problems"] == 0
 
-    # An edit to the header both libraries include rebuilds both (in their entries: the key holds the
-    # declared inputs, the manifest the headers the compiler read); the old libraries are never loaded.
-    header = Path(cold["package"]).parent / "csrc" / "include" / "demo" / "factor.h"
+    # An edit to a header scale includes rebuilds scale (in its entry: the key holds the declared
+    # inputs, the manifest the headers the compiler read), and not fused, which does not include it;
+    # the old library is never loaded.
+    header = Path(cold["package"]).parent / "csrc" / "include" / "demo" / "scale_factor.h"
     header.write_text(header.read_text().replace("2.0f", "3.0f"))
     edited = use(venv)
-    assert edited["factor"] == 3.0 and edited["scale_ok"] and edited["add_ok"] and edited["how"] == ["built", "built"]
+    assert edited["factors"] == [3.0, 2.0] and edited["scale_ok"] and edited["add_ok"] and edited["how"] == ["built", "cache"]
 
     # Prebuilts shipped inside the package (`jitops-cache build --package ... --out`) load before
     # any build: with the cache cleared, nothing compiles.
@@ -125,5 +126,5 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     cleared = cli(venv, "clear", "--package", OWNER)
     assert len(cleared["removed"]) == 2 and not [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     shipped = use(venv)
-    assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factor"] == 3.0 and shipped["spawned"] == 0
+    assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factors"] == [3.0, 2.0] and shipped["spawned"] == 0
     assert not [p for p in (venv / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"

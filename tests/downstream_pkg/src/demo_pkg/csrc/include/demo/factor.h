@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Included by both libraries: an edit rebuilds each of them, and nothing else.
+// Included by fused's C++ and CUDA units (scale has a header of its own).
 #pragma once
 
 #define DEMO_FACTOR 2.0f
