@@ -230,48 +230,32 @@ def cxx_runtime() -> str | None:
 _RTLD_DI_LINKMAP = 2  # <dlfcn.h>
 
 
-def open_verified_library(library: str, module_name: str | None = None):
+def open_verified_library(library: str) -> None:
     """torch.ops.load_library(library) with lazy binding (a third of a small library's dlopen).
     Only for a library a warm record names: that very file loaded with every symbol bound under the
     same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it.
-    With module_name, the library is a pybind11 module: Python's import opens it (once, not twice),
-    and the module is returned."""
+    (A pybind11 module is imported after this, and Python's own dlopen then finds it open: opening
+    it by that import alone, with Python's RTLD_NOW, made a warm CUDA module slower.)"""
     import torch  # loaded by the caller already: this module imports without it
 
     path = os.path.realpath(library)  # as torch.ops.load_library records it
-    module = None
-    if module_name is not None:
-        module = import_by_path(module_name, path)
-    else:
-        dlopen, dlerror, _ = _libc_dl()
-        if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
-            raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
+    dlopen, dlerror, _ = _libc_dl()
+    if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
+        raise OSError(f"Could not load this library: {path}: {os.fsdecode(dlerror() or b'')}")
     torch.ops.loaded_libraries.add(path)
-    return module
-
-
-def import_by_path(name: str, library: str | Path):
-    """A pybind11 module imported from its file, never through sys.path: each key has its own
-    file, so two builds never clash. A library that does not open raises ImportError."""
-    import importlib.util  # only for pybind11 modules
-
-    spec = importlib.util.spec_from_file_location(name, library)
-    module = importlib.util.module_from_spec(spec)  # opens the library and runs its PyInit_<name>
-    spec.loader.exec_module(module)
-    return module
 
 
 # The libraries this process has loaded
 class LoadedLibrary:
     """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
 
-    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str, module=None):
+    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str):
         self.extension = extension  # the declaration it was loaded for
         self.library = library
         self.with_cuda = with_cuda
         self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
         self.how = how  # "cache", "built" or "prebuilt"
-        self._module = module
+        self._module = None
 
     @property
     def ops(self):
@@ -282,9 +266,15 @@ class LoadedLibrary:
 
     @property
     def module(self):
-        """Its pybind11 module (None unless the extension is a python_module)."""
+        """Its pybind11 module (None unless the extension is a python_module), imported by its
+        path, never through sys.path: each key has its own file, so two builds never clash."""
         if self._module is None and self.extension.python_module:
-            self._module = import_by_path(self.extension.name, self.library)
+            import importlib.util  # only for pybind11 modules
+
+            spec = importlib.util.spec_from_file_location(self.extension.name, self.library)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._module = module
         return self._module
 
 

@@ -184,12 +184,11 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
         return None
     library, record, last_used = found
     try:
-        module = open_verified_library(library, extension.name if extension.python_module else None)
-    except (OSError, ImportError):  # removed since it was checked, or it does not open: the long way says what is wrong
+        open_verified_library(library)
+    except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)
-    opened = LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache", module)
-    return loaded.setdefault(name, opened)
+    return loaded.setdefault(name, LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
 
 
 def remember(
