@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
+import typing
+
 import pytest
 import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
 
 import jitops
 import jitops.ops
-from jitops.ops.bias_act import ACTIVATIONS, bias_act_ref
+from jitops.ops.bias_act import ACTIVATIONS, ActivationName, bias_act_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -221,3 +223,8 @@ def test_device_mix_is_an_error():
     x, b = random((2, 4), "cpu", torch.float32), random((4,), "cpu", torch.float32)
     with pytest.raises(RuntimeError, match="x and b must be on the same device"):
         jitops.bias_act(x.cuda(), b)
+
+
+def test_the_type_of_act_names_every_activation():
+    # What type checkers offer for act is the table the op takes.
+    assert typing.get_args(ActivationName) == tuple(ACTIVATIONS)

@@ -8,6 +8,7 @@ StyleGAN2's defaults for alpha and gain, and first and second order gradients.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 
@@ -53,6 +54,10 @@ ACTIVATIONS = {
 }
 
 
+# ACTIVATIONS' names, for type checkers and editors (a test keeps the two in step).
+ActivationName = Literal["linear", "relu", "lrelu", "tanh", "sigmoid", "elu", "selu", "softplus", "swish"]
+
+
 def _resolve(act: str, alpha: float | None, gain: float | None) -> tuple[float, float]:
     if act not in ACTIVATIONS:
         raise ValueError(f"bias_act(): act must be one of {', '.join(ACTIVATIONS)}; got {act!r}")
@@ -64,7 +69,7 @@ def bias_act(
     x: torch.Tensor,  # [*], any memory format (channels_last stays channels_last)
     b: torch.Tensor | None = None,  # [x.shape[dim]]
     dim: int = 1,
-    act: str = "linear",
+    act: ActivationName = "linear",
     alpha: float | None = None,  # lrelu's negative slope; default 0.2
     gain: float | None = None,  # default sqrt(2) for relu, lrelu and swish, 1 otherwise
     clamp: float | None = None,  # clamp the output to [-clamp, clamp]
