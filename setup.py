@@ -3,11 +3,11 @@
 
     JITOPS_AOT=1 pip wheel . --no-build-isolation      # torch must be importable
 
-compiles every op's Extension (or those JITOPS_AOT_OPS names, comma-separated) ahead of time with setuptools (torch's BuildExtension, the same
-sources and flags as the JIT loader) and ships each library with its manifest in
-jitops/prebuilt/<namespace>.<name>-<key>/, where the loader finds it when it cannot compile
-(docs/ARCHITECTURE.md, resolution order). Without the switch the wheel is source-only, and the ops
-are compiled on first use.
+compiles every op's Extension (or those JITOPS_AOT_OPS names, comma-separated) ahead of time
+with setuptools (torch's BuildExtension, the same sources and flags as the JIT loader) and ships
+each library with its manifest in jitops/prebuilt/<namespace>.<name>-<key>/, where the loader
+finds it when it cannot compile (docs/ARCHITECTURE.md, resolution order). Without the switch the
+wheel is source-only, and the ops are compiled on first use.
 """
 
 import os
@@ -45,7 +45,7 @@ def ahead_of_time_build() -> dict:
 
     cxx = _key.find_cxx()
     extensions = []
-    chosen = [op for op in os.environ.get("JITOPS_AOT_OPS", "").split(",") if op] or available_ops()
+    chosen = [op.strip() for op in os.environ.get("JITOPS_AOT_OPS", "").split(",") if op.strip()] or available_ops()
     unknown = sorted(set(chosen) - set(available_ops()))
     if unknown:
         raise SystemExit(f"JITOPS_AOT_OPS: unknown op(s) {unknown}; available: {available_ops()}")
