@@ -63,9 +63,12 @@ def test_build_out_writes_library_and_manifest(prebuilt_dir):
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
 
-def run_add2_without_tools(tmp_path: Path, python_without_ninja, cache: Path, prebuilt: Path) -> subprocess.CompletedProcess:
-    """add2 in a new process that finds neither a compiler nor ninja, with this prebuilt folder."""
-    python, env = python_without_ninja
+def run_add2_without_tools(
+    tmp_path: Path, prebuilt: Path, cache: Path | None = None, python_without_ninja=None
+) -> subprocess.CompletedProcess:
+    """add2 in a new process that finds no compiler (nor ninja, given python_without_ninja), with
+    this prebuilt folder and the cache (default: tmp_path/cache)."""
+    python, env = python_without_ninja or (sys.executable, {})
     return run(
         ["-c", RUN_ADD2],
         REPO,
@@ -73,13 +76,13 @@ def run_add2_without_tools(tmp_path: Path, python_without_ninja, cache: Path, pr
         **env,
         PATH=no_tools_path(tmp_path),
         CXX="c++",
-        JITOPS_CACHE_DIR=str(cache),
+        JITOPS_CACHE_DIR=str(cache or tmp_path / "cache"),
         JITOPS_PREBUILT_DIR=str(prebuilt),
     )
 
 
 def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
-    result = run_add2_without_tools(tmp_path, python_without_ninja, tmp_path / "empty_cache", prebuilt_dir)
+    result = run_add2_without_tools(tmp_path, prebuilt_dir, tmp_path / "empty_cache", python_without_ninja)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "prebuilt"
     assert "loading the prebuilt jitops.add2" in result.stderr and "no ninja on PATH" in result.stderr
@@ -93,7 +96,7 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
-    result = run_add2_without_tools(tmp_path, python_without_ninja, tmp_path / "cache", mismatched)
+    result = run_add2_without_tools(tmp_path, mismatched, python_without_ninja=python_without_ninja)
     assert result.returncode != 0
     assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
     assert "was built for another setup: torch '1.13.0', here " in result.stderr, result.stderr
@@ -104,14 +107,7 @@ def test_tampered_prebuilt_is_never_loaded(tmp_path, prebuilt_dir):
     shutil.copytree(prebuilt_dir, tampered)
     (library,) = tampered.glob("jitops.add2-*/*.so")
     library.write_bytes(library.read_bytes() + b"planted")
-    result = run(
-        ["-c", RUN_ADD2],
-        REPO,
-        PATH=no_tools_path(tmp_path),
-        CXX="c++",
-        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
-        JITOPS_PREBUILT_DIR=str(tampered),
-    )
+    result = run_add2_without_tools(tmp_path, tampered)
     assert result.returncode != 0
     assert "does not match the sha256 in its manifest" in result.stderr, result.stderr
 
@@ -203,10 +199,9 @@ def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_di
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
     (entry,) = copy.glob("jitops.add2-*")
-    env = dict(PATH=no_tools_path(tmp_path), CXX="c++", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_PREBUILT_DIR=str(copy))
-    assert run(["-c", RUN_ADD2], REPO, **env).stdout.strip() == "prebuilt", "the control: the copy as made is loaded"
+    assert run_add2_without_tools(tmp_path, copy).stdout.strip() == "prebuilt", "the control: the copy as made is loaded"
     loosen(entry)
-    result = run(["-c", RUN_ADD2], REPO, **env)
+    result = run_add2_without_tools(tmp_path, copy)
     assert result.returncode != 0
     library = json.loads((entry / _core.MANIFEST_NAME).read_text())["library"]
     assert message.format(entry=entry, library=library) in result.stderr, result.stderr
@@ -219,14 +214,7 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
     _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
     (entry / _core.MANIFEST_NAME).chmod(0o644)
-    result = run(
-        ["-c", RUN_ADD2],
-        REPO,
-        PATH=no_tools_path(tmp_path),
-        CXX="c++",
-        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
-        JITOPS_PREBUILT_DIR=str(copy),
-    )
+    result = run_add2_without_tools(tmp_path, copy)
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr
 
 
