@@ -404,21 +404,23 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
     if jobs.isdigit():
         command += ["-j", jobs]
     status = _BuildStatus(op, cuda, verbose)
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        cwd=build_dir,
-    )
     timed_out = threading.Event()
-    watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
-    watchdog.daemon = True
-    watchdog.start()
+    proc = watchdog = None
     try:
+        # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
         with _sigterm_raises(), open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                cwd=build_dir,
+            )
+            watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
+            watchdog.daemon = True
+            watchdog.start()
             for line in proc.stdout:
                 log.write(line)
                 if verbose:
@@ -427,11 +429,13 @@ def _run_ninja(build_dir: Path, log_path: Path, op: str, cuda: CudaPlan) -> str 
                     status.step = step.group()
             returncode = proc.wait()
     except BaseException:
-        _stop_ninja(proc)
+        if proc is not None:
+            _stop_ninja(proc)
         status.finish(ok=False)
         raise
     finally:
-        watchdog.cancel()
+        if watchdog is not None:
+            watchdog.cancel()
     status.finish(ok=returncode == 0 and not timed_out.is_set())
     if timed_out.is_set():
         with open(log_path, "a") as log:
