@@ -2,6 +2,8 @@
 """`jitops-cache` on a real cache: real built entries (add2), plus corrupt, stale, orphan and
 locked ones, and locks held by live child processes."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -14,18 +16,36 @@ import pytest
 
 import jitops.ops
 from cache_tools import inventory
+from cache_tools.__main__ import main as cache_tools_main
 from jitops import _build, _cache, _core, _warm
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cli(cache: Path, *args: str, env_extra: dict | None = None, python: str = sys.executable) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext")}
-    env.update(env_extra or {})
-    return subprocess.run(
-        [python, "-m", "cache_tools", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+def cli(cache: Path, *args: str, env_extra: dict | None = None, python: str | None = None) -> subprocess.CompletedProcess:
+    """jitops-cache ARGS on cache: its main() in this process, with the environment patched and the
+    output captured (each new process would import torch again); in a new process of `python` where
+    the interpreter is what a test is about. The entry point itself is run by the tests at the end."""
+    env = {"JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext"), **(env_extra or {})}
+    if python is not None:
+        return subprocess.run(
+            [python, "-m", "cache_tools", *args],
+            cwd=REPO,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        for name, value in env.items():
+            patch.setenv(name, value)
+        try:
+            rc = cache_tools_main(list(args))
+        except SystemExit as exit:  # argparse's usage errors
+            rc = exit.code
+    return subprocess.CompletedProcess(["jitops-cache", *args], rc, stdout.getvalue(), stderr.getvalue())
 
 
 def cli_json(cache: Path, *args: str, expect_rc: int = 0, env_extra: dict | None = None):

@@ -160,15 +160,15 @@ def test_a_rank_that_cannot_plan_fails_every_rank(tmp_path):
 
 @pytest.mark.parametrize("how", ["killed", "timeout"])
 def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
-    # Node 1's compiler never returns, so node 1's ranks building its ops wait in ninja. "killed":
-    # one of them is killed (SIGKILL); "timeout": node 0's collectives time out after 10 s. Node
-    # 0's ranks, which cannot finish an exchange without node 1's, must fail with an error that
-    # names the op and the ranks that were building, and node 0's job must end. (The first rank of
-    # node 0 to fail ends the node: torchrun then stops the other, which may be still compiling node
-    # 0's own op; every rank that reports gives the clear error.)
+    # Node 1's compiler never returns, so node 1's rank building the extension (tests' tiny: the rule
+    # is the same for every extension) waits in ninja. "killed": that rank is killed (SIGKILL);
+    # "timeout": node 0's collectives time out after 10 s. Node 0's ranks, which cannot finish an
+    # exchange without node 1's, must fail with an error that names the extension and the rank that
+    # was building, and node 0's job must end. (The first rank of node 0 to fail ends the node:
+    # torchrun then stops the other; every rank that reports gives the clear error.)
     compiler, token = hung_compiler(tmp_path)
-    node0_env = {"JOB_COLLECTIVE_TIMEOUT_S": "10"} if how == "timeout" else {}
-    out, nodes = start_job(tmp_path, [node0_env, {"CXX": compiler}])
+    node0_env = {"JOB_EXTENSIONS": "tiny", **({"JOB_COLLECTIVE_TIMEOUT_S": "10"} if how == "timeout" else {})}
+    out, nodes = start_job(tmp_path, [node0_env, {"JOB_EXTENSIONS": "tiny", "CXX": compiler}], ops=[])
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not processes_with(token) and time.monotonic() < deadline:
@@ -189,15 +189,13 @@ def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
         for node in nodes:
             node.kill()
             node.communicate()
-    # Every rank of node 0 that reported names the op it was exchanging and node 1's building ranks
-    # with their ops (ranks 2 and 3: node 1 builds both ops of its own key).
+    # Every rank of node 0 that reported names the extension it was exchanging and node 1's building
+    # rank (2 or 3: node 1 builds the extension of its own key).
     reported = {rank: r["error"] for rank, r in rank_results(out).items() if rank < RANKS_PER_NODE}
     assert reported, "no rank of node 0 reported"
     for error in reported.values():
-        assert re.search(r"exchanging jitops\.\w+ \(provided by rank \d\) failed", error), reported
-        assert re.search(
-            r"the other ranks that were building: .*rank [23] \(building jitops\.(add2|trilinear_interpolation)", error
-        ), reported
+        assert re.search(r"exchanging jitops_test\.tiny \(provided by rank [23]\) failed", error), reported
+        assert re.search(r"the other ranks that were building: .*rank [23] \(building jitops_test\.tiny", error), reported
     assert nodes[0].returncode != 0
     assert waited < 60, f"node 0 took {waited:.0f} s to end"
 

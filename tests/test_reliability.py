@@ -2,8 +2,8 @@
 """Faults the loader must survive, each with real processes and the real toolchain on the tiny
 test extension: builds killed at chosen points, crowds of cold starts, corrupt entries, a
 read-only cache, a lock held past its timeout, and caches that are not ours. RELIABILITY.md
-records the trials; JITOPS_KILL_TRIALS sets how many kills run (default 12: each kill point three
-times, about 30 s on the 2-core VM; RELIABILITY.md's recorded run used 20)."""
+records the trials; JITOPS_KILL_TRIALS sets how many kills run (default 8: each kill point twice,
+about 30 s on the 2-core VM; RELIABILITY.md's recorded run used 20)."""
 
 import json
 import os
@@ -23,7 +23,7 @@ from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slo
 from cache_tools import inventory
 from jitops import _cache, _core
 
-KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "12"))
+KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
 
 
