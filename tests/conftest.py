@@ -14,6 +14,16 @@ if _OWN_CACHE is not None:
     os.environ["JITOPS_CACHE_DIR"] = _OWN_CACHE
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: compiles extensions of its own in new processes (tens of seconds); runs first")
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests run first: one started last would keep its worker busy while the other,
+    done, idles until the run ends. (A stable sort: the same order in every xdist worker.)"""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_unconfigure(config):
     """The run's own cache goes with it (workers inherit the variable, so only its creator removes it)."""
     if _OWN_CACHE is not None:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,6 @@ import jitops
 from jitops import _build, _cache
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
-OPS = ["add2", "trilinear_interpolation"]
 RANKS_PER_NODE = 2
 
 
@@ -32,8 +32,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_job(tmp_path: Path, node_env: list[dict], ops: list[str] = OPS) -> tuple[Path, list[subprocess.Popen]]:
-    """One torchrun per node; node_env[i] adds to node i's environment."""
+def start_job(tmp_path: Path, node_env: list[dict], ops: list[str]) -> tuple[Path, list[subprocess.Popen]]:
+    """One torchrun per node, its ranks loading jitops' ops `ops`; node_env[i] adds to node i's
+    environment (JOB_EXTENSIONS=tiny: tests' tiny extension too)."""
     out, port = tmp_path / "ranks", free_port()
     out.mkdir()
     nodes = []
@@ -65,10 +66,9 @@ def rank_results(out: Path) -> dict[int, dict]:
     return {r["rank"]: r for r in (json.loads(p.read_text()) for p in out.glob("rank-*.json"))}
 
 
-def builds_in(logs: list[str], ops: list[str] = OPS) -> dict[str, int]:
-    """How many times each op was compiled in the whole job (the loader's 'built' status lines)."""
-    text = "".join(logs)
-    return {op: len(re.findall(rf"jitops: built jitops\.{op} \(", text)) for op in ops}
+def builds_in(logs: list[str]) -> dict[str, int]:
+    """How many times each extension (<namespace>.<name>) was compiled in logs (the loader's 'built' status lines)."""
+    return Counter(re.findall(r"jitops: built (\w+\.\w+) \(", "".join(logs)))
 
 
 def verified_entries(cache: Path) -> dict[str, dict]:
@@ -80,21 +80,23 @@ def verified_entries(cache: Path) -> dict[str, dict]:
     return found
 
 
-def test_two_nodes_build_each_op_once_and_share_it(tmp_path):
-    out, nodes = start_job(tmp_path, [{}, {}])
+@pytest.mark.slow
+def test_two_nodes_build_each_extension_once_and_share_it(tmp_path):
+    # One of jitops' ops (add2) and a package's Extension (tests' tiny) in one load_all: each built
+    # once in the job, the two builds spread over the nodes, each node's cache given the other's.
+    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}] * 2, ops=["add2"])
     logs = finish_job(nodes)
     assert [node.returncode for node in nodes] == [0, 0], logs
     results = rank_results(out)
     assert sorted(results) == [0, 1, 2, 3] and all(r["ok"] for r in results.values()), results
-    assert builds_in(logs) == {op: 1 for op in OPS}, logs
+    assert builds_in(logs) == {"jitops.add2": 1, "jitops_test.tiny": 1}, logs
+    assert [sum(builds_in([log]).values()) for log in logs] == [1, 1], "one build on each node"
     node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
-    assert sorted(node0) == sorted(node1) == sorted(OPS)
-    for op in OPS:  # the same build in both caches: one key, one library, one build time
-        assert [node0[op][k] for k in ("key", "library_sha256", "built_at")] == [
-            node1[op][k] for k in ("key", "library_sha256", "built_at")
+    assert sorted(node0) == sorted(node1) == ["add2", "tiny"]
+    for name in node0:  # the same build in both caches: one key, one library, one build time
+        assert [node0[name][k] for k in ("key", "library_sha256", "built_at")] == [
+            node1[name][k] for k in ("key", "library_sha256", "built_at")
         ]
-    # The builds were spread over the nodes: node 0 built add2, node 1 trilinear_interpolation.
-    assert "jitops: built jitops.add2 (" in logs[0] and "jitops: built jitops.trilinear_interpolation (" in logs[1], logs
 
 
 def test_a_node_with_another_key_builds_its_own(tmp_path):
@@ -108,25 +110,10 @@ def test_a_node_with_another_key_builds_its_own(tmp_path):
     logs = finish_job(nodes)
     assert [node.returncode for node in nodes] == [0, 0], logs
     assert all(r["ok"] for r in rank_results(out).values()) and len(rank_results(out)) == 4
-    assert [log.count("jitops: built jitops_test.tiny (") for log in logs] == [1, 1], logs
+    assert [builds_in([log]) for log in logs] == [{"jitops_test.tiny": 1}] * 2, logs
     node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
     assert node0["tiny"]["key"] != node1["tiny"]["key"]
     assert node1["tiny"]["components"]["cxx"].startswith(str(wrapper))
-
-
-def test_a_package_extension_is_built_once_in_the_job(tmp_path):
-    # load_all(extensions=[...]) alone: the package's extension (tests' tiny), none of jitops' ops.
-    out, nodes = start_job(tmp_path, [{"JOB_EXTENSIONS": "tiny"}] * 2, ops=[])
-    logs = finish_job(nodes)
-    assert [node.returncode for node in nodes] == [0, 0], logs
-    assert sorted(rank_results(out)) == [0, 1, 2, 3] and all(r["ok"] for r in rank_results(out).values())
-    assert "".join(logs).count("jitops: built jitops_test.tiny (") == 1, logs
-    assert builds_in(logs) == {op: 0 for op in OPS}
-    node0, node1 = verified_entries(tmp_path / "node0"), verified_entries(tmp_path / "node1")
-    assert sorted(node0) == sorted(node1) == ["tiny"]
-    assert [node0["tiny"][k] for k in ("key", "library_sha256", "built_at")] == [
-        node1["tiny"][k] for k in ("key", "library_sha256", "built_at")
-    ]
 
 
 def test_ranks_that_ask_for_different_extensions_all_fail_at_once(tmp_path):
@@ -158,6 +145,7 @@ def test_a_rank_that_cannot_plan_fails_every_rank(tmp_path):
     assert "jitops: built" not in "".join(logs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "timeout"])
 def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     # Node 1's compiler never returns, so node 1's rank building the extension (tests' tiny: the rule
