@@ -9,27 +9,21 @@ import torch
 # Tests build into a cache of their own, unless one is named (e.g. to reuse builds between runs).
 # Set here, in the process that starts pytest-xdist's workers, so that all of them share it: each op
 # is built once per run (the loader's lock makes a second worker wait for the first's build).
-_OWN_CACHE = None if "JITOPS_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="jitops-test-cache-")
-if _OWN_CACHE is not None:
-    os.environ["JITOPS_CACHE_DIR"] = _OWN_CACHE
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: compiles extensions of its own in new processes (tens of seconds); runs first")
-
-
-def pytest_collection_modifyitems(items):
-    """The slow tests run first: one started last would keep its worker busy while the other,
-    done, idles until the run ends. (A stable sort: the same order in every xdist worker.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+# torch.compile's cache too: its default, in /tmp, outlives the run and would make a second run on
+# a machine faster than the first (a fresh machine is the one that counts).
+_OWN_CACHES = []
+for _variable, _prefix in [("JITOPS_CACHE_DIR", "jitops-test-cache-"), ("TORCHINDUCTOR_CACHE_DIR", "jitops-test-inductor-")]:
+    if _variable not in os.environ:
+        os.environ[_variable] = tempfile.mkdtemp(prefix=_prefix)
+        _OWN_CACHES.append(os.environ[_variable])
 
 
 def pytest_unconfigure(config):
-    """The run's own cache goes with it (workers inherit the variable, so only its creator removes it)."""
-    if _OWN_CACHE is not None:
-        import shutil
+    """The run's own caches go with it (workers inherit the variables, so only their creator removes them)."""
+    import shutil
 
-        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+    for cache in _OWN_CACHES:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 HAS_CUDA = torch.cuda.is_available()

@@ -80,7 +80,6 @@ def verified_entries(cache: Path) -> dict[str, dict]:
     return found
 
 
-@pytest.mark.slow
 def test_two_nodes_build_each_extension_once_and_share_it(tmp_path):
     # One of jitops' ops (add2) and a package's Extension (tests' tiny) in one load_all: each built
     # once in the job, the two builds spread over the nodes, each node's cache given the other's.
@@ -145,7 +144,6 @@ def test_a_rank_that_cannot_plan_fails_every_rank(tmp_path):
     assert "jitops: built" not in "".join(logs)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "timeout"])
 def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     # Node 1's compiler never returns, so node 1's rank building the extension (tests' tiny: the rule

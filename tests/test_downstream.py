@@ -93,7 +93,6 @@ def cli(venv: Path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.mark.slow
 def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     cold = use(venv)
     assert cold["scale_ok"] and cold["add_ok"] and cold["factors"] == [2.0, 2.0]

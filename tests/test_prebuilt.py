@@ -140,7 +140,6 @@ def test_an_unknown_op_for_an_ahead_of_time_wheel_is_named(tmp_path):
     assert "JITOPS_AOT_OPS: unknown op(s) ['nosuchop']" in result.stdout + result.stderr
 
 
-@pytest.mark.slow
 def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     # add2 alone (JITOPS_AOT_OPS): every op takes the same road through setup.py, and compiling all
     # five with setuptools is a minute of the suite.

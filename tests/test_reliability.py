@@ -67,7 +67,6 @@ def wait_for(condition, victim: subprocess.Popen, deadline: float) -> bool:
     return True
 
 
-@pytest.mark.slow
 def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
     rng = random.Random(20261122)
     hit = Counter()
@@ -329,7 +328,6 @@ def test_no_shell_strings():
     assert offenders == []
 
 
-@pytest.mark.slow
 def test_torchrun_four_ranks_build_each_op_once(tmp_path):
     out = tmp_path / "ranks.json"
     env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}

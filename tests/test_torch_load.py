@@ -82,7 +82,6 @@ def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
     assert mine == theirs
 
 
-@pytest.mark.slow
 def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_path):
     plugin = tmp_path / "plugin-0123abcd"  # get_plugin's folder: the sources copied in, built there
     shutil.copytree(TUTORIAL, plugin)
@@ -98,7 +97,6 @@ def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_
     assert list((plugin / "jitops").glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
 
 
-@pytest.mark.slow
 def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
     cold = run_child(INLINE_CHILD, tmp_path / "cache")
     assert cold["twice"] and cold["thrice"]
