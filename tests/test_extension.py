@@ -15,6 +15,7 @@ import pytest
 from tiny_extension import NAMESPACE, tiny_extension
 
 import jitops
+import jitops.ops
 from jitops import _core, _errors
 
 REPO = Path(__file__).resolve().parent.parent
