@@ -3,8 +3,9 @@
 ... tests/jobs/distributed_load_all.py OUT_DIR OPS`. Each rank calls jitops.distributed.load_all
 for OPS (comma-separated; with JOB_EXTENSIONS=tiny, tests/tiny_extension.py's extension too, and
 an empty OPS then loads that alone), runs each on example data against its reference, and writes
-OUT_DIR/rank-<rank>.json: {"rank", "ok", "error", "seconds"}. A rank that fails exits 1 at once,
-without tearing the process group down (its peers may be gone)."""
+OUT_DIR/rank-<rank>.json: {"rank", "ok", "error", "seconds"}. A rank that fails exits 1 once its
+node's other ranks have written theirs (or after 10 s), without tearing the process group down
+(its peers may be gone)."""
 
 import ctypes
 import datetime
@@ -42,6 +43,16 @@ def check(op: str, rank: int) -> None:
         raise ValueError(f"no example for op {op!r}")
 
 
+def wait_for_node_peers(out_dir: Path, rank: int, timeout_s: float = 10.0) -> None:
+    """Once one rank exits, torchrun stops the others of its node: a failing rank waits (bounded;
+    a peer may be lost) until its node's other ranks have written their results too."""
+    first = rank - int(os.environ["LOCAL_RANK"])
+    peers = [out_dir / f"rank-{r}.json" for r in range(first, first + int(os.environ["LOCAL_WORLD_SIZE"]))]
+    deadline = time.monotonic() + timeout_s
+    while not all(p.exists() for p in peers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> None:
     out_dir, ops = Path(sys.argv[1]), [op for op in sys.argv[2].split(",") if op]
     tiny_root = os.environ.get("JOB_TINY_ROOT")  # another copy of its sources (or none)
@@ -64,6 +75,7 @@ def main() -> None:
         result["error"] = f"{type(err).__name__}: {err}"
     (out_dir / f"rank-{rank}.json").write_text(json.dumps(result))
     if not result["ok"]:
+        wait_for_node_peers(out_dir, rank)
         os._exit(1)
     dist.barrier()
     dist.destroy_process_group()
