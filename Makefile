@@ -23,15 +23,15 @@ demo: $(PYTHON)
 		&& $(abspath $(PYTHON)) stylegan_block.py
 
 # pytest's exit code 5 (no tests collected) is a failure here, not a pass. The tests run in
-# TEST_WORKERS processes (pytest-xdist; most of a test's time is its own processes importing torch
-# and compiling, on one core each), sharing one cache. TEST_WORKERS=0 runs them in this process.
+# TEST_WORKERS processes (pytest-xdist; most of a test's time is its own processes and compiles, on
+# one core each), sharing one cache. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist worksteal
 test: $(PYTHON)
 	$(PYTHON) -m pytest -q -rs $(XDIST) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
-# The quick tier for the edit-run loop (about 90 s on a 2-core VM): every op against its reference
+# The quick tier for the edit-run loop (under a minute on a 2-core VM): every op against its reference
 # and the loader's own tests, without torch.compile/opcheck, the reliability, untrusted-disk,
 # distributed and AOT-wheel suites, the CLI, the drop-ins and the downstream package (each builds
 # extensions of its own, the downstream one in a fresh venv), the kill test and bias_act's rebuild.

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import children
 import pytest
 
 import jitops.ops
@@ -29,7 +30,7 @@ def cli(cache: Path, *args: str, env_extra: dict | None = None, python: str | No
     the interpreter is what a test is about. The entry point itself is run by the tests at the end."""
     env = {"JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(cache.parent / "torch_ext"), **(env_extra or {})}
     if python is not None:
-        return subprocess.run(
+        return children.run(
             [python, "-m", "cache_tools", *args],
             cwd=REPO,
             env={**os.environ, **env},
@@ -87,7 +88,7 @@ time.sleep(600)
 """
 
     def __init__(self, path: Path, how: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(path), how], stdout=subprocess.PIPE, text=True)
+        self.proc = children.popen([sys.executable, "-c", self.CODE, str(path), how], stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "held"
 
     def __enter__(self):
@@ -370,11 +371,11 @@ def test_list_fits_an_80_column_terminal_and_is_whole_when_piped(cache):
 
 
 def test_version_and_python_m_jitops():
-    version = subprocess.run(
+    version = children.run(
         [sys.executable, "-m", "cache_tools", "--version"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S
     )
     assert version.returncode == 0 and version.stdout.strip() == f"jitops-cache {jitops.__version__}"
-    module = subprocess.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    module = children.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert module.returncode == 0 and json.loads(module.stdout)["schema"] == 1, module.stderr
 
 

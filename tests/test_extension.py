@@ -7,10 +7,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import children
 import pytest
 from tiny_extension import NAMESPACE, tiny_extension
 
@@ -27,7 +27,7 @@ def run_child(code: str, cache: Path, *args: str) -> dict:
     """code in a new process with its own cache; its last stdout line, parsed as JSON."""
     env = {**__import__("os").environ, "JITOPS_CACHE_DIR": str(cache)}
     env.pop("JITOPS_VERBOSE", None)
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + code, *args],
         env=env,
         capture_output=True,
@@ -125,7 +125,7 @@ def test_the_package_shows_its_ops_to_help_dir_and_type_checkers():
     source = (Path(jitops.__file__).parent / "__init__.py").read_text()
     for name in exported:  # the TYPE_CHECKING block imports each one
         assert re.search(rf"^    from \.ops\.\w+ import .*\b{name}\b", source, re.M), name
-    text = subprocess.run(
+    text = children.run(
         [sys.executable, "-c", "import jitops; help(jitops)"],
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import children
 import pytest
 import torch
 from tiny_extension import tiny_extension
@@ -83,9 +84,9 @@ def tiny_env(cache: Path, **extra: str) -> dict:
 
 def start_tiny(
     cache: Path, sources: Path = TINY_SOURCES, prelude: str = "", umask: int = -1, python: str = sys.executable, **extra_env: str
-) -> subprocess.Popen:
+) -> children.Process:
     """A new process loading tiny; prelude: code it runs first (to reach into the loader)."""
-    return subprocess.Popen(
+    return children.popen(
         [python, "-c", prelude + LOAD_TINY, str(sources)],
         env=tiny_env(cache, **extra_env),
         stdout=subprocess.PIPE,
@@ -95,7 +96,7 @@ def start_tiny(
     )
 
 
-def finish(proc: subprocess.Popen) -> dict:
+def finish(proc: children.Process) -> dict:
     stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     return {**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr}
@@ -255,7 +256,7 @@ def test_verify_rehashes_even_when_the_identity_was_kept(tmp_path):
     with open(library, "r+b") as file:
         file.write(data)
     os.utime(library, ns=(before.st_atime_ns, before.st_mtime_ns))
-    verify = subprocess.run([sys.executable, "-m", "cache_tools", "verify"], env=tiny_env(cache), capture_output=True, text=True)
+    verify = children.run([sys.executable, "-m", "cache_tools", "verify"], env=tiny_env(cache), capture_output=True, text=True)
     assert verify.returncode == 1 and "does not match the sha256" in verify.stdout, verify.stdout + verify.stderr
 
 
@@ -373,7 +374,7 @@ def test_warm_start_imports_only_the_warm_path():
         "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._cache', 'jitops._prebuilt', 'jitops._build', 'jitops._errors') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
@@ -449,7 +450,7 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     assert len(exported_symbols(tmp_path / "probe.so")) > 1000, "the control must carry its own runtime"
 
     env = {**os.environ, "CXX": str(wrapper), "JITOPS_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", BUILD_AND_RUN_ADD2], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = children.run([sys.executable, "-c", BUILD_AND_RUN_ADD2], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     library = Path(proc.stdout.split()[-1])
     assert "libstdc++.so.6" in needed_libraries(library)
@@ -521,7 +522,7 @@ def test_torch_without_the_build_file_writer_is_a_clear_error(tmp_path):
     # names it, and nothing is left behind.
     cache = tmp_path / "cache"
     code = "import torch.utils.cpp_extension as c; del c._write_ninja_file_to_build_library\n" + LOAD_TINY
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-c", code, str(TINY_SOURCES)], env=tiny_env(cache), capture_output=True, text=True, timeout=TIMEOUT_S
     )
     assert proc.returncode != 0
@@ -555,7 +556,7 @@ def copies_of_tiny(tiny_copy: Path, *names: str) -> list[str]:
 
 def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
     env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 0.5))
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy, "tiny2")],
         env=env,
         capture_output=True,
@@ -601,7 +602,7 @@ def test_warm_load_all_gives_working_ops():
     """load_all twice in new processes (the second from the cache): the ops then compute what
     their references do, on every device this machine has."""
     for _ in ("first, maybe building", "warm"):
-        proc = subprocess.run([sys.executable, "-c", LOAD_ALL_AND_RUN], capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = children.run([sys.executable, "-c", LOAD_ALL_AND_RUN], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["how"] == ["cache", "cache"]
@@ -750,7 +751,7 @@ def test_an_unactivated_venv_builds_with_the_ninja_beside_its_python(tmp_path):
 
 def assert_fresh_python_prints_ok(code: str) -> None:
     """code, run in a new Python process (nothing imported yet), ends by printing ok."""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
 
 

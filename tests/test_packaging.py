@@ -9,6 +9,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import children
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ TIMEOUT_S = 600
 def build(kind: str, out: Path) -> Path:
     """setuptools' build backend, as pip calls it (with this environment's setuptools)."""
     code = f"from setuptools import build_meta; print(build_meta.build_{kind}({str(out)!r}))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = children.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     return out / result.stdout.strip().splitlines()[-1]
 

@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import children
 import pytest
 
 from jitops import _cache, _core
@@ -36,14 +37,14 @@ def no_tools_path(tmp_path: Path) -> str:
 
 def run(code_or_args: list[str], cwd: Path, python: str = sys.executable, **env_extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
-    return subprocess.run([python, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return children.run([python, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def prebuilt_dir(tmp_path_factory) -> Path:
     """`jitops-cache build add2 --out DIR`, using the session's cache (where add2 is built)."""
     out = tmp_path_factory.mktemp("prebuilt")
-    result = subprocess.run(
+    result = children.run(
         [sys.executable, "-m", "cache_tools", "build", "add2", "--out", str(out), "--json"],
         cwd=REPO,
         capture_output=True,

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import children
 import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
@@ -59,7 +60,7 @@ def build_phase(cache: Path) -> str:
     return "start"
 
 
-def wait_for(condition, victim: subprocess.Popen, deadline: float) -> bool:
+def wait_for(condition, victim: children.Process, deadline: float) -> bool:
     while not condition():
         if victim.poll() is not None or time.monotonic() > deadline:
             return False
@@ -332,7 +333,7 @@ def test_torchrun_four_ranks_build_each_op_once(tmp_path):
     out = tmp_path / "ranks.json"
     env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     job = Path(__file__).resolve().parent / "jobs" / "torchrun_ops.py"
-    result = subprocess.run(
+    result = children.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(job), str(out)],
         env=env,
         capture_output=True,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import children
 import pytest
 from test_loader import TINY_SOURCES, finish, slow_compiler, tiny_env
 from torch.utils import cpp_extension
@@ -66,7 +67,7 @@ print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": pa
 def run_child(code: str, cache: Path, *args: str) -> dict:
     env = {**os.environ, "JITOPS_CACHE_DIR": str(cache)}
     env.pop("JITOPS_VERBOSE", None)
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = children.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -143,8 +144,8 @@ print(json.dumps({"value": ctypes.CDLL(path).jitops_tiny_value(), "path": path})
 )
 
 
-def start_tiny_drop_in(plugin: Path, **extra_env: str) -> subprocess.Popen:
-    return subprocess.Popen(
+def start_tiny_drop_in(plugin: Path, **extra_env: str) -> children.Process:
+    return children.popen(
         [sys.executable, "-c", TINY_DROP_IN_CHILD, str(TINY_SOURCES), str(plugin)],
         env=tiny_env(plugin.parent / "cache", **extra_env),
         stdout=subprocess.PIPE,
