@@ -2,8 +2,7 @@
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
 #   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache
-# (on 16 cores about 9 minutes, near the call's limit: `tests-ab` then `tests-cd` split it in two
-# calls). Builds for the card only
+# (on 16 cores about 4 minutes; `tests-ab` then `tests-cd` split it in two calls). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-gpu-logs}")
