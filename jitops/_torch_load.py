@@ -43,10 +43,11 @@ def load(
     if not paths:
         raise ValueError("load: sources is empty")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    prefix = os.path.join(root, "")  # every path starts with it: slicing, not os.path.relpath (slow)
     extension = _extension(
         name,
         root,
-        [os.path.relpath(p, root) for p in paths],
+        [p[len(prefix) :] for p in paths],
         extra_cflags,
         extra_cuda_cflags,
         extra_ldflags,

@@ -166,9 +166,11 @@ def _read(path: str) -> bytes:
     or device planted at a record's path is refused, not followed or waited on."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path} is not a regular file")
-        return os.read(fd, 1 << 20)
+        # Its size, not a large bound: os.read allocates the bound first (a MiB is an mmap and munmap).
+        return os.read(fd, min(info.st_size, 1 << 20))
     finally:
         os.close(fd)
 

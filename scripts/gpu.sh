@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache
 # (on 16 cores about 4 minutes; `tests-ab` then `tests-cd` split it in two calls). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -53,6 +53,10 @@ case "$1" in
   drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again
     python3 -m pip install -q . --no-deps --no-build-isolation
     (cd examples && python3 drop_in_time.py --installed --json "$OUT/drop_in_installed.json") 2>&1 | tee "$OUT/drop_in_installed.log"
+    python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
+  drop-in-phases)  # where a warm jitops.load's milliseconds go, step by step (installed, then editable again)
+    python3 -m pip install -q . --no-deps --no-build-isolation
+    (cd examples && python3 drop_in_time.py --installed --phases) 2>&1 | tee "$OUT/drop_in_phases.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   issue25)  # the drop-in, downstream-package, namespace and prebuilt tests with CUDA, then the drop-in timing
     JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-25 pytest tests/test_torch_load.py tests/test_downstream.py tests/test_extension.py \
