@@ -3,7 +3,7 @@
 a fresh process, the clock started before `import jitops` / `from torch.utils.cpp_extension
 import load` (after `import torch` and CUDA initialisation, as examples/load_time.py does).
 
-    python examples/drop_in_time.py [--repeats 11] [--baseline-repeats 11] [--json results.json] [--installed] [--phases]
+    python examples/drop_in_time.py [--repeats 11] [--baseline-repeats 11] [--cold-repeats 1] [--json results.json] [--installed] [--phases]
 
 --installed times the jitops installed in this Python as users have it (`pip install .`, not
 editable), every child run from a temporary folder outside the checkout; it refuses to run where
@@ -16,7 +16,8 @@ Extensions:
   3 units         three C++ units: tests/downstream_pkg's scale.cpp (a torch.library op) and
                   fused.cpp (a pybind11 module), and the tutorial's add2_cpu.cpp
 
-Both are called with the same arguments; torch's with a build_directory of its own (it needs
+Cold figures are the median of --cold-repeats builds each, jitops and torch alternating which
+goes first. Both are called with the same arguments; torch's with a build_directory of its own (it needs
 one to exist), jitops' with an empty cache of its own (JITOPS_CACHE_DIR). Warm figures are the
 median over new processes; jitops' warm loads also count spawned processes and file locks. The
 floor: the library jitops built, imported by its path alone (lazy binding, no checks), in new
@@ -128,36 +129,41 @@ def cases() -> dict:
     }
 
 
-def measure(repeats: int, baseline_repeats: int, tmp: Path, installed: bool) -> dict:
+def measure(repeats: int, baseline_repeats: int, tmp: Path, installed: bool, cold_repeats: int = 1) -> dict:
     results = {}
     for case, (name, sources, cflags, includes) in cases().items():
-        row = {}
+        row, colds, warm_from = {}, {"jitops": [], "torch": []}, {}
+        # Cold builds, each into an empty cache or build directory of its own; over several rounds
+        # the order alternates, so that neither loader always builds first (into colder file caches).
+        for round in range(cold_repeats):
+            for which in ("jitops", "torch") if round % 2 == 0 else ("torch", "jitops"):
+                build = tmp / f"{which}-{name}-{round}"
+                build.mkdir()
+                env = child_env(JITOPS_CACHE_DIR=str(tmp / f"cache-{name}-{round}"))
+                if installed:  # the installed package, not the checkout that child_env puts first
+                    env.pop("PYTHONPATH")
+                args = [which, name, str(build) if which == "torch" else "", *map(json.dumps, (sources, cflags, includes))]
+                cold = run_child(CHILD, args, env, cwd=tmp)
+                if installed and which == "jitops" and Path(cold["package"]).resolve().is_relative_to(REPO):
+                    raise SystemExit(f"jitops came from the checkout ({cold['package']}): `pip install .` it first")
+                colds[which].append(cold["seconds"])
+                warm_from[which] = (args, env, cold)
+                print(f"  {case}, {which}: cold {cold['seconds']:.2f} s", file=sys.stderr, flush=True)
         for which, count in (("jitops", repeats), ("torch", baseline_repeats)):
-            build = tmp / f"{which}-{name}"
-            build.mkdir()
-            env = child_env(JITOPS_CACHE_DIR=str(tmp / f"cache-{name}"))
-            if installed:  # the installed package, not the checkout that child_env puts first
-                env.pop("PYTHONPATH")
-            args = [which, name, str(build) if which == "torch" else "", *map(json.dumps, (sources, cflags, includes))]
-            cold = run_child(CHILD, args, env, cwd=tmp)
-            if installed and which == "jitops" and Path(cold["package"]).resolve().is_relative_to(REPO):
-                raise SystemExit(f"jitops came from the checkout ({cold['package']}): `pip install .` it first")
+            args, env, cold = warm_from[which]
             warm = [run_child(CHILD, args, env, cwd=tmp) for _ in range(count)]
             if which == "jitops":
                 floor = [run_child(FLOOR_CHILD, [name, cold["library"]], env, cwd=tmp) for _ in range(count)]
                 row["floor_ms"] = statistics.median(f["seconds"] for f in floor) * 1e3
             row[which] = {
-                "cold_s": cold["seconds"],
+                "cold_s": statistics.median(colds[which]),
+                "cold_range_s": [min(colds[which]), max(colds[which])],
                 "warm_ms": statistics.median(w["seconds"] for w in warm) * 1e3,
                 "warm_range_ms": [min(w["seconds"] for w in warm) * 1e3, max(w["seconds"] for w in warm) * 1e3],
                 "warm_spawned": max(w["spawned"] for w in warm),
                 "warm_locks": max(w["locks"] for w in warm),
             }
-            print(
-                f"  {case}, {which}: cold {cold['seconds']:.2f} s, warm {row[which]['warm_ms']:.2f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"  {case}, {which}: warm {row[which]['warm_ms']:.2f} ms", file=sys.stderr, flush=True)
         results[case] = row
     return results
 
@@ -182,6 +188,7 @@ def main() -> None:
     parser.add_argument("--baseline-repeats", type=int, default=11, help="new processes per warm torch load() figure")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--installed", action="store_true", help="time the installed jitops (pip install .), not the checkout")
+    parser.add_argument("--cold-repeats", type=int, default=1, help="cold builds of each, in alternating order (median)")
     parser.add_argument("--phases", action="store_true", help="time the steps of each warm jitops.load instead")
     args = parser.parse_args()
     if args.phases:
@@ -189,7 +196,7 @@ def main() -> None:
             phases(args.repeats, Path(tmp), args.installed)
         return
     with tempfile.TemporaryDirectory(prefix="jitops-drop-in-") as tmp:
-        results = measure(args.repeats, args.baseline_repeats, Path(tmp), args.installed)
+        results = measure(args.repeats, args.baseline_repeats, Path(tmp), args.installed, args.cold_repeats)
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

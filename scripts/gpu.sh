@@ -52,7 +52,7 @@ case "$1" in
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
   drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again
     python3 -m pip install -q . --no-deps --no-build-isolation
-    (cd examples && python3 drop_in_time.py --installed --json "$OUT/drop_in_installed.json") 2>&1 | tee "$OUT/drop_in_installed.log"
+    (cd examples && python3 drop_in_time.py --installed --cold-repeats "${COLD_REPEATS:-1}" --json "$OUT/drop_in_installed.json") 2>&1 | tee "$OUT/drop_in_installed.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   drop-in-phases)  # where a warm jitops.load's milliseconds go, step by step (installed, then editable again)
     python3 -m pip install -q . --no-deps --no-build-isolation
