@@ -750,7 +750,8 @@ def test_an_unactivated_venv_builds_with_the_ninja_beside_its_python(tmp_path):
 
 
 def assert_fresh_python_prints_ok(code: str) -> None:
-    """code, run in a new Python process (nothing imported yet), ends by printing ok."""
+    """code, run in a new Python process (tests/children.py: torch imported, jitops and
+    torch._dynamo not), ends by printing ok."""
     result = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
 
