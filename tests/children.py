@@ -12,12 +12,15 @@ signals, its own exit status (-N when a signal ended it), its own files and lock
 Anything else (another interpreter, another program) starts with subprocess as before.
 """
 
+import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 # The zygote: imports torch, then for each request on its control socket forks a keeper, which
 # forks the child, reports the child's pid and then its exit status on the request's own socket.
@@ -130,7 +133,7 @@ class Child:
         self._received = b""
         self.pid = int(self._line(None))
         self._readers: list[threading.Thread] = []
-        self._output: dict[str, list] = {}
+        self._output: dict[str, str | bytes] = {}  # by stream name, once read to its end
 
     def _line(self, timeout: float | None) -> bytes | None:
         """The keeper's next line (the pid, then the exit status), or None if none came in timeout."""
@@ -163,19 +166,13 @@ class Child:
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def communicate(self, input=None, timeout: float | None = None):
         """As Popen.communicate: feed input, read stdout and stderr to their ends, wait."""
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._readers:
             if self.stdin is not None:
@@ -188,7 +185,7 @@ class Child:
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()) or 0.001)
-        return tuple(self._joined(name) if getattr(self, name) is not None else None for name in ("stdout", "stderr"))
+        return self._output.get("stdout"), self._output.get("stderr")
 
     def _start(self, target, *args) -> None:
         reader = threading.Thread(target=target, args=args, daemon=True)
@@ -207,11 +204,8 @@ class Child:
 
     def _drain(self, name: str) -> None:
         stream = getattr(self, name)
-        self._output[name] = [stream.read()]
+        self._output[name] = stream.read()
         stream.close()
-
-    def _joined(self, name: str):
-        return self._output.get(name, [""])[0]
 
     def __enter__(self):
         return self
@@ -260,8 +254,6 @@ def popen(args, *, env=None, cwd=None, stdin=None, stdout=None, stderr=None, tex
         "cwd": None if cwd is None else str(cwd),
         "umask": umask,
     }
-    import json
-
     mine, theirs = socket.socketpair()
     try:
         with _zygote_lock:
