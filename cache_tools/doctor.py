@@ -10,7 +10,7 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _cache, _core, _warm
+from jitops import _cache, _core
 from jitops._errors import CacheError
 
 from . import registry
@@ -101,7 +101,7 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
     entry = _cache.Entry(
-        Path(_warm.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root
+        Path(_core.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root
     )
     try:
         cached = entry.verified_library(touch=False) is not None

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache, _core, _prebuilt, _warm
+from jitops import _cache, _core, _prebuilt
 
 from . import registry
 
@@ -277,12 +277,12 @@ def orphan_dirs(root: Path) -> list[Path]:
 
 
 def dangling_warm_records(root: Path) -> list[Path]:
-    """The warm records (jitops/_warm.py) under root whose entry is gone, or that cannot be read:
+    """The warm records (jitops/_core.py) under root whose entry is gone, or that cannot be read:
     they only ever miss, so removing them loses nothing."""
     dangling = []
-    for record in sorted(root.glob(f"{_warm.RECORD_PREFIX}*.json")) if root.is_dir() else []:
+    for record in sorted(root.glob(f"{_core.RECORD_PREFIX}*.json")) if root.is_dir() else []:
         try:
-            entry = _warm.record_entry(str(root), json.loads(record.read_bytes()))
+            entry = _core.record_entry(str(root), json.loads(record.read_bytes()))
             if entry is not None and os.path.isdir(entry):
                 continue
         except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object

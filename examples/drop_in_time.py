@@ -83,14 +83,14 @@ def step(what):
     steps[what], last = (now - last) * 1e3, now
 import jitops; step("import jitops")
 jitops.load; step("import jitops._torch_load")
-from jitops import _core, _torch_load, _warm
+from jitops import _core, _torch_load
 root = os.path.commonpath([os.path.dirname(s) for s in sources])
 extension = _torch_load._extension(
     name, root, [os.path.relpath(s, root) for s in sources], cflags, None, None, includes, None, True, None
 ); step("declare the Extension")
 _core.cxx_runtime(); step("settings: the C++ runtime")
-settings = _warm.settings(extension); step("settings: the rest")
-library, record, _ = _warm.recorded_library(extension, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+settings = _core.settings(extension); step("settings: the rest")
+library, record, _ = _core.recorded_library(extension, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
 _core.open_verified_library(library); step("dlopen (lazy binding)")
 _core.LoadedLibrary(extension, library, False, "", "cache").module; step("import the module")
 report(sum(steps.values()) / 1e3, steps=steps)

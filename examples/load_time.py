@@ -14,7 +14,7 @@ warm jitops load must take neither). Rows:
   plain load()  load() of the op's own kernel and binding files (one unit each), as a user
                 without jitops would call it; warm = load() again in a new process
   dlopen        torch.ops.load_library of the library jitops built: a bare dlopen, every symbol
-                bound at once (a warm jitops start binds each on first call, see _warm.py)
+                bound at once (a warm jitops start binds each on first call, see _core.py)
   tutorial      the extension tutorials' add2 (torch/extension.h, pybind11) with plain load()
 Per call (CPU tensors of 16 elements, one thread): jitops.add2 against torch.add, and
 jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
@@ -70,7 +70,7 @@ if len(ops) > 1:
 else:
     jitops.ops.require(ops[0])
 seconds = time.perf_counter() - started
-from jitops._warm import loaded  # keyed "jitops.<op>", or "<op>" in a tree from before issue 24 (scripts/warm_ab.py)
+from jitops._core import loaded  # keyed "jitops.<op>", or "<op>" in a tree from before issue 24 (scripts/warm_ab.py)
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
 report(seconds, libraries=libraries, package=jitops.__file__)
 """
@@ -135,11 +135,11 @@ def step(name):
     now = time.perf_counter()
     steps[name], last = (now - last) * 1e3, now
 import jitops; step("import jitops")
-import jitops.ops; step("import jitops.ops (+ _warm)")
+import jitops.ops; step("import jitops.ops")
 import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
-from jitops import _core, _warm
-settings = _warm.settings(module.EXTENSION); step("settings")
-library, record, _ = _warm.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+from jitops import _core
+settings = _core.settings(module.EXTENSION); step("settings")
+library, record, _ = _core.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
 _core.open_verified_library(library); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])

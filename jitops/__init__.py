@@ -30,6 +30,7 @@ from .extension import Extension
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
     from ._errors import BuildError, CacheError, NamespaceConflict
     from ._torch_load import load, load_inline
+    from .ops import available_ops, load_all
     from .ops.add2 import add2, add2_ref
     from .ops.bias_act import ACTIVATIONS, bias_act, bias_act_ref
     from .ops.lltm import LLTM, lltm, lltm_ref
@@ -62,66 +63,29 @@ __all__ = [
 ]
 
 
-def available_ops() -> list[str]:
-    """Names of the ops this installation ships (one module in jitops/ops/ each)."""
-    from .ops import available_ops  # jitops.ops imports torch; `import jitops` does not
-
-    return available_ops()
-
-
-def _op_names(ops: list[str] | None) -> list[str]:
-    """The op names a load_all call means: all of them for None; unknown names are an error."""
-    available = available_ops()  # lists a folder: once
-    names = available if ops is None else list(ops)
-    unknown = sorted(set(names) - set(available))
-    if unknown:
-        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available}")
-    return names
-
-
-def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
-    """Build or load every op (or those named) now, in parallel: e.g. in a Docker build step.
-    (Many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
-    from concurrent.futures import ThreadPoolExecutor  # only load_all uses threads
-
-    from . import _warm  # here, not at import: `import jitops` imports neither torch nor the loader
-    from .ops import extension, require
-
-    names = _op_names(ops)
-    # Cached ops load here one after another (a dlopen holds the GIL); the rest build in threads.
-    to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
-    for name in names:
-        if _warm.recall(extension(name), seen=seen) is None:  # not a warm start: the long way
-            from ._loader import load  # only on a miss, as in jitops.ops.require
-
-            if load(extension(name), cached_only=True) is None:
-                to_build.append(name)
-                continue
-        require(name)  # the Python-side registrations
-    with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
-        futures = {name: pool.submit(require, name) for name in to_build}
-    failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
-    if failures:
-        details = "\n".join(f"  {name}: {err}" for name, err in failures.items())
-        raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(names)} ops failed:\n{details}")
+# Imported when first named (PEP 562), from the module that holds each: `import jitops` reads only
+# _core, and a warm jitops.load reads _torch_load besides (the ops and the long way stay unread).
+_LAZY = {
+    "BuildError": "_errors",
+    "CacheError": "_errors",
+    "NamespaceConflict": "_errors",
+    "load": "_torch_load",
+    "load_inline": "_torch_load",
+    "available_ops": "ops",
+    "load_all": "ops",
+}
 
 
 def __getattr__(name: str):
-    # PEP 562: op functions are imported on first access, so `import jitops` stays cheap. (The import
-    # system probes for submodules with getattr before importing them.)
-    if name in ("BuildError", "CacheError", "NamespaceConflict"):  # imported when first named: a warm start raises neither
-        from . import _errors
-
-        value = globals()[name] = getattr(_errors, name)
-        return value
-    if name in ("load", "load_inline"):  # torch's load()/load_inline() through jitops: imported when first named
-        from . import _torch_load
-
-        value = globals()[name] = getattr(_torch_load, name)
+    # (The import system probes for submodules with getattr before importing them.)
+    if name in _LAZY:
+        value = globals()[name] = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         return value
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
-    # The op's own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
+    # An op's function: its own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
+    from .ops import available_ops
+
     ops = available_ops()
     own = name.removesuffix("_ref")
     for op in ([own] if own in ops else []) + [op for op in ops if op != own]:

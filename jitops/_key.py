@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache, _warm
+from . import _cache, _core
 from ._core import (
     COMPILER_ENVIRONMENT,
     CUDA_BUILD_ENVIRONMENT,
@@ -205,7 +205,7 @@ class PlannedEntry:
         root = _cache.cache_root(extension.cache_dir)
         # Everything the key depends on is read before the key, folders before the files in them:
         # a change meanwhile misses the warm record next time rather than matching a stale key.
-        self.settings = _warm.settings(extension)
+        self.settings = _core.settings(extension)
         self.dependencies = [(folder, identity_or_none(folder)) for folder in _key_folders(extension)]
         self.cxx, self.cuda = find_cxx(), plan_cuda(extension)
         self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]

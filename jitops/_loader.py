@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Find or build an Extension's library and load it: from this process's registry, a warm record
-(_warm), a verified cache entry, a build (_build) or a prebuilt library, in the order
+(_core.recall), a verified cache entry, a build (_build) or a prebuilt library, in the order
 docs/ARCHITECTURE.md ("Resolution order") gives.
 """
 
@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache, _warm
-from ._core import LoadedLibrary, loaded
+from . import _cache, _core
+from ._core import LoadedLibrary, already_loaded, loaded
 from ._errors import CacheError
 from ._key import PlannedEntry
-from ._warm import already_loaded
 
 if TYPE_CHECKING:
     from .extension import Extension
@@ -39,7 +38,7 @@ def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | Non
 
 
 def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | None:
-    recalled = _warm.recall(extension)
+    recalled = _core.recall(extension)
     if recalled is not None:
         return recalled
     planned = PlannedEntry(extension)
@@ -97,7 +96,7 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
             entry.verified_library(touch=False)
         except CacheError:
             return
-    _warm.remember(
+    _core.remember(
         planned.extension,
         planned.settings,
         planned.dependencies + entry.checked_headers,

@@ -19,8 +19,7 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _build, _cache, _loader, _op_names
-from . import load_all as _load_all_locally
+from . import _build, _cache, _loader
 from ._errors import BuildError
 from ._key import PlannedEntry
 from .extension import Extension
@@ -161,7 +160,9 @@ def load_all(ops: list[str] | None = None, group=None, extensions: list[Extensio
     if problems:
         raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
     if op_names:
-        _load_all_locally(op_names)  # with each op's Python-side registrations
+        from .ops import load_all as load_ops  # jitops.ops imports torch (as the call has)
+
+        load_ops(op_names)  # with each op's Python-side registrations
     for e in extensions or []:
         _loader.load(e)
 
@@ -171,11 +172,12 @@ def _declared(ops: list[str] | None, extensions: list[Extension] | None) -> tupl
     and every Extension by qualified name, the ops' then the extensions."""
     if extensions is not None and not all(isinstance(e, Extension) for e in extensions):
         raise TypeError(f"extensions must be a list of jitops.Extension, got {extensions!r}")
-    op_names = _op_names(ops) if ops is not None or extensions is None else []
-    declared = {}
-    if op_names:
-        from .ops import extension  # as jitops.load_all does: the op modules import torch
+    op_names, declared = [], {}
+    if ops is not None or extensions is None:
+        from .ops import extension  # jitops.ops imports torch (as the call has)
+        from .ops import op_names as named
 
+        op_names = named(ops)
         declared = {extension(op).qualified_name: extension(op) for op in op_names}
     declared.update((e.qualified_name, e) for e in extensions or [])
     return op_names, declared

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier
-from ._warm import recall
+from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
 
 CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
 

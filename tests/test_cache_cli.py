@@ -18,7 +18,7 @@ import pytest
 import jitops.ops
 from cache_tools import inventory
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _build, _cache, _core, _warm
+from jitops import _build, _cache, _core
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -186,11 +186,11 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
 
 def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
     def record(name: str, content: bytes) -> Path:
-        path = cache / f"{_warm.RECORD_PREFIX}jitops.add2-{name}.json"
+        path = cache / f"{_core.RECORD_PREFIX}jitops.add2-{name}.json"
         path.write_bytes(content)
         return path
 
-    # What the CLI reads of a record is the entry folder it names (_warm.remember writes the rest).
+    # What the CLI reads of a record is the entry folder it names (_core.remember writes the rest).
     of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
     of_stale = record("stale", json.dumps({"entry": f"jitops.add2-{'0' * 16}"}).encode())
     unreadable = record("unreadable", b"{not json")

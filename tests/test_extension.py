@@ -81,7 +81,7 @@ def test_jitops_modules_import_each_other_without_cycles():
     for name, path in MODULES.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         graph[name] = imported_modules(path, name, package) & set(MODULES)
-    assert graph["jitops._core"] == set() and graph["jitops._errors"] == set(), "the core stands on nothing"
+    assert graph["jitops._core"] <= {"jitops._errors"} and graph["jitops._errors"] == set(), "the core stands on nothing"
     cycles = []
 
     def visit(node, stack):

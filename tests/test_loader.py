@@ -19,7 +19,7 @@ import torch
 from tiny_extension import tiny_extension
 
 import jitops.ops
-from jitops import _build, _cache, _core, _key, _loader, _warm
+from jitops import _build, _cache, _core, _key, _loader
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -288,7 +288,7 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     request.addfinalizer(lambda: (_core.loaded.clear(), _core.loaded.update(saved)))
 
     def recorded() -> Path | None:
-        found = _warm.recorded_library(tiny_extension(), _warm.settings(tiny_extension(tiny_copy)))
+        found = _core.recorded_library(tiny_extension(), _core.settings(tiny_extension(tiny_copy)))
         return Path(found[0]) if found else None
 
     def load() -> Path:
@@ -333,7 +333,7 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
         other_runtime = tmp_path / "other-runtime" / "libstdc++.so.6"
         other_runtime.parent.mkdir()
         shutil.copy(_core.cxx_runtime(), other_runtime)
-        monkeypatch.setattr(_warm, "cxx_runtime", lambda: str(other_runtime))
+        monkeypatch.setattr(_core, "cxx_runtime", lambda: str(other_runtime))
         monkeypatch.setattr(_key, "cxx_runtime", lambda: str(other_runtime))
         changed("another C++ runtime in the process")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
@@ -342,14 +342,14 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     assert recorded() is None, "another arch list misses (the key names it where CUDA is built)"
     load()
     # The loader's own flags live in _key.py, whose identity every record checks.
-    record_file = Path(_warm.record_path(str(cache), "jitops_test.tiny", _warm.settings(tiny_extension(tiny_copy))))
+    record_file = Path(_core.record_path(str(cache), "jitops_test.tiny", _core.settings(tiny_extension(tiny_copy))))
     assert _key.__file__ in dict(json.loads(record_file.read_text())["checked"])
 
     library = recorded()
     record = json.loads(record_file.read_text())
     os.utime(library.parent, (0, 0))
     _core.loaded.clear()
-    assert _warm.recall(tiny_extension(tiny_copy)).library == library
+    assert _core.recall(tiny_extension(tiny_copy)).library == library
     assert time.time() - library.parent.stat().st_mtime < 60, "a warm start marks its entry as used (for pruning)"
     library.touch()  # the library's identity changed: the long way, which hashes it again
     assert recorded() is None and load() == library and recorded() == library
@@ -367,7 +367,7 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
 
 
 def test_warm_start_imports_only_the_warm_path():
-    """jitops.ops.require on a warm start reads the warm record (_warm) and nothing else of the
+    """jitops.ops.require on a warm start reads the warm record (_core) and nothing else of the
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
         "import sys, jitops.ops; jitops.ops.require('add2'); jitops.ops.require('add2');"

@@ -25,7 +25,7 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
-from jitops import _build, _cache, _core, _key, _warm
+from jitops import _build, _cache, _core, _key
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -41,7 +41,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
 
 
 def warm_records(cache: Path) -> list[Path]:
-    return sorted(cache.glob(f"{_warm.RECORD_PREFIX}jitops_test.tiny-*.json"))
+    return sorted(cache.glob(f"{_core.RECORD_PREFIX}jitops_test.tiny-*.json"))
 
 
 def only_library(cache: Path) -> Path:
@@ -138,7 +138,7 @@ def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path
 # the loader opens the library it has checked: the window the issue's race falls into.
 CLEAR_BEFORE_OPEN = """
 import os, subprocess, sys, torch
-from jitops import _warm
+from jitops import _core
 def clear_first(original):
     def opened(*args):
         if not CLEARED:
@@ -147,7 +147,7 @@ def clear_first(original):
     return opened
 CLEARED = []
 if os.environ["WINDOW"] == "warm":
-    _warm.open_verified_library = clear_first(_warm.open_verified_library)
+    _core.open_verified_library = clear_first(_core.open_verified_library)
 else:
     torch.ops.load_library = clear_first(torch.ops.load_library)
 """
@@ -214,10 +214,10 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     load_tiny(cache)
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))  # the child's settings, as tiny_env set them
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache.parent / "torch_ext"))
-    settings = _warm.settings(tiny_extension())
-    record_file = Path(_warm.record_path(str(cache), "jitops_test.tiny", settings))
+    settings = _core.settings(tiny_extension())
+    record_file = Path(_core.record_path(str(cache), "jitops_test.tiny", settings))
     good = json.loads(record_file.read_text())
-    assert _warm.recorded_library(tiny_extension(), settings) is not None, "the control: the record as written is used"
+    assert _core.recorded_library(tiny_extension(), settings) is not None, "the control: the record as written is used"
     wrong_values = {
         "entry": [".", "..", "tiny", "other-" + good["entry"].rpartition("-")[2], good["entry"] + "/..", 7],
         "library": ["../x.so", "", ".so", None],
@@ -230,7 +230,7 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     for field, values in wrong_values.items():
         for value in values:
             record_file.write_text(json.dumps({**good, field: value}))
-            assert _warm.recorded_library(tiny_extension(), settings) is None, (field, value)
+            assert _core.recorded_library(tiny_extension(), settings) is None, (field, value)
 
 
 # 7, a prebuilt entry that anyone else may write: test_prebuilt.py, whose fixture makes prebuilt
@@ -314,11 +314,11 @@ def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settin
     cuda = cuda_plan()
     for name in CUDA_BUILD_VARIABLES + COMPILER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    unset_key, unset_settings = key(cuda), _warm.settings(tiny_extension("root"))
+    unset_key, unset_settings = key(cuda), _core.settings(tiny_extension("root"))
     value = host_compiler(tmp_path / "host-cc", "cc 1.0") if variable in ("CC", "PYTORCH_NVCC") else "/some/where"
     monkeypatch.setenv(variable, value)
     assert key(cuda) != unset_key
-    assert _warm.settings(tiny_extension("root")) != unset_settings
+    assert _core.settings(tiny_extension("root")) != unset_settings
     if variable in ("CC", "PYTORCH_NVCC"):
         # The program it names is probed like a compiler: replacing it changes the key too.
         before = key(cuda)

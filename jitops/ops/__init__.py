@@ -17,7 +17,7 @@ import threading
 
 import torch
 
-from .._core import PACKAGE_DIR, VERSION
+from .._core import PACKAGE_DIR, VERSION, recall
 from ..extension import Extension
 
 NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
@@ -71,6 +71,40 @@ def available_ops() -> list[str]:
 def extension(op: str) -> Extension:
     """The Extension an op module declares."""
     return importlib.import_module(f"{__name__}.{op}").EXTENSION
+
+
+def op_names(ops: list[str] | None) -> list[str]:
+    """The op names a load_all call means: all of them for None; unknown names are an error."""
+    available = available_ops()  # lists a folder: once
+    names = available if ops is None else list(ops)
+    unknown = sorted(set(names) - set(available))
+    if unknown:
+        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available}")
+    return names
+
+
+def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
+    """jitops.load_all: build or load every op (or those named) now, in parallel: e.g. in a Docker
+    build step. (Many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
+    from concurrent.futures import ThreadPoolExecutor  # only load_all uses threads
+
+    names = op_names(ops)
+    # Cached ops load here one after another (a dlopen holds the GIL); the rest build in threads.
+    to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
+    for name in names:
+        if recall(extension(name), seen=seen) is None:  # not a warm start: the long way
+            from .._loader import load  # only on a miss, as in require
+
+            if load(extension(name), cached_only=True) is None:
+                to_build.append(name)
+                continue
+        require(name)  # the Python-side registrations
+    with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
+        futures = {name: pool.submit(require, name) for name in to_build}
+    failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
+    if failures:
+        details = "\n".join(f"  {name}: {err}" for name, err in failures.items())
+        raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(names)} ops failed:\n{details}")
 
 
 _ready: set[str] = set()
