@@ -85,7 +85,7 @@ import jitops; step("import jitops")
 jitops.load; step("import jitops._torch_load")
 from jitops import _core, _torch_load
 root = os.path.commonpath([os.path.dirname(s) for s in sources])
-extension = _torch_load._extension(
+extension = _torch_load.declare(
     name, root, [os.path.relpath(s, root) for s in sources], cflags, None, None, includes, None, True, None
 ); step("declare the Extension")
 _core.cxx_runtime(); step("settings: the C++ runtime")

@@ -29,7 +29,8 @@ from .extension import Extension
 
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
     from ._errors import BuildError, CacheError, NamespaceConflict
-    from ._torch_load import load, load_inline
+    from ._torch_load import load
+    from ._torch_load_inline import load_inline
     from .ops import available_ops, load_all
     from .ops.add2 import add2, add2_ref
     from .ops.bias_act import ACTIVATIONS, bias_act, bias_act_ref
@@ -70,7 +71,7 @@ _LAZY = {
     "CacheError": "_errors",
     "NamespaceConflict": "_errors",
     "load": "_torch_load",
-    "load_inline": "_torch_load",
+    "load_inline": "_torch_load_inline",
     "available_ops": "ops",
     "load_all": "ops",
 }

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 VERSION = "0.1.0"  # jitops.__version__
 # How jitops turns an Extension into a library (build file, added flags, manifest): in every key
 # instead of jitops' version, so a release that changes none of that keeps entries and prebuilts valid.
-RECIPE = 2
+RECIPE = 3  # 3: -fvisibility-inlines-hidden (_key.CFLAGS)
 MANIFEST_NAME = "manifest.json"  # in each cache entry
 KEY_LENGTH = 16  # hex digits of sha256 in entry names (<namespace>.<name>-<key>)
 # An entry's last-used time (its folder's mtime) is set at most once a minute: enough for pruning,

@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 # Flags every extension is linked with. --as-needed: the library names only the libraries it takes
 # symbols from, so its dlopen does not walk all of torch's (some toolchains pass it by default).
 LDFLAGS = ["-Wl,--as-needed"]
+# Flags every unit is compiled with, before the extension's own (which may override them).
+# -fvisibility-inlines-hidden: the inline member functions of torch's and pybind11's headers stay
+# private to the library, so its dlopen binds those references itself instead of looking each up
+# in every loaded library (exported functions and static locals are unaffected).
+CFLAGS = ["-fvisibility-inlines-hidden"]
+CUDA_CFLAGS = ["-Xcompiler=-fvisibility-inlines-hidden"]  # for the host code nvcc compiles
 
 
 def link_flags(extension: Extension) -> list[str]:
@@ -165,8 +171,8 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> di
         "backends": cuda.backends,
         "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],
         "include_dirs": list(extension.include_dirs),
-        "cflags": list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
-        "cuda_cflags": list(extension.cuda_cflags) + namespace if cuda.enabled else [],
+        "cflags": CFLAGS + list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
+        "cuda_cflags": CUDA_CFLAGS + list(extension.cuda_cflags) + namespace if cuda.enabled else [],
         "ldflags": link_flags(extension),
         "cxx": _tool_description(cxx) if cxx else None,
         "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
@@ -185,7 +191,7 @@ def _key_folders(extension: Extension) -> list[str]:
 
 def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
     """The files key_components reads (sources, compilers), those that make each folder
-    find_cuda_home looks at a toolkit, and this module, which holds LDFLAGS."""
+    find_cuda_home looks at a toolkit, and this module, which holds CFLAGS and LDFLAGS."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
     compilers += [str(tool) for tool in environment_tools(cuda)]
     toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]

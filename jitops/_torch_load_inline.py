@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: MIT
+"""jitops.load_inline: torch.utils.cpp_extension's load_inline(), with the same parameters in the
+same order and the same result: the sources are written once into a folder named after their
+content, then built and loaded as jitops.load builds and loads files (a module of its own, so that
+a warm jitops.load does not import it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from ._core import is_identifier
+from ._torch_load import declare, entries_dir, load_declared, refuse_unsupported
+
+
+def load_inline(
+    name,
+    cpp_sources,
+    cuda_sources=None,
+    sycl_sources=None,
+    functions=None,
+    extra_cflags=None,
+    extra_cuda_cflags=None,
+    extra_sycl_cflags=None,
+    extra_ldflags=None,
+    extra_include_paths=None,
+    build_directory=None,
+    verbose=False,
+    with_cuda=None,
+    with_sycl=None,
+    is_python_module=True,
+    with_pytorch_error_handling=True,
+    keep_intermediates=True,
+    use_pch=False,
+    no_implicit_headers=False,
+):
+    """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
+    writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
+    after their content under the cache root, then built as load() builds files. use_pch has no
+    effect (jitops does not build precompiled headers)."""
+    refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl)
+    if not is_identifier(name):  # it names a folder before the Extension checks it
+        raise ValueError(f"name must be a C identifier, got {name!r}")
+    cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
+    cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
+    if not no_implicit_headers:
+        cpp.insert(0, "#include <torch/extension.h>")
+        if cuda:
+            cuda.insert(0, "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>")
+    if functions is not None:
+        cpp.append(_pybind_block(functions, with_pytorch_error_handling))
+    files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
+    cache_dir = entries_dir(build_directory)
+    root = _write_once(name, files, cache_dir)
+    extension = declare(
+        name,
+        root,
+        sorted(files),
+        extra_cflags,
+        extra_cuda_cflags,
+        extra_ldflags,
+        extra_include_paths,
+        with_cuda if cuda else False,
+        is_python_module,
+        cache_dir,
+    )
+    return load_declared(extension, with_cuda if cuda else None, verbose)
+
+
+def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
+    """The PYBIND11_MODULE block torch's load_inline writes for `functions` (a name, a list of
+    names, or a dict of name -> docstring)."""
+    if isinstance(functions, str):
+        functions = [functions]
+    docs = functions if isinstance(functions, dict) else {function: function for function in functions}
+    lines = []
+    for function, doc in docs.items():
+        bound = f"torch::wrap_pybind_function({function})" if with_pytorch_error_handling else function
+        lines.append(f'm.def("{function}", {bound}, "{doc}");')
+    return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
+
+
+def _write_once(name: str, files: dict[str, str], cache_dir: str | None) -> str:
+    """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>):
+    written once, atomically, and never changed, so its files' identities stay valid for warm loads."""
+    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
+
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    parent = ensure_private_dir(cache_root(cache_dir) / INLINE_SOURCES)
+    folder = parent / f"{name}-{digest}"
+    if not folder.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent))
+        for file, text in files.items():
+            (staging / file).write_text(text, encoding="utf-8")
+        try:
+            os.rename(staging, folder)
+        except OSError:  # another process wrote the same content first
+            for file in files:
+                (staging / file).unlink()
+            staging.rmdir()
+    return str(folder)
