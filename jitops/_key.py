@@ -46,9 +46,11 @@ def link_flags(extension: Extension) -> list[str]:
 class CudaPlan:
     """Whether this build compiles the CUDA units, for which archs, and if not, why not."""
 
-    def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str):
-        # reason: why CUDA is off; empty when enabled
+    def __init__(self, enabled: bool, arch_list: str | None, cuda_home: Path | None, reason: str, searched: bool = True):
+        # reason: why CUDA is off; empty when enabled. searched: whether the plan looked for a
+        # toolkit (a toolkit that appears later changes it only then)
         self.enabled, self.arch_list, self.cuda_home, self.reason = enabled, arch_list, cuda_home, reason
+        self.searched = searched
 
     @property
     def nvcc(self) -> Path | None:
@@ -95,11 +97,11 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     import torch  # loaded by the caller already: this module imports without it
 
     if extension is not None and not extension.has_cuda_sources():
-        return CudaPlan(False, None, None, f"{extension.qualified_name} has no CUDA source")
+        return CudaPlan(False, None, None, f"{extension.qualified_name} has no CUDA source", searched=False)
     if extension is not None and extension.cuda == "never":
-        return CudaPlan(False, None, None, f"{extension.qualified_name} is declared with cuda='never'")
+        return CudaPlan(False, None, None, f"{extension.qualified_name} is declared with cuda='never'", searched=False)
     if torch.version.cuda is None:
-        return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build")
+        return CudaPlan(False, None, None, f"torch {torch.__version__} is a CPU-only build", searched=False)
     cuda_home = find_cuda_home()
     if cuda_home is None:
         return CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
@@ -191,10 +193,12 @@ def _key_folders(extension: Extension) -> list[str]:
 
 def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
     """The files key_components reads (sources, compilers), those that make each folder
-    find_cuda_home looks at a toolkit, and this module, which holds CFLAGS and LDFLAGS."""
+    find_cuda_home looks at a toolkit (where the plan looked for one: not for an extension
+    without CUDA sources or a CPU-only torch), and this module, which holds CFLAGS and LDFLAGS."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
     compilers += [str(tool) for tool in environment_tools(cuda)]
-    toolkits = [os.path.join(home, *part) for home in _cuda_home_candidates() for part in _TOOLKIT_FILES]
+    homes = _cuda_home_candidates() if cuda.searched else ()
+    toolkits = [os.path.join(home, *part) for home in homes for part in _TOOLKIT_FILES]
     return extension.paths() + compilers + toolkits + [__file__]
 
 

@@ -333,6 +333,23 @@ def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settin
         assert key(cpu_only) == cpu_key, "a CPU-only build does not read it"
 
 
+def test_a_toolkit_is_watched_only_where_the_plan_looked_for_one(tmp_path, monkeypatch):
+    # A toolkit that appears at a folder find_cuda_home tries turns CUDA on where the plan looked
+    # for one (CUDA sources, a CUDA torch), so the warm record checks those files; an extension
+    # without CUDA sources (tiny) never looks, and its record skips them (fewer stat calls).
+    import torch
+
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-toolkit-yet"))
+    watched = str(tmp_path / "no-toolkit-yet" / "bin" / "nvcc")
+    with_cuda = jitops.Extension("with_cuda", ["k.cpp", "k.cu"], namespace="jitops_test", root=str(tmp_path))
+    looked = _key.plan_cuda(with_cuda)
+    assert looked.searched == (torch.version.cuda is not None) and not looked.enabled
+    assert watched in _key._key_files(with_cuda, None, _key.CudaPlan(False, None, None, "no toolkit was found"))
+    not_looked = _key.plan_cuda(tiny_extension())
+    assert not not_looked.searched
+    assert not any(path.startswith(str(tmp_path)) for path in _key._key_files(tiny_extension(), None, not_looked))
+
+
 # ---------------------------------------------------------------------------------------------
 # Also noticed
 # ---------------------------------------------------------------------------------------------
