@@ -343,7 +343,7 @@ def test_a_toolkit_is_watched_only_where_the_plan_looked_for_one(tmp_path, monke
     watched = str(tmp_path / "no-toolkit-yet" / "bin" / "nvcc")
     with_cuda = jitops.Extension("with_cuda", ["k.cpp", "k.cu"], namespace="jitops_test", root=str(tmp_path))
     looked = _key.plan_cuda(with_cuda)
-    assert looked.searched == (torch.version.cuda is not None) and not looked.enabled
+    assert looked.searched == (torch.version.cuda is not None)
     assert watched in _key._key_files(with_cuda, None, _key.CudaPlan(False, None, None, "no toolkit was found"))
     not_looked = _key.plan_cuda(tiny_extension())
     assert not not_looked.searched
