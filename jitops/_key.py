@@ -194,7 +194,8 @@ def _key_folders(extension: Extension) -> list[str]:
 def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
     """The files key_components reads (sources, compilers), those that make each folder
     find_cuda_home looks at a toolkit (where the plan looked for one: not for an extension
-    without CUDA sources or a CPU-only torch), and this module, which holds CFLAGS and LDFLAGS."""
+    without CUDA sources or with cuda="never", nor with a CPU-only torch), and this module, which
+    holds CFLAGS and LDFLAGS."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
     compilers += [str(tool) for tool in environment_tools(cuda)]
     homes = _cuda_home_candidates() if cuda.searched else ()
