@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import jitops
-from jitops import _cache, _core
+from jitops import _cache, _core, _stats
 from jitops._errors import BuildError, CacheError
 
 from . import inventory, registry
@@ -203,10 +203,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def lock_timeout_or_why() -> float | str:
     """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
-    from jitops import _build
+    from jitops import _lock
 
     try:
-        return _build.lock_timeout()
+        return _lock.lock_timeout()
     except BuildError as err:
         return f"invalid: {str(err).removeprefix('jitops: ')}"
 
@@ -284,10 +284,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
     root, _ = configured_root()
     if args.zero:
-        _cache.zero_stats(root)
+        _stats.zero_stats(root)
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
         return EXIT_OK
-    extensions, zeroed_at = _cache.read_stats(root)
+    extensions, zeroed_at = _stats.read_stats(root)
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
     rows = [
@@ -295,7 +295,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for name, counters in sorted(extensions.items())
         if args.package in (None, owners[name])
     ]
-    totals = {f: round(sum(row[f] for row in rows), 3) for f in _cache.STATS_FIELDS}
+    totals = {f: round(sum(row[f] for row in rows), 3) for f in _stats.STATS_FIELDS}
 
     def human():
         print_table(

@@ -24,7 +24,7 @@ def _cuda_major(version: str | None) -> str | None:
 def report() -> dict:
     import torch
 
-    from jitops import _build, _key, _prebuilt
+    from jitops import _key, _ninja, _prebuilt
 
     cxx = _key.find_cxx()
     cuda = _key.plan_cuda()
@@ -55,7 +55,7 @@ def report() -> dict:
                 else None
             ),
         },
-        "ninja": _build.find_ninja(),
+        "ninja": _ninja.find_ninja(),
         "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_version(cxx) if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
@@ -64,7 +64,7 @@ def report() -> dict:
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "ops": [],
     }
-    missing = _build.missing_tools(cxx)
+    missing = _ninja.missing_tools(cxx)
     for qualified, (owner, declared) in registry.declared().items():
         data["ops"].append({"owner": owner, **_op_report(declared, cxx, missing)})
         if owner != registry.OWN:

@@ -8,7 +8,6 @@ trusted while the file keeps it: a load reads no file in full unless it has chan
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -26,10 +25,9 @@ from ._core import (
     mark_used,
     parse_entry_name,
     private_dir_problem,
-    warn,
     write_json_atomic,
 )
-from ._errors import CacheError
+from ._errors import CacheError, warn
 
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
@@ -184,80 +182,26 @@ def toolchain_probes() -> RecordFile:
     return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, cache_root())
 
 
-def hash_files(paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None) -> str:
-    """sha256 over each file's name relative to relative_to and its sha256 (a rename changes it)."""
+def hash_files(
+    paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None, each: dict | None = None
+) -> str:
+    """sha256 over each file's name relative to relative_to and its sha256 (a rename changes it).
+    each: filled with every file's sha256, by its relative name."""
     known = known or KnownFileHashes(None)
     prefix = os.path.join(str(relative_to), "")
     digest = hashlib.sha256()
     for path in sorted(map(str, paths)):
         if not path.startswith(prefix):
             raise ValueError(f"{path} is not under {relative_to}")
+        file_digest = known.sha256(path)
+        if each is not None:
+            each[path[len(prefix) :]] = file_digest
         digest.update(path[len(prefix) :].encode())
         digest.update(b"\0")
-        digest.update(known.sha256(path).encode())
+        digest.update(file_digest.encode())
         digest.update(b"\0")
     known.save()
     return digest.hexdigest()
-
-
-STATS_NAME = "stats.json"  # ccache-style counters: builds, cache and prebuilt loads, build seconds
-STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
-STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
-
-
-def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:
-    """The counters in <root>/stats.json, each extension's with every field (0 where absent), and
-    when they were zeroed. Whatever is malformed reads as no count."""
-    records = RecordFile(root / STATS_NAME).records
-    extensions = records.get("extensions") if isinstance(records.get("extensions"), dict) else {}
-    counters = {
-        name: {f: v if isinstance(v := fields.get(f), (int, float)) else 0 for f in STATS_FIELDS}
-        for name, fields in extensions.items()
-        if isinstance(fields, dict)
-    }
-    zeroed_at = records.get("zeroed_at")
-    return counters, zeroed_at if isinstance(zeroed_at, (int, float)) else None
-
-
-@contextlib.contextmanager
-def _stats_locked(root: Path):
-    """The counters' lock (fcntl, not filelock: importing that would cost a cache load more than
-    the count itself). Yields False where the lock file cannot be opened."""
-    import fcntl
-
-    try:
-        fd = os.open(root / STATS_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield False
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read and a write: never long
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def count(root: Path, name: str, **increments: float) -> None:
-    """Add to the extension's counters in <root>/stats.json, under the lock (counts from concurrent
-    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
-    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
-    with _stats_locked(root) as locked:
-        if not locked:
-            return
-        extensions, zeroed_at = read_stats(root)
-        counters = extensions.setdefault(name, dict.fromkeys(STATS_FIELDS, 0))
-        for field, increment in increments.items():
-            counters[field] = round(counters[field] + increment, 3)
-        try:
-            write_json_atomic(root / STATS_NAME, {"zeroed_at": zeroed_at or time.time(), "extensions": extensions})
-        except OSError:
-            pass
-
-
-def zero_stats(root: Path) -> None:
-    """Remove the counters (under their lock: a count meanwhile is not lost into the old file)."""
-    with _stats_locked(root), contextlib.suppress(FileNotFoundError):
-        (root / STATS_NAME).unlink()
 
 
 def compute_key(components: dict) -> str:
@@ -292,6 +236,7 @@ class Entry:
         self.source_root = source_root
         self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
         self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
+        self.stale_because = ""  # set where verified_or_discarded found a header changed: which
 
     @property
     def path(self) -> Path:
@@ -379,7 +324,7 @@ class Entry:
                 unchanged = False
             if not unchanged:
                 known.save()
-                raise StaleEntry(f"{path}, which the build of {self.path.name} included, has changed since")
+                raise StaleEntry(f"{os.path.basename(path)} changed")
             checked.append((path, identity))
         known.save()
         return checked
@@ -399,13 +344,25 @@ def verified_or_discarded(entry: Entry, full_hash: bool = False) -> Path | None:
     warning where corrupt)."""
     try:
         return entry.verified_library(full_hash=full_hash)
-    except StaleEntry:
+    except StaleEntry as err:
+        entry.stale_because = str(err)
         entry.discard()
         return None
     except CacheError as err:
         warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
         entry.discard()
         return None
+
+
+def newest_manifest(entry: Entry) -> dict | None:
+    """The manifest of the newest other entry of entry's extension in its root (what the last build
+    was made from: a new build says what changed since), or None."""
+    newest, manifest = -1.0, None
+    for other, found in list_entries(entry.root, entry.name):
+        built_at = found.get("built_at") if isinstance(found, dict) else None
+        if other.key != entry.key and isinstance(built_at, (int, float)) and built_at > newest:
+            newest, manifest = built_at, found
+    return manifest
 
 
 def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
@@ -433,13 +390,21 @@ def new_build_dir(entry: Entry) -> Path:
 def remove_orphans(entry: Entry) -> None:
     """Remove the staging folders killed builds of this entry left. Called under the entry's lock,
     which a build holds while its staging folder exists: a folder whose process is gone is no one's."""
-    prefix = f"{TMP_PREFIX}{entry.name}-{entry.key}-"
-    with os.scandir(entry.root) as found:
-        names = [f.name for f in found if f.name.startswith(prefix)]
+    remove_dead_staging(entry.root, f"{TMP_PREFIX}{entry.name}-{entry.key}-")
+
+
+def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
+    """Remove the `<prefix><pid>-*` staging folders in folder whose process is gone (killed while
+    writing): nothing in one is ever read."""
+    try:
+        with os.scandir(folder) as found:
+            names = [f.name for f in found if f.name.startswith(prefix)]
+    except OSError:
+        return
     for name in names:
         pid = name[len(prefix) :].partition("-")[0]
         if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(entry.root / name, ignore_errors=True)
+            shutil.rmtree(folder / name, ignore_errors=True)
 
 
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:

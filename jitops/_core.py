@@ -18,10 +18,8 @@ import importlib.machinery
 import json
 import os
 import stat
-import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,16 +52,6 @@ INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on eve
 # The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
 # namespace, so the namespace guard cannot claim this one for a package.
 DROP_IN_NAMESPACE = "jitops_load"
-# A warning skips jitops' own frames (the package, and cache_tools/ beside it in a checkout).
-_OWN_CODE = (os.path.join(PACKAGE_DIR, ""), os.path.join(os.path.dirname(PACKAGE_DIR), "cache_tools", ""))
-
-
-def warn(message: str) -> None:
-    """A RuntimeWarning "jitops: message", attributed to the first caller outside jitops."""
-    frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)
 
 
 # The cache root, and which directories may hold libraries we load
@@ -260,12 +248,13 @@ def open_verified_library(library: str) -> None:
 class LoadedLibrary:
     """An extension's library, loaded into this process (its TORCH_LIBRARY registrations have run)."""
 
-    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str):
+    def __init__(self, extension, library: Path, with_cuda: bool, cuda_reason: str, how: str, inputs=()):
         self.extension = extension  # the declaration it was loaded for
         self.library = library
         self.with_cuda = with_cuda
         self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
         self.how = how  # "cache", "built" or "prebuilt"
+        self.inputs = inputs  # [(path, identity)] of what its key and headers were read from
         self._module = None
 
     @property
@@ -372,7 +361,7 @@ def _is_identity(value) -> bool:
 
 
 def _valid_record(record, of_settings: str) -> bool:
-    """Whether a record read from disk is one remember() wrote in these settings: every field of
+    """Whether a record read from disk is one the loader wrote (_loader._remember) in these settings: every field of
     the right type, before anything in it is used."""
     return (
         isinstance(record, dict)
@@ -448,36 +437,5 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)
-    return loaded.setdefault(name, LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache"))
-
-
-def remember(
-    extension: Extension,
-    of_settings: str,
-    checked: list[tuple[str, list[int] | None]],
-    entry: str,
-    library: str,
-    verified_identities: tuple,
-    with_cuda: bool,
-    cuda_reason: str,
-) -> None:
-    """Write a warm record (see the module's docstring): of_settings and checked (each file and
-    folder with its identity) as read before the key was computed; verified_identities: the
-    library's and its manifest's. A record that cannot be written costs only time."""
-    root = extension_root(extension)
-    if os.path.abspath(os.path.dirname(entry)) != os.path.abspath(root):
-        return  # a fallback cache (the configured one was refused): no warm start from there
-    record = {
-        "settings": of_settings,
-        "checked": checked,
-        "entry": os.path.basename(entry),
-        "library": os.path.basename(library),
-        "library_identity": verified_identities[0],
-        "manifest_identity": verified_identities[1],
-        "with_cuda": with_cuda,
-        "cuda_reason": cuda_reason,
-    }
-    try:
-        write_json_atomic(record_path(root, extension.qualified_name, of_settings), record)
-    except OSError:
-        pass
+    found = LoadedLibrary(extension, Path(library), record["with_cuda"], record["cuda_reason"], "cache", record["checked"])
+    return loaded.setdefault(name, found)

@@ -137,16 +137,18 @@ def _tool_probe(binary: Path) -> tuple[str, str]:
 
 
 # The key
-def sources_sha256(extension: Extension, record_hashes: bool = True) -> str:
+def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> str:
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
-    include). record_hashes=False: without the cache root's hash record."""
+    include). record_hashes=False: without the cache root's hash record. each: filled with every
+    source's sha256, by its name relative to the root."""
     known = _cache.known_file_hashes() if record_hashes else None
-    return _cache.hash_files(extension.paths(), Path(extension.root), known)
+    return _cache.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
-def abi_components(extension: Extension, record_hashes: bool = True) -> dict:
+def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> dict:
     """The key components a built .so must share with this process (_prebuilt.MATCH_FIELDS)."""
-    return {**process_abi(), "version": extension.version, "sources_sha256": sources_sha256(extension, record_hashes)}
+    digest = sources_sha256(extension, record_hashes, each)
+    return {**process_abi(), "version": extension.version, "sources_sha256": digest}
 
 
 def build_environment(cuda: CudaPlan) -> dict:
@@ -162,13 +164,15 @@ def environment_tools(cuda: CudaPlan) -> list[Path]:
     return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
 
 
-def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> dict:
-    """Everything that can change the built .so. Any difference gives a different cache entry."""
+def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None) -> dict:
+    """Everything that can change the built .so. Any difference gives a different cache entry.
+    Where the sources sit is not in it: one entry serves every copy of the same content (the
+    headers each copy includes are checked against the entry's list at every load). each: see
+    sources_sha256."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
     return {
         "name": extension.qualified_name,
-        "root": extension.root,  # two trees of one extension may include different headers
-        **abi_components(extension),
+        **abi_components(extension, each=each),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
         "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],
@@ -221,6 +225,7 @@ class PlannedEntry:
         self.cxx, self.cuda = find_cxx(), plan_cuda(extension)
         self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
-        self.components = key_components(extension, self.cxx, self.cuda)
+        self.source_hashes: dict[str, str] = {}  # each source's sha256, as the key read it
+        self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes)
         key = _cache.compute_key(self.components)
         self.entry = _cache.Entry(root, extension.qualified_name, key, source_root=extension.root)

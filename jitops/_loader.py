@@ -6,12 +6,13 @@ docs/ARCHITECTURE.md ("Resolution order") gives.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache, _core
+from . import _cache, _core, _stats
 from ._core import LoadedLibrary, already_loaded, loaded
 from ._errors import CacheError
 from ._key import PlannedEntry
@@ -48,16 +49,14 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         if library is None and cached_only:
             return None
         if library is None:
-            from . import _build  # imported only on a miss: its imports cost a warm load's budget
-
             started = time.monotonic()
             try:
-                library, backends, how = _build.build_or_prebuilt(planned)
+                planned, (library, backends, how) = _build_settled(planned)
             except Exception:
-                _cache.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
+                _stats.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
                 raise
             if how == "built":
-                _cache.count(
+                _stats.count(
                     planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=time.monotonic() - started
                 )
         import torch  # loaded by the caller already: this module imports without it
@@ -69,12 +68,40 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
                 raise
     if how != "built":
-        _cache.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
+        _stats.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
+    inputs = []
     if how != "prebuilt":
-        _remember(planned, library, with_cuda, reason)
-    return LoadedLibrary(planned.extension, library, with_cuda, reason, how)
+        inputs = _remember(planned, library, with_cuda, reason)
+        _stats.note_location(planned.entry, planned.extension.root)
+    return LoadedLibrary(planned.extension, library, with_cuda, reason, how, inputs)
+
+
+BUILD_ATTEMPTS = 3  # builds of one load whose inputs kept changing while they ran, before an error
+
+
+def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, list[str], str]]:
+    """_build.build_or_prebuilt, planned again (a new key) where a source or header changed while
+    it built: what is published is always what its key says."""
+    from . import _build  # imported only on a miss: its imports cost a warm load's budget
+    from ._errors import BuildError
+    from ._objects import InputsChanged
+
+    for attempt in range(1, BUILD_ATTEMPTS + 1):
+        try:
+            return planned, _build.build_or_prebuilt(planned)
+        except InputsChanged as err:
+            if attempt == BUILD_ATTEMPTS:
+                raise BuildError(
+                    f"jitops: building {planned.extension.qualified_name}: {', '.join(err.paths)} kept changing "
+                    f"while it was compiled ({attempt} attempts); nothing was published. Build again once they stay put."
+                ) from None
+        planned = PlannedEntry(planned.extension)
+        library = _cache.verified_or_discarded(planned.entry)
+        if library is not None:
+            return planned, (library, planned.cuda.backends, "cache")
+    raise AssertionError("unreachable")
 
 
 def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool:
@@ -88,21 +115,33 @@ def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool
     ) from err
 
 
-def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> None:
-    """Write the warm record of a library just verified or built."""
+def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> list:
+    """Write the warm record of a library just verified or built (see _core's warm records): the
+    settings and every file and folder the key depends on (with the identity each had before the
+    key was computed), the library's and manifest's verified identities. Returns what it lists.
+    A record that cannot be written costs only time."""
     entry = planned.entry
     if entry.verified_identities is None:
         try:
             entry.verified_library(touch=False)
         except CacheError:
-            return
-    _core.remember(
-        planned.extension,
-        planned.settings,
-        planned.dependencies + entry.checked_headers,
-        str(entry.path),
-        str(library),
-        entry.verified_identities,
-        with_cuda,
-        reason,
-    )
+            return planned.dependencies
+    checked = planned.dependencies + entry.checked_headers
+    root = _core.extension_root(planned.extension)
+    if os.path.abspath(entry.root) != os.path.abspath(root):
+        return checked  # a fallback cache (the configured one was refused): no warm start from there
+    record = {
+        "settings": planned.settings,
+        "checked": checked,
+        "entry": entry.path.name,
+        "library": library.name,
+        "library_identity": entry.verified_identities[0],
+        "manifest_identity": entry.verified_identities[1],
+        "with_cuda": with_cuda,
+        "cuda_reason": reason,
+    }
+    try:
+        _core.write_json_atomic(_core.record_path(root, planned.extension.qualified_name, planned.settings), record)
+    except OSError:
+        pass
+    return checked

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import _cache
-from ._core import unsafe_path_problem, warn
-from ._errors import BuildError, CacheError
+from ._core import unsafe_path_problem
+from ._errors import BuildError, CacheError, warn
 
 if TYPE_CHECKING:
     from .extension import Extension

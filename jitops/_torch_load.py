@@ -74,7 +74,8 @@ def entries_dir(build_directory) -> str | None:
 def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module, cache_dir) -> Extension:
     """The declaration of a load()/load_inline() call. A name this process loaded from other sources
     or flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook
-    loads its new code beside the old (a second TORCH_LIBRARY block of one namespace still aborts)."""
+    loads its new code beside the old, as does one whose sources or headers changed since it was
+    loaded (a second TORCH_LIBRARY block of one namespace still aborts)."""
     for argument, value in (
         ("extra_cflags", cflags),
         ("extra_cuda_cflags", cuda_cflags),
@@ -102,9 +103,17 @@ def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, wi
             cache_dir=cache_dir,
         )
         found = loaded.get(extension.qualified_name)
-        if found is None or found.extension == extension:
+        if found is None or (found.extension == extension and not _inputs_changed(found)):
             return extension
         version += 1
+
+
+def _inputs_changed(found) -> bool:
+    """Whether a file a loaded library was built from (a source, a header, a compiler) has changed
+    since it was loaded (a folder's identity changes with any file added to it: those are left out)."""
+    from ._core import identity_or_none
+
+    return any(identity_or_none(path) != identity and not os.path.isdir(path) for path, identity in found.inputs)
 
 
 def load_declared(extension: Extension, with_cuda, verbose):

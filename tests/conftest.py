@@ -18,6 +18,11 @@ for _variable, _prefix in [("JITOPS_CACHE_DIR", "jitops-test-cache-"), ("TORCHIN
         _OWN_CACHES.append(os.environ[_variable])
 
 
+# Precompiled headers off, unless a test turns them on: every test's cache would otherwise start a
+# background process that compiles torch/extension.h (minutes of a 2-core machine) for a later build.
+os.environ.setdefault("JITOPS_PCH", "0")
+
+
 def pytest_unconfigure(config):
     """The run's own caches go with it (workers inherit the variables, so only their creator removes them)."""
     import shutil

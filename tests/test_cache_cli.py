@@ -18,7 +18,7 @@ import pytest
 import jitops.ops
 from cache_tools import inventory
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _build, _cache, _core
+from jitops import _cache, _core, _lock
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_list_shows_every_status(cache, add2_entry):
 def test_info_totals(cache):
     data = cli_json(cache, "info")
     assert data["entries"] == 4 and data["by_status"] == {"ok": 1, "stale": 1, "corrupt": 1, "building": 0, "orphan": 1}
-    assert data["bytes"] > 0 and data["lock_timeout_s"] == _build.DEFAULT_LOCK_TIMEOUT_S
+    assert data["bytes"] > 0 and data["lock_timeout_s"] == _lock.DEFAULT_LOCK_TIMEOUT_S
     assert "torch" in data["environment"]
 
 
@@ -190,7 +190,7 @@ def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_ent
         path.write_bytes(content)
         return path
 
-    # What the CLI reads of a record is the entry folder it names (_core.remember writes the rest).
+    # What the CLI reads of a record is the entry folder it names (_loader._remember writes the rest).
     of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
     of_stale = record("stale", json.dumps({"entry": f"jitops.add2-{'0' * 16}"}).encode())
     unreadable = record("unreadable", b"{not json")

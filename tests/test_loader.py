@@ -19,7 +19,7 @@ import torch
 from tiny_extension import tiny_extension
 
 import jitops.ops
-from jitops import _build, _cache, _core, _key, _loader
+from jitops import _buildfile, _cache, _core, _key, _loader
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -696,17 +696,17 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
 
 
 def test_arch_list_becomes_gencode_flags_and_names_are_refused():
-    assert _build.gencode_flags("8.6;9.0a") == [
+    assert _buildfile.gencode_flags("8.6;9.0a") == [
         "-gencode=arch=compute_86,code=sm_86",
         "-gencode=arch=compute_90a,code=sm_90a",
     ]
-    assert _build.gencode_flags(" 8.0  9.0+PTX ") == [
+    assert _buildfile.gencode_flags(" 8.0  9.0+PTX ") == [
         "-gencode=arch=compute_80,code=sm_80",
         "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90",
     ]
     with pytest.raises(jitops.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hopper' is not a compute capability"):
-        _build.gencode_flags("8.0;Hopper")
+        _buildfile.gencode_flags("8.0;Hopper")
 
 
 def tool_dir(tmp_path: Path, tools: list[str]) -> str:

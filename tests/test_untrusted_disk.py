@@ -25,7 +25,7 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
-from jitops import _build, _cache, _core, _key
+from jitops import _cache, _core, _key, _lock
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -266,7 +266,7 @@ def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
 @pytest.mark.parametrize("variable", ["JITOPS_BUILD_TIMEOUT", "JITOPS_LOCK_TIMEOUT"])
 def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(monkeypatch, variable, value):
     monkeypatch.setenv(variable, value)
-    read = _build.build_timeout if variable == "JITOPS_BUILD_TIMEOUT" else _build.lock_timeout
+    read = _lock.build_timeout if variable == "JITOPS_BUILD_TIMEOUT" else _lock.lock_timeout
     with pytest.raises(jitops.BuildError, match=rf"{variable} must be a finite number of seconds above 0, got '{value}'"):
         read()
 

@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: MIT
+"""build.ninja for one extension: torch's flags (from the writer behind torch's load(), so that
+every unit is compiled and linked as torch's load() would), jitops' own edges: one per unit to
+compile (a unit whose object is reused gets none), a precompiled header where one is used, a
+compiler launcher where one is configured, and the link."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._core import CUDA_SUFFIXES
+from ._errors import BuildError
+from ._key import CudaPlan
+
+if TYPE_CHECKING:
+    from .extension import Extension
+
+# CMake's names for a compiler launcher (ccache, sccache), read from the environment as CMake reads
+# them: a launcher changes how a unit is compiled, not what, so it is in no key.
+LAUNCHER_VARIABLES = {"cxx": "CMAKE_CXX_COMPILER_LAUNCHER", "cuda": "CMAKE_CUDA_COMPILER_LAUNCHER"}
+
+
+class TorchFlags:
+    """The compiler commands and flags torch's load() would use for this extension (shell text)."""
+
+    def __init__(self, cxx: str, nvcc: str, cflags: str, post_cflags: str, cuda_cflags: str, cuda_post_cflags: str, ldflags: str):
+        self.cxx, self.nvcc, self.ldflags = cxx, nvcc, ldflags
+        self.cflags, self.post_cflags = cflags, post_cflags
+        self.cuda_cflags, self.cuda_post_cflags = cuda_cflags, cuda_post_cflags
+
+
+class Unit:
+    """One source compiled to one object: its wrapper (a one-line file in the staging folder that
+    includes the source by its absolute path: object names stay unique and no source path reaches
+    a shell), its compiler and flags, and, once planned, its object key, headers and whether its
+    object was reused."""
+
+    def __init__(self, relative: str, source: str, wrapper: str, cuda: bool, compiler: str, flags: str, post_flags: str):
+        self.relative, self.source, self.wrapper, self.cuda = relative, source, wrapper, cuda
+        self.object = os.path.basename(wrapper) + (".cuda.o" if cuda else ".o")
+        self.compiler, self.flags, self.post_flags = compiler, flags, post_flags
+        self.key = ""  # _objects.unit_key
+        self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
+        self.reused = False
+        self.pch: str | None = None  # the precompiled header's text file, -include'd, where one is used
+
+    @property
+    def command(self) -> list[str]:
+        """What makes this object, apart from its source: compiler, flags (no launcher, no PCH)."""
+        return [self.compiler, self.flags, self.post_flags]
+
+
+def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
+    """torch's flags for the extension, read from the build file torch's private writer (torch >=
+    2.10) makes of it; the compilers are the ones the key names."""
+    from torch.utils import cpp_extension  # slow to import (setuptools): builds only
+
+    cuda_cflags = list(components["cuda_cflags"])
+    if cuda.enabled:
+        _use_cuda_home(cpp_extension, cuda.cuda_home)
+        cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
+    scratch = build_dir / "torch.ninja"
+    try:
+        ldflags = cpp_extension._prepare_ldflags(
+            extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False, is_standalone=False
+        )
+        cpp_extension._write_ninja_file_to_build_library(
+            path=str(scratch),
+            name=extension.library_name,
+            sources=[os.path.join(extension.root, "unit.cu" if cuda.enabled else "unit.cpp")],
+            extra_cflags=list(components["cflags"]),
+            extra_cuda_cflags=cuda_cflags,
+            extra_sycl_cflags=[],
+            extra_ldflags=ldflags,
+            extra_include_paths=extension.include_paths(),
+            with_cuda=cuda.enabled,
+            with_sycl=False,
+            is_standalone=False,
+        )
+    except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
+        import torch  # loaded by the caller already: this module imports without it
+
+        raise BuildError(
+            f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
+            f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested "
+            "with torch 2.10 to 2.14"
+        ) from err
+    variables = dict(re.findall(r"^(\w+) = (.*)$", scratch.read_text(encoding="utf-8"), flags=re.M))
+    scratch.unlink()
+    nvcc = os.environ.get("PYTORCH_NVCC") or (shlex.quote(str(cuda.nvcc)) if cuda.enabled else "")
+    return TorchFlags(
+        shlex.quote(str(cxx)),
+        nvcc,
+        variables.get("cflags", ""),
+        variables.get("post_cflags", ""),
+        variables.get("cuda_cflags", ""),
+        variables.get("cuda_post_cflags", ""),
+        variables.get("ldflags", ""),
+    )
+
+
+def _use_cuda_home(cpp_extension, cuda_home: Path) -> None:
+    """Point torch's build code at the toolkit the key names. They differ only where torch's guess,
+    read once at import, is no toolkit (_key.find_cuda_home), which could not have built anyway."""
+    if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != cuda_home.resolve():
+        cpp_extension.CUDA_HOME = str(cuda_home)
+
+
+def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: dict, flags: TorchFlags) -> list[Unit]:
+    """The units to compile, each with its wrapper written in staging/src."""
+    src = staging / "src"
+    src.mkdir(exist_ok=True)
+    units = []
+    for relative in components["sources"]:
+        source = str(Path(extension.root, relative).resolve())
+        if '"' in source or "\n" in source:  # #include "..." takes a path literally, up to a quote
+            raise BuildError(f"jitops: cannot compile {source!r}: a C++ #include cannot name a path holding a quote or a newline")
+        wrapper = src / relative.replace(os.sep, "_")
+        wrapper.write_text(f'#include "{source}"\n', encoding="utf-8")
+        is_cuda = cuda.enabled and relative.endswith(CUDA_SUFFIXES)
+        if is_cuda:
+            units.append(Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, flags.cuda_post_cflags))
+        else:
+            units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, flags.post_cflags))
+    return units
+
+
+def launchers() -> dict[str, str]:
+    """The compiler launchers set in the environment, as shell text: {"cxx": ..., "cuda": ...}."""
+    found = {}
+    for kind, variable in LAUNCHER_VARIABLES.items():
+        words = shlex.split(os.environ.get(variable, ""))
+        found[kind] = shlex.join(words) if words else ""
+    return found
+
+
+def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, library: str) -> None:
+    """build_dir/build.ninja: an edge for each unit whose object is not reused (reused objects are
+    in build_dir already, plain inputs of the link), and the link. Paths are escaped as ninja reads
+    them; compiler commands are torch's, with -MMD depfiles for the headers."""
+    launcher = launchers()
+    lines = [
+        "ninja_required_version = 1.3",
+        "rule compile",
+        "  command = $launcher $compiler -MMD -MF $out.d $flags $pch -c $in -o $out $post_flags",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "rule cuda_compile",
+        "  command = $launcher $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "rule link",
+        f"  command = {flags.cxx} $in {flags.ldflags} -o $out",
+    ]
+    for unit in units:
+        if unit.reused:
+            continue
+        wrapper = escape_path(os.path.relpath(unit.wrapper, build_dir))
+        lines.append(f"build {escape_path(unit.object)}: {'cuda_compile' if unit.cuda else 'compile'} {wrapper}")
+        lines.append(f"  launcher = {launcher['cuda' if unit.cuda else 'cxx']}")
+        lines += [f"  compiler = {unit.compiler}", f"  flags = {unit.flags}", f"  post_flags = {unit.post_flags}"]
+        if unit.pch:
+            lines.append(f"  pch = -include {shlex.quote(unit.pch).replace('$', '$$')} -Winvalid-pch")
+    objects = " ".join(escape_path(unit.object) for unit in units)
+    lines.append(f"build {escape_path(library)}: link {objects}")
+    lines.append(f"default {escape_path(library)}")
+    (build_dir / "build.ninja").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def escape_path(path: str) -> str:
+    """A path as ninja reads it in a build line."""
+    if "\n" in path:
+        raise BuildError(f"jitops: cannot build under {path!r}: ninja cannot name a path holding a newline")
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+_ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"
+
+
+def gencode_flags(arch_list: str) -> list[str]:
+    """nvcc's -gencode flags for a TORCH_CUDA_ARCH_LIST such as "8.6;9.0a" or "8.0 9.0+PTX"."""
+    result = []
+    for arch in arch_list.replace(";", " ").split():
+        match = re.fullmatch(_ARCH, arch)
+        if match is None:
+            raise BuildError(
+                f"jitops: TORCH_CUDA_ARCH_LIST entry {arch!r} is not a compute capability such as 8.6, 9.0a or "
+                "9.0+PTX (architecture names are not accepted)"
+            )
+        number = "".join(match.group(1, 2, 3))
+        result.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+        if match.group(4):
+            result.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+    return result

@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: MIT
+"""File locks for builds: an entry's (one build per key per node) and the precompiled headers'.
+Kernel (flock) locks: the OS drops one when its holder dies, so a killed build blocks no one."""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from pathlib import Path
+
+from ._errors import BuildError
+
+# Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
+# stopped as hung (JITOPS_BUILD_TIMEOUT): far beyond a cold CUDA build on a busy machine, but finite.
+DEFAULT_LOCK_TIMEOUT_S = 1800.0
+DEFAULT_BUILD_TIMEOUT_S = 3600.0
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """Seconds from the environment variable `name`, else default. 0, -1, nan or inf is refused,
+    naming the variable, rather than read as "stop at once" or "wait forever"."""
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise BuildError(f"jitops: {name} must be a finite number of seconds above 0, got {value!r}")
+    return seconds
+
+
+def build_timeout() -> float:
+    return seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
+
+
+def lock_timeout() -> float:
+    return seconds_from_env("JITOPS_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a small file readable by its owner alone, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)
+        file.write(text)
+
+
+class HeldLock:
+    """A held kernel lock at `path`, with `<path minus suffix>.owner` naming its holder while held.
+    blocking=False: acquired is False where another process holds it (nothing waits)."""
+
+    def __init__(self, path: Path, what: str, blocking: bool = True):
+        import filelock  # only a build takes a lock
+
+        self.path, self.owner = path, path.with_suffix(".owner")
+        timeout = lock_timeout() if blocking else 0
+        self._lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)
+        try:
+            self._lock.acquire()
+        except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
+            if not blocking:
+                self.acquired = False
+                return
+            try:
+                holder = self.owner.read_text().strip()
+            except OSError:
+                holder = "unknown"
+            raise BuildError(
+                f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
+                f"{what} (lock {path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+            ) from None
+        except OSError as err:  # not a lock file: a directory, say, or no permission
+            raise BuildError(
+                f"jitops: cannot take the lock {path} to build {what}: {err.strerror or err}; "
+                f"remove whatever is at that path (`rm -r {path}`), or point JITOPS_CACHE_DIR elsewhere"
+            ) from None
+        self.acquired = True
+        try:
+            write_private(self.owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        if self.acquired:
+            self.owner.unlink(missing_ok=True)
+            self._lock.release()
+            self.acquired = False
+
+    def __enter__(self) -> HeldLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
+    """(library, "built") made by make(), which publishes the entry (a _cache.Entry), under the
+    entry's file lock; (library, "cache") where another process published it first. doing: make's
+    work, for errors."""
+    from . import _cache
+
+    with HeldLock(entry.lock_path, entry.name):
+        try:
+            # Another process may have published the entry while this one waited for the lock.
+            library = _cache.verified_or_discarded(entry)
+            if library is not None:
+                return library, "cache"
+            _cache.remove_orphans(entry)
+            return make(), "built"
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            # make() has removed its staging directory: nothing is published, and no log kept.
+            raise BuildError(
+                f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
+                f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
+            ) from err

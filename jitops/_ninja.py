@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+"""Running ninja: finding it, one run from this process (its steps live in the status line, its
+output kept as the build log, stopped on a timeout, an exception or SIGTERM), what it recorded
+(each unit's headers from its deps log, each step's seconds), and the first compiler error."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from ._errors import BuildError
+from ._lock import build_timeout
+from ._status import BuildStatus
+
+
+def find_ninja() -> str | None:
+    """ninja on PATH, else the one pip installed beside this interpreter (an un-activated venv:
+    systemd units, cron, `ENTRYPOINT ["/venv/bin/python"]`), else the ninja package's own."""
+    found = shutil.which("ninja")
+    if found is None:
+        beside = os.path.join(os.path.dirname(sys.executable), "ninja")
+        found = beside if os.access(beside, os.X_OK) else None
+    if found is None:
+        try:
+            import ninja  # the PyPI package, a jitops dependency
+
+            found = shutil.which("ninja", path=ninja.BIN_DIR)
+        except (ImportError, AttributeError):
+            pass
+    return found
+
+
+def missing_tools(cxx: Path | None) -> list[str]:
+    """What a build needs and this machine lacks, each with how to get it."""
+    missing = []
+    if find_ninja() is None:
+        missing.append("no ninja on PATH, beside this Python or in the ninja package (pip install ninja)")
+    if cxx is None:
+        missing.append(f"no C++ compiler: {os.environ.get('CXX', 'c++')!r} is not on PATH (install g++ or set CXX)")
+    return missing
+
+
+_NINJA_STEP = r"^\[\d+/\d+\]"
+
+
+def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool) -> str | None:
+    """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else the first
+    compiler error or the timeout. ninja stays in this process's group, so a terminal's Ctrl-C
+    reaches it directly; on a timeout, an exception or SIGTERM it is stopped (_stop_ninja)."""
+    timeout = build_timeout()
+    command = [find_ninja() or "ninja", "-v"]
+    jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
+    if jobs.isdigit():
+        command += ["-j", jobs]
+    timed_out = threading.Event()
+    proc = watchdog = None
+    try:
+        # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
+        with _sigterm_raises(), open(log_path, "a") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                cwd=build_dir,
+            )
+            watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
+            watchdog.daemon = True
+            watchdog.start()
+            for line in proc.stdout:
+                log.write(line)
+                if verbose:
+                    sys.stderr.write(line)
+                if step := re.match(_NINJA_STEP, line):
+                    status.step = step.group()
+            returncode = proc.wait()
+    except BaseException:
+        if proc is not None:
+            _stop_ninja(proc)
+        raise
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+    if timed_out.is_set():
+        with open(log_path, "a") as log:
+            log.write(f"\njitops: stopped after {timeout:g} s (JITOPS_BUILD_TIMEOUT)\n")
+        return f"it did not finish within {timeout:g} s (JITOPS_BUILD_TIMEOUT); a compiler may hang"
+    if returncode != 0:
+        return first_compiler_error(log_path.read_text(errors="replace"))
+    return None
+
+
+def _stop_ninja(proc: subprocess.Popen) -> None:
+    """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
+    runs (each in a process group of its own) and exits; SIGKILL if it has not within 5 s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class BuildInterrupted(BaseException):
+    """SIGTERM arrived during a build (see _sigterm_raises)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """On the main thread of a program without a SIGTERM handler: SIGTERM raises BuildInterrupted,
+    so ninja, the staging folder and the lock are cleaned up on the way out; the build then
+    delivers the signal again, to end as SIGTERM would have."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise BuildInterrupted()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
+    """The files each target (ninja's `targets`, or all) was compiled from, as ninja's deps log
+    recorded them from the compiler's depfile: {target: [absolute, resolved paths]}."""
+    if not targets and not (build_dir / ".ninja_deps").exists():
+        return {}
+    result = subprocess.run(
+        [find_ninja() or "ninja", "-t", "deps", *targets], cwd=build_dir, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(f"jitops: `ninja -t deps` failed in {build_dir}: {result.stderr.strip()}")
+    found: dict[str, list[str]] = {}
+    files: list[str] = []
+    for line in result.stdout.splitlines():
+        if line.startswith("    "):
+            files.append(os.path.realpath(os.path.join(build_dir, line.strip())))
+        elif ": #deps" in line:
+            files = found.setdefault(line.partition(": #deps")[0], [])
+    return found
+
+
+def unit_seconds(build_dir: Path) -> dict[str, float]:
+    """Seconds per ninja step (object file or link), from ninja's log: where a build's time went."""
+    steps = {}
+    try:
+        lines = (build_dir / ".ninja_log").read_text().splitlines()
+    except OSError:
+        return steps
+    for line in lines[1:]:  # the first line is the log format's version
+        fields = line.split("\t")
+        if len(fields) == 5:
+            steps[fields[3]] = round((int(fields[1]) - int(fields[0])) / 1000, 3)
+    return steps
+
+
+_COMPILER_ERROR = [
+    r"^(\S+?:\d+(?::\d+)?): (?:fatal )?error: (.*)$",  # gcc/clang: file:line:col: error: msg
+    r"^(\S+?\(\d+\)): (?:catastrophic )?error:? (.*)$",  # nvcc: file(line): error: msg
+    r"^()(.*undefined reference to .*)$",  # linker: missing symbol
+    r"^()(?:\S*/)?ld: (.*)$",  # linker: missing library and the like
+]
+
+
+def first_compiler_error(log: str) -> str:
+    """The first `file:line: message` error of a build log, else its last meaningful line."""
+    lines = log.splitlines()
+    for line in lines:
+        for pattern in _COMPILER_ERROR:
+            match = re.match(pattern, line.strip())
+            if match:
+                location, message = match.groups()
+                return f"{location}: {message}" if location else message
+    meaningful = [line.strip() for line in lines if line.strip() and not line.startswith(" ")]
+    return meaningful[-1] if meaningful else "no output"

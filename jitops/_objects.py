@@ -1,0 +1,165 @@
+# SPDX-License-Identifier: MIT
+"""The object store: compiled units kept in the cache, so that a build compiles only the units
+whose inputs changed (an edit, a flag, a header) and reuses every other object, from any earlier
+build of any extension in this cache root.
+
+<root>/objects/<unit key>/<variant>/ holds object.o and record.json. The unit key is everything that
+made the object but its headers: compiler (resolved path and version), full command line, torch,
+the build environment, the source's path and sha256. A variant is one set of headers with their
+sha256 (the compiler's own dependency list). An object is reused only where every header of a
+variant still has its recorded sha256 and the copied object its recorded sha256; never by mtime.
+Stored only when every input it was compiled from provably did not change while it compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from . import _cache
+from ._core import identity_or_none, write_json_atomic
+from ._errors import BuildError, warn
+
+OBJECTS_DIR = "objects"
+RECORD_NAME = "record.json"
+OBJECT_NAME = "object.o"
+FORMAT = 1  # of a unit key and record: bump when their meaning changes
+# A file whose status changed less than this before a build started may have changed after it
+# (timestamps come from a clock this coarse): it is not trusted to be what the compiler read.
+TIMESTAMP_SLACK_NS = 10_000_000
+# The key components that describe the toolchain (every unit's key has them).
+TOOLCHAIN_COMPONENTS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "cxx", "nvcc")
+TOOLCHAIN_COMPONENTS += ("environment", "environment_tools")
+
+
+class InputsChanged(BuildError):
+    """A source or header changed while the build ran: nothing was published under the old key."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = paths
+        super().__init__(f"jitops: {', '.join(paths)} changed while the build ran")
+
+
+def store_dir(root: Path) -> Path:
+    return _cache.ensure_private_dir(root / OBJECTS_DIR)
+
+
+def unit_key(unit, components: dict, source_sha256: str) -> str:
+    """The object's key: what made it, apart from the headers it included (the variants')."""
+    made_of = {
+        "format": FORMAT,
+        "toolchain": {name: components.get(name) for name in TOOLCHAIN_COMPONENTS},
+        "command": unit.command,
+        "source": unit.source,
+        "source_sha256": source_sha256,
+    }
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def reuse(root: Path, unit, build_dir: Path) -> bool:
+    """Copy the unit's object into build_dir from the variant whose headers all still match, its
+    sha256 checked on the copy; set unit.headers. False where there is none (or only corrupt ones,
+    which are removed, with a warning)."""
+    folder = store_dir(root) / unit.key
+    try:
+        variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
+    except FileNotFoundError:
+        return False
+    known = _cache.known_file_hashes()
+    for variant in variants:
+        if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
+            continue
+        try:
+            record = json.loads(Path(variant.path, RECORD_NAME).read_text())
+            headers = record["headers"]
+            if record.get("key") != unit.key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
+                continue
+            copy = build_dir / unit.object
+            shutil.copyfile(Path(variant.path, OBJECT_NAME), copy)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            warn(f"discarding the unreadable stored object {variant.path}: {err}")
+            _cache.remove_tree(Path(variant.path))
+            continue
+        if _cache.sha256_file(copy) != record.get("object_sha256"):
+            warn(f"discarding the stored object {variant.path}: it does not match its sha256 (truncated or modified)")
+            copy.unlink()
+            _cache.remove_tree(Path(variant.path))
+            continue
+        known.save()
+        _touch(variant.path)
+        unit.headers, unit.reused = dict(headers), True
+        return True
+    known.save()
+    return False
+
+
+def _sha256_or_none(known: _cache.KnownFileHashes, path: str) -> str | None:
+    try:
+        return known.sha256(path)
+    except OSError:
+        return None
+
+
+def _touch(path: str) -> None:
+    """Mark a stored object used (its folder's mtime), for prune's last-used order."""
+    try:
+        if time.time() - os.stat(path).st_mtime > 60:
+            os.utime(path)
+    except OSError:
+        pass
+
+
+def settled_before(started_ns: int, known_before: dict, path: str) -> str | None:
+    """The sha256 of `path` where it provably has not changed since before started_ns (its status
+    changed before then, or it still has the identity it was hashed with before then), else None."""
+    identity = identity_or_none(path)
+    if identity is None:
+        return None
+    record = known_before.get(path)
+    if isinstance(record, list) and len(record) == 2 and record[0] == identity:
+        return record[1]
+    if identity[2] < started_ns - TIMESTAMP_SLACK_NS:  # its ctime, which no one can set back
+        try:
+            digest = _cache.sha256_file(path)
+        except OSError:
+            return None
+        return digest if identity_or_none(path) == identity else None
+    return None
+
+
+def store(root: Path, unit, build_dir: Path) -> None:
+    """Keep a compiled unit's object (unit.headers set, all settled). Atomic: a private staging
+    folder renamed into place; a variant already there (another build of the same inputs) stays.
+    A store that fails (a full disk) costs only a later compile."""
+    variant = hashlib.sha256(json.dumps(unit.headers, sort_keys=True).encode()).hexdigest()[:16]
+    objects = store_dir(root)
+    target = objects / unit.key / variant
+    if target.exists():
+        return
+    staging = Path(tempfile.mkdtemp(prefix=f"{_cache.TMP_PREFIX}{os.getpid()}-", dir=objects))
+    try:
+        shutil.copyfile(build_dir / unit.object, staging / OBJECT_NAME)
+        record = {
+            "key": unit.key,
+            "source": unit.source,
+            "command": unit.command,
+            "headers": unit.headers,
+            "object_sha256": _cache.sha256_file(staging / OBJECT_NAME),
+            "stored_at": time.time(),
+        }
+        write_json_atomic(staging / RECORD_NAME, record)
+        os.chmod(staging, 0o700)
+        (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
+        os.rename(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_orphans(root: Path) -> None:
+    """Remove the staging folders of stores whose process is gone (killed while writing)."""
+    _cache.remove_dead_staging(root / OBJECTS_DIR)

@@ -1,0 +1,195 @@
+# SPDX-License-Identifier: MIT
+"""Precompiled headers, shared by every extension in a cache root: a C++ unit that starts with
+torch's headers (`#include <torch/extension.h>`, `<ATen/...>`, `<c10/...>`) is compiled with
+`-include <pch>/pch.h -Winvalid-pch`, where pch.h holds those lines and pch.h.gch their compiled
+form. gcc uses the .gch only where it was made with the same compiler and flags, and otherwise
+reads pch.h as text (and says so): a PCH can make a unit faster, never different.
+
+<root>/pch/<key>/ holds pch.h, pch.h.gch and record.json (the .gch's sha256 and identity); the key
+is the header lines, compiler, flags (less the extension's own name defines), torch and the build
+environment. Built once under <root>/pch/<key>.lock. JITOPS_PCH: unset (or 1) uses a PCH that exists
+and builds a missing one after the build, in a background process (a first build never waits for
+it); `wait` builds it during the build; 0 turns PCHs off. nvcc units get none (nvcc compiles
+device code with a front end of its own, which cannot read gcc's .gch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import _cache
+from ._core import file_identity, write_json_atomic
+from ._errors import BuildError
+
+PCH_DIR = "pch"
+HEADER_NAME = "pch.h"
+RECORD_NAME = "record.json"
+MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
+_TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
+
+
+def mode() -> str:
+    value = os.environ.get("JITOPS_PCH", "").strip().lower()
+    if value not in MODES:
+        raise BuildError(f"jitops: JITOPS_PCH must be one of 1, wait or 0, got {os.environ['JITOPS_PCH']!r}")
+    return MODES[value]
+
+
+def leading_torch_includes(source: str) -> str:
+    """The `#include <torch/...>` (ATen, c10) lines a source starts with (after comments and blank
+    lines), as text; "" where it starts with anything else. Only these may be precompiled: a
+    macro defined or a header included before them could change what they mean."""
+    try:
+        text = Path(source).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    found = []
+    for line in text.splitlines():
+        line = line.split("//", 1)[0].strip()
+        if not line or line == "#pragma once":
+            continue
+        match = _TORCH_INCLUDE.match(line)
+        if match is None:
+            break
+        found.append(f"#include <{match.group(1)}>")
+    return "\n".join(found) + "\n" if found else ""
+
+
+def command_flags(unit, own_defines: list[str]) -> str:
+    """The unit's flags (shell text) without the defines that name its extension, which torch's
+    headers do not read: one PCH serves every extension compiled with the same flags."""
+    words = [word for word in shlex.split(unit.flags) if word not in own_defines]
+    return shlex.join(words)
+
+
+def key(header: str, unit, flags: str, components: dict) -> str:
+    from ._objects import TOOLCHAIN_COMPONENTS
+
+    made_of = {
+        "header": header,
+        "compiler": unit.compiler,
+        "flags": flags,
+        "post_flags": unit.post_flags,
+        "toolchain": {name: components.get(name) for name in TOOLCHAIN_COMPONENTS},
+    }
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def find(root: Path, pch_key: str) -> str | None:
+    """The path to -include for a published, verified PCH (its .gch's sha256, hashed in full
+    unless its identity is the one recorded), else None; a corrupt one is removed."""
+    folder = root / PCH_DIR / pch_key
+    try:
+        record = json.loads((folder / RECORD_NAME).read_text())
+        gch = folder / (HEADER_NAME + ".gch")
+        if file_identity(gch) != record["identity"] and _cache.sha256_file(gch) != record["sha256"]:
+            raise ValueError(f"{gch} does not match its sha256")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        from ._errors import warn
+
+        warn(f"discarding the corrupt precompiled header {folder}: {err}")
+        _cache.remove_tree(folder)
+        return None
+    return str(folder / HEADER_NAME)
+
+
+def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
+    """What building one PCH takes (a background process gets it as JSON)."""
+    command = f"{unit.compiler} {flags} -x c++-header {{header}} -o {{gch}} {unit.post_flags} -MMD -MF {{deps}}"
+    return {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
+
+
+def build(spec: dict, blocking: bool) -> str | None:
+    """Build and publish the PCH `spec` (job()) under its lock, unless published meanwhile. Returns
+    the path to -include, or None: not blocking and another process holds the lock, or the
+    compiler refused (the units are then compiled without one)."""
+    from ._lock import HeldLock
+
+    root, pch_key = Path(spec["root"]), spec["key"]
+    parent = _cache.ensure_private_dir(root / PCH_DIR)
+    with HeldLock(parent / f"{pch_key}.lock", f"the precompiled header {pch_key}", blocking=blocking) as lock:
+        if not lock.acquired:
+            return None
+        found = find(root, pch_key)
+        if found is not None:
+            return found
+        remove_orphans(root)
+        staging = Path(tempfile.mkdtemp(prefix=f"{_cache.TMP_PREFIX}{os.getpid()}-", dir=parent))
+        try:
+            header, gch, deps = staging / HEADER_NAME, staging / (HEADER_NAME + ".gch"), staging / "pch.d"
+            header.write_text(spec["header"], encoding="utf-8")
+            paths = {
+                name: shlex.quote(str(path)).replace("$", "$$")
+                for name, path in [("header", header), ("gch", gch), ("deps", deps)]
+            }
+            # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja.
+            command = spec["command"].format(**paths).replace("$$", "$")
+            result = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+            if result.returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
+                return None
+            record = {
+                "sha256": _cache.sha256_file(gch),
+                "identity": file_identity(gch),
+                "command": command,
+                "built_at": time.time(),
+            }
+            write_json_atomic(staging / RECORD_NAME, record)
+            deps.unlink()
+            os.chmod(staging, 0o700)
+            os.rename(staging, parent / pch_key)
+        except OSError:
+            return None  # a full disk, say: the units compile without it
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return find(root, pch_key)
+
+
+def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> bool:
+    """Whether every file the PCH holds is torch's, the toolkit's or the compiler's: a header of
+    the extension's own (under an include dir that shadows one of torch's) would escape the
+    manifest's header list inside the .gch."""
+    text = deps.read_text().replace("\\\n", " ")
+    files = shlex.split(text.partition(":")[2])
+    return all(os.path.realpath(f).startswith(tuple(ignored)) or f == str(header) for f in files)
+
+
+def start_background(spec: dict) -> None:
+    """Build a PCH in a process of its own, detached, at low priority; its output goes to
+    <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without."""
+    log_path = Path(spec["root"]) / PCH_DIR / f"{spec['key']}.log"
+    try:
+        with open(log_path, "w") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "jitops._pch", json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError:
+        pass  # only a later build's speed depends on it
+
+
+def remove_orphans(root: Path) -> None:
+    """Remove the staging folders of PCH builds whose process is gone (killed while writing)."""
+    _cache.remove_dead_staging(root / PCH_DIR)
+
+
+if __name__ == "__main__":  # the background build: python -m jitops._pch '<job as JSON>'
+    os.nice(10)
+    built = build(json.loads(sys.argv[1]), blocking=False)
+    print(f"jitops: precompiled header {'ready: ' + built if built else 'not built'}")

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""What the cache root records about use, which only informs: ccache-style counters per extension
+(builds, cache and prebuilt loads, build seconds; `jitops-cache stats`) and where each entry's
+sources were seen (entries are keyed by content: `jitops-cache list` shows every tree an entry
+served). Only the long way writes them: a warm load writes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from ._cache import Entry, RecordFile
+from ._core import write_json_atomic
+
+STATS_NAME = "stats.json"  # ccache-style counters: builds, cache and prebuilt loads, build seconds
+STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
+STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
+
+
+def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:
+    """The counters in <root>/stats.json, each extension's with every field (0 where absent), and
+    when they were zeroed. Whatever is malformed reads as no count."""
+    records = RecordFile(root / STATS_NAME).records
+    extensions = records.get("extensions") if isinstance(records.get("extensions"), dict) else {}
+    counters = {
+        name: {f: v if isinstance(v := fields.get(f), (int, float)) else 0 for f in STATS_FIELDS}
+        for name, fields in extensions.items()
+        if isinstance(fields, dict)
+    }
+    zeroed_at = records.get("zeroed_at")
+    return counters, zeroed_at if isinstance(zeroed_at, (int, float)) else None
+
+
+@contextlib.contextmanager
+def _stats_locked(root: Path):
+    """The counters' lock (fcntl, not filelock: importing that would cost a cache load more than
+    the count itself). Yields False where the lock file cannot be opened."""
+    import fcntl
+
+    try:
+        fd = os.open(root / STATS_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read and a write: never long
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def count(root: Path, name: str, **increments: float) -> None:
+    """Add to the extension's counters in <root>/stats.json, under the lock (counts from concurrent
+    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
+    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
+    with _stats_locked(root) as locked:
+        if not locked:
+            return
+        extensions, zeroed_at = read_stats(root)
+        counters = extensions.setdefault(name, dict.fromkeys(STATS_FIELDS, 0))
+        for field, increment in increments.items():
+            counters[field] = round(counters[field] + increment, 3)
+        try:
+            write_json_atomic(root / STATS_NAME, {"zeroed_at": zeroed_at or time.time(), "extensions": extensions})
+        except OSError:
+            pass
+
+
+LOCATIONS_NAME = "locations.json"  # {entry folder: [the extension roots it was loaded for]}
+LOCATIONS_KEPT = 8  # per entry, the newest
+
+
+def read_locations(root: Path) -> dict[str, list[str]]:
+    records = RecordFile(root / LOCATIONS_NAME).records
+    return {name: [r for r in roots if isinstance(r, str)] for name, roots in records.items() if isinstance(roots, list)}
+
+
+def note_location(entry: Entry, source_root: str) -> None:
+    """Record that entry was loaded for sources in source_root (entries are keyed by content, so
+    one entry serves every copy of a tree: `jitops-cache list` shows where). Only informs."""
+    if source_root in read_locations(entry.root).get(entry.path.name, []):
+        return
+    with _stats_locked(entry.root) as locked:
+        if not locked:
+            return
+        locations = read_locations(entry.root)
+        roots = [r for r in locations.get(entry.path.name, []) if r != source_root] + [source_root]
+        locations[entry.path.name] = roots[-LOCATIONS_KEPT:]
+        try:
+            write_json_atomic(entry.root / LOCATIONS_NAME, locations)
+        except OSError:
+            pass
+
+
+def zero_stats(root: Path) -> None:
+    """Remove the counters (under their lock: a count meanwhile is not lost into the old file)."""
+    with _stats_locked(root), contextlib.suppress(FileNotFoundError):
+        (root / STATS_NAME).unlink()

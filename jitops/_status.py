@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: MIT
+"""What a build tells the user: a status line per build (the `jitops` logger, or stderr with a
+live line cut to the terminal's width) and why a library is being built (`k1.cu changed`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
+
+
+def _status_on_stderr() -> bool:
+    """Whether status lines go to stderr: where nothing handles the "jitops" logger (no handler on it
+    or above it; Python's last resort would drop INFO) and nobody silenced it. Else to the logger."""
+    return not LOGGER.hasHandlers() and not LOGGER.disabled and LOGGER.level <= logging.INFO
+
+
+class BuildStatus:
+    """One build's status: op, backends, why it is built, elapsed seconds, ninja's step. Every write
+    is a whole line under one lock (builds run in threads). In a log, or through the "jitops"
+    logger: a line at the start and at the end. On a terminal: one live line for every build in
+    flight, cut to the terminal's width (one thread redraws it), and each build's final line printed
+    above it. Why an op is built without CUDA is said once per process."""
+
+    _lock = threading.Lock()
+    _in_flight: list[BuildStatus] = []
+    _live_line = False  # whether a live line is on the terminal now
+    _reasons_said: set[str] = set()
+
+    def __init__(self, op: str, cuda, verbose: bool, why: str = ""):
+        self.op, self.started, self.step, self.cuda, self.why = op, time.time(), "", cuda, why
+        self.summary = ""  # set before finish(): what was compiled and what reused
+        self.live = sys.stderr.isatty() and not verbose and _status_on_stderr()
+        with BuildStatus._lock:
+            BuildStatus._in_flight.append(self)
+            if self.live and len(BuildStatus._in_flight) == 1:
+                threading.Thread(target=BuildStatus._redraw, daemon=True).start()
+            if not self.live:
+                self._write_line(f"jitops: building {self._label()}{self._why()} ...")
+
+    def _why(self) -> str:
+        return f" ({self.why})" if self.why else ""
+
+    def _label(self) -> str:
+        """op (cpu+cuda), or op (cpu only: why) the first time this process gives that reason."""
+        if self.cuda.enabled:
+            return f"{self.op} (cpu+cuda)"
+        reason = self.cuda.reason
+        said = reason in BuildStatus._reasons_said
+        BuildStatus._reasons_said.add(reason)
+        return f"{self.op} (cpu only)" if said else f"{self.op} (cpu only: {reason})"
+
+    @classmethod
+    def _redraw(cls) -> None:
+        while True:
+            time.sleep(0.25)
+            with cls._lock:
+                live = [b for b in cls._in_flight if b.live]
+                if not live:
+                    return
+                now = time.time()
+                line = "jitops: building " + "; ".join(f"{b.op} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
+                try:  # read each time: the terminal may have been resized
+                    width = os.get_terminal_size(sys.stderr.fileno()).columns
+                except (OSError, ValueError):
+                    width = 80
+                # One row at most: \r\033[K erases only the row the cursor is on.
+                sys.stderr.write("\r\033[K" + line[: max(width - 1, 1)])
+                sys.stderr.flush()
+                cls._live_line = True
+
+    @classmethod
+    def _write_line(cls, line: str) -> None:
+        """A whole line, above the live one if there is one (which the next redraw puts back)."""
+        if not _status_on_stderr():
+            LOGGER.info(line)
+            return
+        sys.stderr.write(("\r\033[K" if cls._live_line else "") + line + "\n")
+        sys.stderr.flush()
+        cls._live_line = False
+
+    def finish(self, ok: bool) -> None:
+        seconds = f"{time.time() - self.started:.1f}s {self.step}".rstrip()
+        with BuildStatus._lock:
+            label = self._label()
+            if ok:
+                line = f"jitops: built {label} in {seconds}{self._why()}"
+                line += f": {self.summary}" if self.summary else ""
+            else:
+                line = f"jitops: FAILED to build {label} after {seconds}{self._why()}"
+            BuildStatus._in_flight.remove(self)
+            self._write_line(line)
+
+
+# Why a library is built: its key's components against those of the newest other entry of its name.
+_COMPONENT_WORDS = {
+    "recipe": "new jitops build recipe",
+    "torch": "new torch",
+    "torch_git": "new torch",
+    "torch_cuda": "new torch",
+    "python_soabi": "new Python",
+    "cxx11_abi": "new torch",
+    "version": "version changed",
+    "cuda_arch_list": "CUDA archs changed",
+    "backends": "backends changed",
+    "sources": "sources changed",
+    "include_dirs": "include dirs changed",
+    "cflags": "flags changed",
+    "cuda_cflags": "CUDA flags changed",
+    "ldflags": "link flags changed",
+    "cxx": "C++ compiler changed",
+    "nvcc": "nvcc changed",
+    "environment": "build environment changed",
+    "environment_tools": "build environment changed",
+}
+
+
+def why_built(components: dict, source_hashes: dict, previous: dict | None) -> str:
+    """Why a build with these key components is needed, against the manifest of the newest other
+    entry of the same extension (None: there is none): `k1.cu changed`, `flags changed`, ..."""
+    if previous is None:
+        return "first build"
+    before = previous.get("components") if isinstance(previous.get("components"), dict) else {}
+    reasons = []
+    if before.get("sources_sha256") != components.get("sources_sha256"):
+        old = previous.get("source_hashes") if isinstance(previous.get("source_hashes"), dict) else {}
+        changed = [name for name, digest in source_hashes.items() if old.get(name) != digest]
+        reasons += [f"{os.path.basename(name)} changed" for name in changed[:3]] or ["sources changed"]
+        reasons += [f"{len(changed) - 3} more changed"] if len(changed) > 3 else []
+    for name, words in _COMPONENT_WORDS.items():
+        if before.get(name) != components.get(name) and words not in reasons:
+            reasons.append(words)
+    return ", ".join(reasons) or "key changed"
