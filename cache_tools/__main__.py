@@ -151,8 +151,21 @@ LIST_COLUMNS = [
     "BUILD S",
     "LAST USED",
     "STATUS",
+    "SEEN IN",
 ]
-LIST_DROPPED_FIRST = ["BUILT", "BUILD S", "NAMESPACE", "ARCH", "TORCH", "CUDA", "KEY", "OWNER", "BACKENDS", "LAST USED"]
+LIST_DROPPED_FIRST = [
+    "SEEN IN",
+    "BUILT",
+    "BUILD S",
+    "NAMESPACE",
+    "ARCH",
+    "TORCH",
+    "CUDA",
+    "KEY",
+    "OWNER",
+    "BACKENDS",
+    "LAST USED",
+]
 
 
 def fit_to_terminal(headers: list[str], rows: list[list[str]], drop_order: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -188,6 +201,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 f"{r.build_seconds:.1f}" if r.build_seconds else "-",
                 when(r.last_used),
                 r.status,
+                _seen_in(r.seen_in),
             ]
             for r in rows
         ]
@@ -196,9 +210,31 @@ def cmd_list(args: argparse.Namespace) -> int:
             if r.reason:
                 print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
         print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
+        print(store_summary(store))
 
-    emit(args, {"root": str(root), "entries": [r.as_dict() for r in rows]}, human)
+    store = inventory.store_rows(root) if not (args.ops or args.package) else []
+    data = {"root": str(root), "entries": [r.as_dict() for r in rows], "store": [r.as_dict() for r in store]}
+    emit(args, data, human)
     return EXIT_OK
+
+
+def _seen_in(roots: list[str]) -> str:
+    """Where an entry's sources were seen: the newest tree, and how many others."""
+    return "-" if not roots else roots[-1] + (f" (+{len(roots) - 1})" if len(roots) > 1 else "")
+
+
+def store_summary(store: list[inventory.Row]) -> str:
+    """One line on what every extension shares: stored objects and precompiled headers."""
+    parts = []
+    for kind, one, many in (("object", "stored object", "stored objects"), ("pch", "precompiled header", "precompiled headers")):
+        found = [r for r in store if r.kind == kind]
+        parts.append(f"{plural(len(found), one, many)} ({human_size(sum(r.size for r in found))})")
+        parts[-1] += "".join(
+            f", {sum(r.status == s for r in found)} {s}"
+            for s in (inventory.CORRUPT, inventory.ORPHAN)
+            if any(r.status == s for r in found)
+        )
+    return "shared by every extension: " + ", ".join(parts)
 
 
 def lock_timeout_or_why() -> float | str:
@@ -217,6 +253,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from . import doctor
 
     root, rows = selected_rows([], args.package)
+    store = inventory.store_rows(root) if args.package is None else []
     reason = configured_root()[1]
     by_status = {
         s: sum(1 for r in rows if r.status == s)
@@ -231,6 +268,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "environment": environment_summary(),
         "lock_timeout_s": lock_timeout_or_why(),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "store_bytes": sum(r.size for r in store),
+        "seen_in": {f"{r.namespace}.{r.op}-{r.key}": r.seen_in for r in rows},
     }
 
     def human():
@@ -242,6 +281,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         timeout = data["lock_timeout_s"]
         print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
         print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
+        print(f"shared          {store_summary(store).partition(': ')[2]}")
+        for name, roots in data["seen_in"].items():
+            print(f"seen in         {name}: {', '.join(roots) or '-'}")
 
     emit(args, data, human)
     return EXIT_OK
@@ -269,6 +311,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
         except (CacheError, OSError) as err:
             results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
+    for row in inventory.store_rows(root, check=True) if args.package is None else []:
+        ok = row.status != inventory.CORRUPT
+        results.append(
+            {"name": f"{row.kind} {row.op}", "key": row.key, "path": row.path, "ok": ok, "problem": row.reason if not ok else ""}
+        )
     bad = [r for r in results if not r["ok"]]
 
     def human():
@@ -348,7 +395,15 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             except FileNotFoundError:
                 continue  # removed meanwhile
         removed.append(
-            {"namespace": row.namespace, "op": row.op, "key": row.key, "status": row.status, "path": row.path, "bytes": row.size}
+            {
+                "kind": row.kind,
+                "namespace": row.namespace,
+                "op": row.op,
+                "key": row.key,
+                "status": row.status,
+                "path": row.path,
+                "bytes": row.size,
+            }
         )
     freed = sum(r["bytes"] for r in removed)
     # The warm records of what is gone (each names its entry folder): small, but one per op and
@@ -362,7 +417,8 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     def human():
         verb = "would remove" if args.dry_run else "removed"
         for r in removed:
-            print(f"{verb} {r['namespace']}.{r['op']}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
+            label = f"{r['namespace']}.{r['op']}" if r["kind"] == "entry" else f"{r['kind']} {r['op']}"
+            print(f"{verb} {label}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
         print(
@@ -387,8 +443,8 @@ def entry_lock_taken(root: Path, row: inventory.Row):
     """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
     Yields False when a build holds it. Orphans, and entries of the older layout (no namespace),
     have no entry lock that a build takes."""
-    if row.status == inventory.ORPHAN or not row.namespace:
-        yield True
+    if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
+        yield True  # stored objects and PCHs are published whole and read without a lock
         return
     fd = os.open(root / f"{row.namespace}.{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -406,6 +462,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if not (args.ops or args.stale or args.all or args.package):
         raise UsageError("say what to clear: OP names, --package PKG, --stale or --all")
     root, rows = selected_rows(args.ops, args.package)
+    if not (args.ops or args.package):  # stored objects and PCHs belong to no one extension
+        rows += inventory.store_rows(root)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
     if args.all and not (args.yes or args.dry_run or args.json) and sys.stdin.isatty() and sys.stdout.isatty():
@@ -432,6 +490,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     import time
 
     root, rows = selected_rows([], args.package)
+    rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]
     # Stale, corrupt and orphan entries go first, then the least recently used.
     useless = [r for r in rows if r.status != inventory.OK]

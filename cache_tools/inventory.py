@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache, _core, _prebuilt
+from jitops import _cache, _core, _objects, _pch, _prebuilt, _stats
 
 from . import registry
 
@@ -41,6 +41,8 @@ class Row:
     built_at: float | None = None
     build_seconds: float | None = None
     last_used: float | None = None
+    kind: str = "entry"  # or "object" (a stored unit: jitops/_objects.py) or "pch" (jitops/_pch.py)
+    seen_in: list[str] = field(default_factory=list)  # the extension roots an entry was loaded for
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -68,8 +70,10 @@ def running_components(name: str) -> dict | None:
 
 def entry_rows(root: Path) -> list[Row]:
     rows = []
+    locations = _stats.read_locations(root)
     for entry, _ in _cache.list_entries(root):
         rows.append(_entry_row(entry))
+        rows[-1].seen_in = locations.get(entry.path.name, [])
     for old in older_layout_entries(root):
         op, _, key = old.name.rpartition("-")
         rows.append(
@@ -297,3 +301,61 @@ def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
         if temporary.name.startswith(f"{_cache.TMP_PREFIX}{entry_lock.stem}-"):
             return entry_lock
     return None
+
+
+def store_rows(root: Path, check: bool = False) -> list[Row]:
+    """The object store's objects and the precompiled headers, one row each (check: their sha256
+    hashed in full, as `verify` does). Shared by every extension: no owner."""
+    rows = []
+    objects, pch = root / _objects.OBJECTS_DIR, root / _pch.PCH_DIR
+    units = [unit for unit in _children(objects) if not unit.name.startswith(_cache.TMP_PREFIX)]
+    folders = [(folder, "object") for folder in _children(objects) if folder not in units]  # stores in progress
+    folders += [(variant, "object") for unit in units for variant in _children(unit)]
+    folders += [(folder, "pch") for folder in _children(pch)]
+    for folder, kind in folders:
+        last_used = folder.stat().st_mtime
+        if folder.name.startswith(_cache.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
+            pid = folder.name[len(_cache.TMP_PREFIX) :].partition("-")[0]
+            alive = pid.isdigit() and os.path.exists(f"/proc/{pid}")
+            status, reason = (BUILDING, f"pid {pid} is writing it") if alive else (ORPHAN, "left by a store that did not finish")
+            rows.append(Row("", "-", "-", "-", status, reason, str(folder), tree_size(folder), kind=kind))
+            continue
+        status, reason, name, built_at = OK, "", "-", None
+        try:
+            if kind == "object":
+                record = json.loads((folder / _objects.RECORD_NAME).read_text())
+                name, built_at = os.path.basename(record["source"]), record.get("stored_at")
+                data, digest = folder / _objects.OBJECT_NAME, record["object_sha256"]
+            else:
+                record = json.loads((folder / _pch.RECORD_NAME).read_text())
+                name = (folder / _pch.HEADER_NAME).read_text().split()[-1].strip("<>")
+                built_at, data, digest = record.get("built_at"), folder / (_pch.HEADER_NAME + ".gch"), record["sha256"]
+            if check and _cache.sha256_file(data) != digest:
+                status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+            status, reason = CORRUPT, f"unreadable: {err}"
+        key = folder.parent.name[:16] if kind == "object" else folder.name[:16]
+        rows.append(
+            Row(
+                "",
+                name,
+                "-",
+                key,
+                status,
+                reason,
+                str(folder),
+                tree_size(folder),
+                built_at=built_at,
+                last_used=last_used,
+                kind=kind,
+            )
+        )
+    return rows
+
+
+def _children(folder: Path) -> list[Path]:
+    """The folders in folder (links aside)."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []

@@ -154,7 +154,8 @@ def _build(planned: PlannedEntry) -> Path:
             shutil.copyfile(log_path, failed_log)
             raise BuildError(f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}")
         with_pch = sum(1 for unit in compiled if unit.pch)
-        status.summary = f"compiled {len(compiled)} of {len(units)} units" + (f" ({with_pch} with a PCH)" if with_pch else "")
+        if len(compiled) < len(units) or with_pch:  # a first build compiles every unit
+            status.summary = f"compiled {len(compiled)} of {len(units)} units" + (f" ({with_pch} with a PCH)" if with_pch else "")
         status.finish(ok=True)
         library = staging / library_file
         os.replace(built, library)

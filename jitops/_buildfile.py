@@ -41,7 +41,8 @@ class Unit:
 
     def __init__(self, relative: str, source: str, wrapper: str, cuda: bool, compiler: str, flags: str, post_flags: str):
         self.relative, self.source, self.wrapper, self.cuda = relative, source, wrapper, cuda
-        self.object = os.path.basename(wrapper) + (".cuda.o" if cuda else ".o")
+        # As torch names objects (file.o, file.cuda.o), after the wrapper: unique per source path.
+        self.object = os.path.splitext(os.path.basename(wrapper))[0] + (".cuda.o" if cuda else ".o")
         self.compiler, self.flags, self.post_flags = compiler, flags, post_flags
         self.key = ""  # _objects.unit_key
         self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
@@ -126,6 +127,9 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
             units.append(Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, flags.cuda_post_cflags))
         else:
             units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, flags.post_cflags))
+    if len({unit.object for unit in units}) < len(units):  # x.cpp beside x.cc: objects named in full
+        for unit in units:
+            unit.object = os.path.basename(unit.wrapper) + (".cuda.o" if unit.cuda else ".o")
     return units
 
 
@@ -146,11 +150,11 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
     lines = [
         "ninja_required_version = 1.3",
         "rule compile",
-        "  command = $launcher $compiler -MMD -MF $out.d $flags $pch -c $in -o $out $post_flags",
+        "  command = $compiler -MMD -MF $out.d $flags $pch -c $in -o $out $post_flags",
         "  depfile = $out.d",
         "  deps = gcc",
         "rule cuda_compile",
-        "  command = $launcher $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
+        "  command = $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
         "  depfile = $out.d",
         "  deps = gcc",
         "rule link",
@@ -161,8 +165,8 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
             continue
         wrapper = escape_path(os.path.relpath(unit.wrapper, build_dir))
         lines.append(f"build {escape_path(unit.object)}: {'cuda_compile' if unit.cuda else 'compile'} {wrapper}")
-        lines.append(f"  launcher = {launcher['cuda' if unit.cuda else 'cxx']}")
-        lines += [f"  compiler = {unit.compiler}", f"  flags = {unit.flags}", f"  post_flags = {unit.post_flags}"]
+        compiler = f"{launcher['cuda' if unit.cuda else 'cxx']} {unit.compiler}".lstrip()
+        lines += [f"  compiler = {compiler}", f"  flags = {unit.flags}", f"  post_flags = {unit.post_flags}"]
         if unit.pch:
             lines.append(f"  pch = -include {shlex.quote(unit.pch).replace('$', '$$')} -Winvalid-pch")
     objects = " ".join(escape_path(unit.object) for unit in units)

@@ -121,9 +121,9 @@ _COMPONENT_WORDS = {
 
 def why_built(components: dict, source_hashes: dict, previous: dict | None) -> str:
     """Why a build with these key components is needed, against the manifest of the newest other
-    entry of the same extension (None: there is none): `k1.cu changed`, `flags changed`, ..."""
+    entry of the same extension (None: there is none, and "" is returned): `k1.cu changed`, `flags changed`, ..."""
     if previous is None:
-        return "first build"
+        return ""  # a first build
     before = previous.get("components") if isinstance(previous.get("components"), dict) else {}
     reasons = []
     if before.get("sources_sha256") != components.get("sources_sha256"):

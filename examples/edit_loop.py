@@ -1,0 +1,285 @@
+# SPDX-License-Identifier: MIT
+"""The kernel author's edit loop, torch's load() against jitops.load, each step in a fresh process:
+
+    python examples/edit_loop.py [--json results.json] [--keep DIR]
+
+A 3-unit extension: bind.cpp (`#include <torch/extension.h>`, a pybind11 module) and two kernels,
+k1 and k2 (`.cu` where torch has CUDA and a GPU is visible, else plain `.cpp`), all three including
+shared.h. The steps, in order, on one copy of the tree per loader (torch's with its own
+build_directory, jitops' with an empty cache of its own):
+
+  cold          the first build
+  warm          a new process, nothing changed
+  edit k1       one line of k1 changed
+  edit bind     one line of bind.cpp (the unit that includes torch/extension.h) changed
+  edit header   shared.h changed (every unit includes it)
+  flag          -DSCALE1=4 added (extra_cuda_cflags with CUDA, extra_cflags without)
+  2nd ext cold  a second extension (another name, another tree) built for the first time
+
+Every step checks the module's result. A compiler wrapper (CXX, PYTORCH_NVCC) counts the compiler
+invocations of each step. jitops builds a missing precompiled header in a background process after
+its cold build: before the next step this script waits for it and prints how long that took (the
+user's think time between a first build and an edit); torch's steps do not wait for anything.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SHARED_H = """#pragma once
+#include <cstdint>
+#define SHARED_OFFSET {offset}f
+void k1_launch(const float* x, float* y, int64_t n);
+void k2_launch(const float* x, float* y, int64_t n);
+"""
+KERNEL_CPP = """#include "shared.h"
+#ifndef SCALE{i}
+#define SCALE{i} {scale}
+#endif
+void k{i}_launch(const float* x, float* y, int64_t n) {{
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * SCALE{i} + SHARED_OFFSET;{edit}
+}}
+"""
+KERNEL_CU = """#include "shared.h"
+#ifndef SCALE{i}
+#define SCALE{i} {scale}
+#endif
+__global__ void k{i}_kernel(const float* x, float* y, int64_t n) {{
+  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j < n) y[j] = x[j] * SCALE{i} + SHARED_OFFSET;{edit}
+}}
+void k{i}_launch(const float* x, float* y, int64_t n) {{
+  k{i}_kernel<<<(n + 255) / 256, 256>>>(x, y, n);
+}}
+"""
+BIND_CPP = """#include <torch/extension.h>
+#include "shared.h"
+torch::Tensor k1(torch::Tensor x) {{
+  auto y = torch::empty_like(x);
+  k1_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  return y{edit};
+}}
+torch::Tensor k2(torch::Tensor x) {{
+  auto y = torch::empty_like(x);
+  k2_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  return y;
+}}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
+  m.def("k1", &k1);
+  m.def("k2", &k2);
+}}
+"""
+
+CHILD = """
+import json, os, sys, time, torch
+cuda = torch.cuda.is_available()
+if cuda:
+    torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
+which, name, sources, build, cflags, cuda_cflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], *map(json.loads, sys.argv[5:])
+started = time.perf_counter()
+if which == "jitops":
+    from jitops import load
+else:
+    from torch.utils.cpp_extension import load
+module = load(name, sources, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags, build_directory=build or None)
+seconds = time.perf_counter() - started
+x = torch.rand(1000, device="cuda" if cuda else "cpu") + 1.0
+k1 = module.k1(x)
+module.k2(x)
+print(json.dumps({"seconds": seconds, "k1": float(k1[0]), "x0": float(x[0])}))
+"""
+
+WRAPPER = """#!/bin/sh
+case "$*" in --version|-V|-v|--help) ;; *) echo "$*" >> {log} ;; esac
+exec {real} "$@"
+"""
+
+
+class Tree:
+    """One copy of the extension's sources, with its state (constants, flags) to compute expectations."""
+
+    def __init__(self, folder: Path, cuda: bool):
+        self.folder, self.cuda = folder, cuda
+        self.offset, self.k1_edit, self.bind_edit, self.scale1 = 0.5, False, False, 2
+        folder.mkdir(parents=True)
+        self.write()
+
+    @property
+    def sources(self) -> list[str]:
+        suffix = ".cu" if self.cuda else ".cpp"
+        return [str(self.folder / "bind.cpp"), str(self.folder / f"k1{suffix}"), str(self.folder / f"k2{suffix}")]
+
+    def write(self) -> None:
+        kernel = KERNEL_CU if self.cuda else KERNEL_CPP
+        suffix = ".cu" if self.cuda else ".cpp"
+        files = {
+            "shared.h": SHARED_H.format(offset=self.offset),
+            f"k1{suffix}": kernel.format(i=1, scale=2, edit="\n  if (n < 0) y[0] = 1.0f;" if self.k1_edit else ""),
+            f"k2{suffix}": kernel.format(i=2, scale=3, edit=""),
+            "bind.cpp": BIND_CPP.format(edit=" * 1.0" if self.bind_edit else ""),
+        }
+        for name, text in files.items():
+            path = self.folder / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+
+    def expected_k1(self, x0: float) -> float:
+        return x0 * self.scale1 + self.offset
+
+
+def wait_for_background_pch(cache: Path, timeout: float = 900.0) -> float:
+    """Seconds until no background PCH build of this cache is running (jitops' _pch processes)."""
+    started = time.time()
+    while time.time() - started < timeout:
+        running = subprocess.run(["pgrep", "-f", f"jitops._pch.*{cache}"], capture_output=True).stdout.strip()
+        if not running:
+            return time.time() - started
+        time.sleep(0.5)
+    raise SystemExit(f"a background PCH build of {cache} still runs after {timeout:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
+    args = parser.parse_args()
+
+    import torch
+
+    cuda = torch.cuda.is_available() and torch.version.cuda is not None
+    work = args.keep or Path(tempfile.mkdtemp(prefix="jitops-edit-loop-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+    wrappers = work / "bin"
+    wrappers.mkdir(exist_ok=True)
+    logs = {"c++": work / "cxx.log", "nvcc": work / "nvcc.log"}
+    real_cxx = shutil.which(os.environ.get("CXX", "c++"))
+    (wrappers / "c++").write_text(WRAPPER.format(log=logs["c++"], real=real_cxx))
+    env["CXX"] = str(wrappers / "c++")
+    if cuda:
+        from torch.utils.cpp_extension import CUDA_HOME
+
+        (wrappers / "nvcc").write_text(WRAPPER.format(log=logs["nvcc"], real=Path(CUDA_HOME) / "bin" / "nvcc"))
+        env["PYTORCH_NVCC"] = str(wrappers / "nvcc")
+    for wrapper in wrappers.iterdir():
+        wrapper.chmod(0o755)
+
+    def compiles() -> int:
+        return sum(len(p.read_text().splitlines()) if p.exists() else 0 for p in logs.values())
+
+    rows = []
+    trees = {which: Tree(work / which / "ext", cuda) for which in ("torch", "jitops")}
+    seconds = {which: {} for which in trees}
+    counts = {which: {} for which in trees}
+    flags = {which: ([], []) for which in trees}
+    builds = {"torch": work / "torch" / "build", "jitops": work / "jitops" / "build"}
+    for folder in builds.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    pch_wait = None
+
+    def step(which: str, label: str, tree: Tree, name: str, build: Path) -> None:
+        before = compiles()
+        cflags, cuda_cflags = flags[which]
+        child_env = {**env, "JITOPS_CACHE_DIR": str(work / which / "cache")}
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                which,
+                name,
+                json.dumps(tree.sources),
+                str(build),
+                json.dumps(cflags),
+                json.dumps(cuda_cflags),
+            ],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            cwd=work,
+            timeout=1800,
+        )
+        if result.returncode != 0:
+            raise SystemExit(f"{which} {label} failed:\n{result.stderr[-4000:]}")
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        expected = tree.expected_k1(report["x0"])
+        if abs(report["k1"] - expected) > 1e-4 * abs(expected):
+            raise SystemExit(f"{which} {label}: k1 gave {report['k1']}, expected {expected} (the old code?)")
+        seconds[which][label], counts[which][label] = report["seconds"], compiles() - before
+        print(f"  {which:<6} {label:<13} {report['seconds']:8.2f} s  {counts[which][label]} compiles", flush=True)
+
+    def both(label: str, change) -> None:
+        for which in ("torch", "jitops"):
+            change(which, trees[which])
+            step(which, label, trees[which], "edit_loop", builds[which])
+
+    def edit(attribute, value):
+        def change(which, tree):
+            setattr(tree, attribute, value)
+            tree.write()
+
+        return change
+
+    def add_flag(which, tree):
+        flags[which] = ([], ["-DSCALE1=4"]) if cuda else (["-DSCALE1=4"], [])
+        tree.scale1 = 4
+
+    print(f"edit loop: {'CUDA' if cuda else 'CPU'} units, torch {torch.__version__}, in {work}", flush=True)
+    both("cold", lambda which, tree: None)
+    pch_wait = wait_for_background_pch(work / "jitops" / "cache")
+    print(f"  (jitops' background precompiled header was ready {pch_wait:.1f} s after its cold build returned)", flush=True)
+    both("warm", lambda which, tree: None)
+    both("edit k1", edit("k1_edit", True))
+    both("edit bind", edit("bind_edit", True))
+    both("edit header", edit("offset", 0.25))
+    both("flag", add_flag)
+    for which in ("torch", "jitops"):
+        second = Tree(work / which / "ext2", cuda)
+        build2 = work / which / "build2"
+        build2.mkdir(exist_ok=True)
+        saved, flags[which] = flags[which], ([], [])
+        step(which, "2nd ext cold", second, "edit_loop_second", build2)
+        flags[which] = saved
+
+    print()
+    print("| step | torch `load()` | compiles | `jitops.load` | compiles | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for label in seconds["torch"]:
+        t, j = seconds["torch"][label], seconds["jitops"][label]
+        unit = (lambda s: f"{s * 1e3:.1f} ms") if label == "warm" else (lambda s: f"{s:.2f} s")
+        rows.append(
+            {
+                "step": label,
+                "torch_s": t,
+                "jitops_s": j,
+                "ratio": j / t,
+                "torch_compiles": counts["torch"][label],
+                "jitops_compiles": counts["jitops"][label],
+            }
+        )
+        print(f"| {label} | {unit(t)} | {counts['torch'][label]} | {unit(j)} | {counts['jitops'][label]} | {j / t:.2f}x |")
+    result = {
+        "torch": torch.__version__,
+        "cuda": cuda,
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "cores": os.cpu_count(),
+        "background_pch_wait_s": pch_wait,
+        "steps": rows,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+# SPDX-License-Identifier: MIT
+"""The edit loop: a rebuild compiles exactly the units whose inputs changed (the object store), a
+shared precompiled header, entries keyed by content, a compiler launcher, inputs changed while a
+build runs, in-process edits and the line that says why. Real compiler, real processes, the tiny
+extension; a compiler wrapper logs every invocation."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import children
+import pytest
+from test_loader import TIMEOUT_S, entries, tiny_env
+
+from jitops import _cache, _objects, _pch
+from jitops._core import INCLUDE_DIR
+
+TINY_SOURCES = Path(__file__).parent / "tiny_ext"
+UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")
+
+# Loads an Extension of the tiny sources (name, root and flags from argv) in a fresh process.
+LOAD = """
+import ctypes, json, sys
+from jitops import Extension, _loader
+name, root, cflags, ldflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+sources = [f"kernels/cpu/{name}.cpp", "kernels/cpu/tiny_second.cpp", f"bindings/{name}.cpp"]
+loaded = _loader.load(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
+library = ctypes.CDLL(str(loaded.library))
+print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
+                  "library": str(loaded.library)}))
+"""
+
+
+def logging_compiler(folder: Path, before_compile: str = "") -> tuple[str, Path]:
+    """A C++ compiler that logs each invocation but --version (one line: its arguments), running
+    before_compile (shell) before each compile. Returns (its path, its log)."""
+    log = folder / "compiler.log"
+    wrapper = folder / "logging-c++"
+    real = shutil.which("c++")
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$*" in --version) exec {real} "$@";; esac\necho "$*" >> {log}\n'
+        f'case "$*" in *" -c "*) {before_compile or ":"};; esac\nexec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper), log
+
+
+def compiled_units(log: Path, since: int = 0) -> list[str]:
+    """The units compiled (each line with -c) from line `since` of the log, by object name."""
+    lines = log.read_text().splitlines()[since:] if log.exists() else []
+    return sorted(next(w for w in line.split() if w.endswith(".o")).removesuffix(".o") for line in lines if " -c " in line)
+
+
+def log_lines(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def load(cache: Path, root: Path, name: str = "tiny", cflags=(), ldflags=(), **env) -> dict:
+    proc = children.run(
+        [sys.executable, "-c", LOAD, name, str(root), json.dumps(list(cflags)), json.dumps(list(ldflags))],
+        env=tiny_env(cache, **env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """A copy of tiny whose second unit also includes a header of its own (only_second.h)."""
+    copy = tmp_path / "tiny_src"
+    shutil.copytree(TINY_SOURCES, copy)
+    (copy / "kernels" / "cpu" / "only_second.h").write_text("#define SECOND_UNITS 2\n")
+    second = copy / "kernels" / "cpu" / "tiny_second.cpp"
+    second.write_text('#include "only_second.h"\n' + second.read_text().replace("return 2;", "return SECOND_UNITS;"))
+    return copy
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize("change", ["source", "header", "shared header", "cflags", "ldflags"])
+def test_a_rebuild_compiles_exactly_the_units_whose_inputs_changed(tmp_path, tree, change):
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    first = load(cache, tree, CXX=compiler)
+    assert (first["value"], first["units"], first["how"]) == (42, 2, "built")
+    assert compiled_units(log) == sorted(UNITS)
+    since = log_lines(log)
+    cflags, ldflags, value, units = [], [], 42, 2
+    if change == "source":
+        edit(tree / "kernels" / "cpu" / "tiny.cpp", "return TINY_VALUE;", "return TINY_VALUE + 1;")
+        expected, value, why = ["kernels_cpu_tiny"], 43, "tiny.cpp changed"
+    elif change == "header":
+        edit(tree / "kernels" / "cpu" / "only_second.h", "SECOND_UNITS 2", "SECOND_UNITS 5")
+        expected, units, why = ["kernels_cpu_tiny_second"], 5, "only_second.h changed"
+    elif change == "shared header":
+        edit(tree / "kernels" / "tiny.h", "TINY_VALUE 42", "TINY_VALUE 44")
+        expected, value, why = sorted(UNITS), 44, "tiny.h changed"
+    elif change == "cflags":
+        cflags, expected, why = ["-DUNUSED_FLAG=1"], sorted(UNITS), "flags changed"
+    else:
+        ldflags, expected, why = ["-Wl,-O1"], [], "link flags changed"
+    again = load(cache, tree, cflags=cflags, ldflags=ldflags, CXX=compiler)
+    assert (again["value"], again["units"], again["how"]) == (value, units, "built")
+    assert compiled_units(log, since) == expected, log.read_text()
+    links = [line for line in log.read_text().splitlines()[since:] if " -c " not in line]
+    assert len(links) == 1, "every rebuild links once"
+    assert f"({why})" in again["stderr"], again["stderr"]
+    # Back to the first inputs: every object is in the store, so only the link runs.
+    if change in ("source", "header", "shared header"):
+        return
+    since = log_lines(log)
+    back = load(cache, tree, cflags=(), ldflags=(), CXX=compiler)
+    assert back["how"] == "cache" and compiled_units(log, since) == []
+
+
+def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_path, tree):
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    load(cache, tree, CXX=compiler)
+    (stored,) = [
+        p
+        for p in (cache / _objects.OBJECTS_DIR).glob("*/*/record.json")
+        if "tiny_second.cpp" in json.loads(p.read_text())["source"]
+    ]
+    obj = stored.parent / _objects.OBJECT_NAME
+    data = bytearray(obj.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the hash can tell
+    obj.write_bytes(bytes(data))
+    edit(tree / "kernels" / "cpu" / "tiny.cpp", "return TINY_VALUE;", "return TINY_VALUE + 1;")
+    since = log_lines(log)
+    again = load(cache, tree, CXX=compiler)
+    assert (again["value"], again["units"]) == (43, 2)
+    assert "does not match its sha256" in again["stderr"], again["stderr"]
+    assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
+    record = json.loads(stored.read_text())  # removed, compiled again, stored again: sound
+    assert _cache.sha256_file(obj) == record["object_sha256"]
+
+
+@pytest.mark.parametrize("edited", ["source", "header"])
+def test_an_input_edited_while_the_build_runs_never_lands_under_the_old_key(tmp_path, tree, edited):
+    """The compiler wrapper edits the input on the build's first compile (before the compiler
+    reads it): the build is planned again under the new content's key. Edited back, the old
+    content's key must load the old code, never the edited build."""
+    path = tree / "kernels" / ("cpu/tiny.cpp" if edited == "source" else "tiny.h")
+    old, new = ("return TINY_VALUE;", "return TINY_VALUE + 7;") if edited == "source" else ("TINY_VALUE 42", "TINY_VALUE 49")
+    marker = tmp_path / "edited"
+    script = f"[ -e {marker} ] || {{ touch {marker}; sed -i 's/{old}/{new}/' {path}; }}"
+    compiler, log = logging_compiler(tmp_path, before_compile=script)
+    cache = tmp_path / "cache"
+    during = load(cache, tree, CXX=compiler)
+    assert marker.exists() and during["value"] == 49, "the build that returns is the one of the edited input"
+    edit(path, new, old)
+    back = load(cache, tree, CXX=compiler)
+    assert back["value"] == 42, "the old content's key holds a library built from the edit"
+
+
+def test_a_killed_store_leaves_nothing_a_later_build_trusts(tmp_path, tree):
+    cache = tmp_path / "cache"
+    load(cache, tree)
+    # What a store killed mid-write leaves: a staging folder of a dead process, with a partial object.
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.kill()
+    dead.wait()
+    staging = cache / _objects.OBJECTS_DIR / f".tmp-{dead.pid}-x"
+    staging.mkdir()
+    (staging / _objects.OBJECT_NAME).write_bytes(b"\x7fELF partial")
+    edit(tree / "kernels" / "cpu" / "tiny.cpp", "return TINY_VALUE;", "return TINY_VALUE + 1;")
+    assert load(cache, tree)["value"] == 43
+    assert not staging.exists()
+
+
+def test_two_clones_share_one_entry_and_list_shows_both(tmp_path, tree):
+    clone = tmp_path / "clone"
+    shutil.copytree(tree, clone)
+    cache = tmp_path / "cache"
+    assert load(cache, tree)["how"] == "built"
+    other = load(cache, clone)
+    assert other["how"] == "cache" and other["value"] == 42
+    assert len(entries(cache)) == 1
+    listed = subprocess.run(
+        [sys.executable, "-m", "jitops", "list", "--json"], env=tiny_env(cache), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    (row,) = json.loads(listed.stdout)["entries"]
+    assert row["seen_in"] == [str(tree), str(clone)]
+    assert any(r["kind"] == "object" for r in json.loads(listed.stdout)["store"])
+
+
+def test_a_compiler_launcher_is_used_and_stays_out_of_the_key(tmp_path, tree):
+    launcher, log = logging_compiler(tmp_path)  # a launcher is run with the compiler as its first argument
+    Path(launcher).write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec "$@"\n')
+    cache = tmp_path / "cache"
+    first = load(cache, tree, CMAKE_CXX_COMPILER_LAUNCHER=launcher)
+    assert first["how"] == "built" and len(compiled_units(log)) == 3
+    assert load(cache, tree)["how"] == "cache", "the launcher is not in the key"
+
+
+def test_the_build_line_and_the_cli_know_the_store(tmp_path, tree):
+    cache = tmp_path / "cache"
+    load(cache, tree)
+    env = tiny_env(cache)
+    verify = subprocess.run([sys.executable, "-m", "jitops", "verify", "--json"], env=env, capture_output=True, text=True)
+    results = json.loads(verify.stdout)["entries"]
+    assert verify.returncode == 0 and sum(r["name"].startswith("object ") for r in results) == 3
+    cleared = subprocess.run(
+        [sys.executable, "-m", "jitops", "clear", "--all", "--json"], env=env, capture_output=True, text=True
+    )
+    assert cleared.returncode == 0, cleared.stderr
+    assert not list((cache / _objects.OBJECTS_DIR).glob("*/*")), "clear --all removes the stored objects"
+
+
+PCH_FIRST_LINE = "#include <c10/macros/Macros.h>\n"  # a torch header: precompiled in a second
+
+
+def pch_tree(tmp_path: Path, names=("tiny",)) -> Path:
+    """tiny (and copies under other names) whose binding starts with a torch header."""
+    copy = tmp_path / "pch_src"
+    shutil.copytree(TINY_SOURCES, copy)
+    for name in names:
+        for folder in ("kernels/cpu", "bindings"):
+            shutil.copy(TINY_SOURCES / folder / "tiny.cpp", copy / folder / f"{name}.cpp")
+        binding = copy / "bindings" / f"{name}.cpp"
+        binding.write_text(PCH_FIRST_LINE + binding.read_text())
+    return copy
+
+
+def test_a_precompiled_header_is_built_once_for_eight_processes_and_used(tmp_path):
+    names = [f"tiny{i}" for i in range(8)]
+    root = pch_tree(tmp_path, names)
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    env = tiny_env(cache, CXX=compiler, JITOPS_PCH="wait")
+    procs = [
+        children.popen(
+            [sys.executable, "-c", LOAD, name, str(root), "[]", "[]"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, stderr
+        assert json.loads(stdout.strip().splitlines()[-1])["value"] == 42
+    lines = log.read_text().splitlines()
+    assert sum("-x c++-header" in line for line in lines) == 1, "one PCH build for all eight"
+    assert sum(" -include " in line and "bindings_tiny" in line for line in lines) == 8, "every binding uses it"
+    (pch,) = (cache / _pch.PCH_DIR).glob("*/record.json")
+    assert "Macros.h" in (pch.parent / _pch.HEADER_NAME).read_text()
+
+
+def test_a_precompiled_header_of_other_defines_is_never_used_and_a_corrupt_one_never_trusted(tmp_path):
+    root = pch_tree(tmp_path)
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    load(cache, root, cflags=["-DSOME_DEFINE=1"], CXX=compiler, JITOPS_PCH="wait")
+    load(cache, root, cflags=["-DSOME_DEFINE=2"], CXX=compiler, JITOPS_PCH="wait")
+    folders = sorted(p.parent for p in (cache / _pch.PCH_DIR).glob("*/record.json"))
+    assert len(folders) == 2, "another define, another PCH"
+    used = [line.split(" -include ")[1].split()[0] for line in log.read_text().splitlines() if " -include " in line]
+    assert [Path(u).parent.name for u in used] == sorted([f.name for f in folders], key=[Path(u).parent.name for u in used].index)
+    assert used[0] != used[1]
+    for line in log.read_text().splitlines():
+        if " -include " in line:
+            own = "-DSOME_DEFINE=1" if line.split(" -include ")[1].startswith(used[0]) else "-DSOME_DEFINE=2"
+            assert own in line
+    # A corrupt .gch (same size) is found by its sha256, discarded and built again.
+    gch = Path(used[0] + ".gch")
+    data = bytearray(gch.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    gch.write_bytes(bytes(data))
+    edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* edited */")
+    again = load(cache, root, cflags=["-DSOME_DEFINE=1"], CXX=compiler, JITOPS_PCH="wait")
+    assert again["value"] == 42 and "discarding the corrupt precompiled header" in again["stderr"], again["stderr"]
+
+
+def test_a_pch_build_killed_midway_leaves_nothing_a_later_build_trusts(tmp_path):
+    root = pch_tree(tmp_path)
+    started = tmp_path / "pch-started"
+    compiler, _ = logging_compiler(tmp_path)
+    slow = tmp_path / "slow-header-c++"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) touch {started}; sleep 30;; esac\nexec {compiler} "$@"\n')
+    slow.chmod(0o755)
+    cache = tmp_path / "cache"
+    proc = children.popen(
+        [sys.executable, "-c", LOAD, "tiny", str(root), "[]", "[]"],
+        env=tiny_env(cache, CXX=str(slow), JITOPS_PCH="wait"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.time() + TIMEOUT_S
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=TIMEOUT_S)
+    assert not list((cache / _pch.PCH_DIR).glob("*/record.json")), "no PCH is published by a killed build"
+    again = load(cache, root, CXX=compiler, JITOPS_PCH="wait")
+    assert again["value"] == 42
+    assert len(list((cache / _pch.PCH_DIR).glob("*/record.json"))) == 1
+    assert not list((cache / _pch.PCH_DIR).glob(".tmp-*")), "the killed build's staging folder is removed"
+
+
+def test_an_in_process_edit_loads_the_new_code(tmp_path):
+    source = tmp_path / "edited.cpp"
+    source.write_text('extern "C" int edited_value() { return 1; }\n')
+    code = f"""
+import ctypes, jitops, pathlib
+path = pathlib.Path({str(source)!r})
+first = jitops.load("edited", [str(path)], is_python_module=False)
+print(ctypes.CDLL(first).edited_value())
+path.write_text(path.read_text().replace("return 1", "return 2"))
+second = jitops.load("edited", [str(path)], is_python_module=False)
+print(ctypes.CDLL(second).edited_value(), second != first)
+"""
+    proc = children.run(
+        [sys.executable, "-c", code], env=tiny_env(tmp_path / "cache"), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "2", "True"], proc.stdout
+
+
+def test_compile_commands_are_torchs(tmp_path, tree):
+    """jitops compiles each unit with the flags torch's load() writes for the same extension."""
+    from torch.utils.cpp_extension import load as torch_load
+
+    cache = tmp_path / "cache"
+    load(cache, tree)
+    build = tmp_path / "torch_build"
+    build.mkdir()
+    sources = [str(tree / s) for s in ("kernels/cpu/tiny.cpp", "kernels/cpu/tiny_second.cpp")]  # torch: one tiny.o
+    torch_load("jitops_test_tiny", sources, build_directory=str(build), is_python_module=False)
+    torch_flags = {}
+    for line in (build / "build.ninja").read_text().splitlines():
+        name, _, value = line.partition(" = ")
+        if name in ("cflags", "post_cflags"):
+            torch_flags[name] = value.split()
+    (record,) = [
+        json.loads(p.read_text()) for p in (cache / _objects.OBJECTS_DIR).glob("*/*/record.json") if "bindings" in p.read_text()
+    ]
+    compiler, flags, post_flags = record["command"]
+    assert post_flags.split() == torch_flags["post_cflags"]
+    ours = flags.split()
+    assert [f for f in ours if f in torch_flags["cflags"]] == torch_flags["cflags"], "torch's flags, in torch's order"
+    added = {f for f in ours if f not in torch_flags["cflags"]}
+    assert added == {"-fvisibility-inlines-hidden", "-DJITOPS_NAMESPACE=jitops_test", f"-I{INCLUDE_DIR}"}, added
