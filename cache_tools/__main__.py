@@ -150,11 +150,10 @@ LIST_COLUMNS = [
     "BUILT",
     "BUILD S",
     "LAST USED",
-    "STATUS",
     "SEEN IN",
+    "STATUS",
 ]
 LIST_DROPPED_FIRST = [
-    "SEEN IN",
     "BUILT",
     "BUILD S",
     "NAMESPACE",
@@ -200,8 +199,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 when(r.built_at),
                 f"{r.build_seconds:.1f}" if r.build_seconds else "-",
                 when(r.last_used),
-                r.status,
                 _seen_in(r.seen_in),
+                r.status,
             ]
             for r in rows
         ]

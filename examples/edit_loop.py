@@ -136,14 +136,18 @@ class Tree:
 
 
 def wait_for_background_pch(cache: Path, timeout: float = 900.0) -> float:
-    """Seconds until no background PCH build of this cache is running (jitops' _pch processes)."""
+    """Seconds until no precompiled header of this cache is being built: no PCH lock is held (a
+    background build holds its lock from start to publish)."""
+    import fcntl
+
     started = time.time()
-    while time.time() - started < timeout:
-        running = subprocess.run(["pgrep", "-f", f"jitops._pch.*{cache}"], capture_output=True).stdout.strip()
-        if not running:
-            return time.time() - started
-        time.sleep(0.5)
-    raise SystemExit(f"a background PCH build of {cache} still runs after {timeout:.0f} s")
+    time.sleep(0.5)  # the background process takes its lock at once; give it the time to start
+    for lock in (cache / "pch").glob("*.lock"):
+        with open(lock) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # waits while a build holds it
+    if time.time() - started > timeout:
+        raise SystemExit(f"a background PCH build of {cache} ran for more than {timeout:.0f} s")
+    return time.time() - started
 
 
 def main() -> None:
@@ -216,6 +220,9 @@ def main() -> None:
             raise SystemExit(f"{which} {label}: k1 gave {report['k1']}, expected {expected} (the old code?)")
         seconds[which][label], counts[which][label] = report["seconds"], compiles() - before
         print(f"  {which:<6} {label:<13} {report['seconds']:8.2f} s  {counts[which][label]} compiles", flush=True)
+        for line in result.stderr.splitlines():  # jitops' status lines: what it compiled, and why
+            if line.startswith("jitops:"):
+                print(f"         {line}", flush=True)
 
     def both(label: str, change) -> None:
         for which in ("torch", "jitops"):

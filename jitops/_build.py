@@ -20,6 +20,8 @@ from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
 from ._lock import build_timeout, lock_timeout, under_entry_lock
 
+say = _status.BuildStatus.say  # a status line of the loader's own
+
 if TYPE_CHECKING:
     from .extension import Extension
 

@@ -92,6 +92,9 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
         try:
             return planned, _build.build_or_prebuilt(planned)
         except InputsChanged as err:
+            _build.say(
+                f"jitops: {', '.join(err.paths)} changed while {planned.extension.qualified_name} was built; building it again"
+            )
             if attempt == BUILD_ATTEMPTS:
                 raise BuildError(
                     f"jitops: building {planned.extension.qualified_name}: {', '.join(err.paths)} kept changing "

@@ -137,7 +137,7 @@ def build(spec: dict, blocking: bool) -> str | None:
             }
             # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja.
             command = spec["command"].format(**paths).replace("$$", "$")
-            result = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+            result = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
             if result.returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
                 return None
             record = {
@@ -169,8 +169,8 @@ def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> boo
 def start_background(spec: dict) -> None:
     """Build a PCH in a process of its own, detached, at low priority; its output goes to
     <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without."""
-    log_path = Path(spec["root"]) / PCH_DIR / f"{spec['key']}.log"
     try:
+        log_path = _cache.ensure_private_dir(Path(spec["root"]) / PCH_DIR) / f"{spec['key']}.log"
         with open(log_path, "w") as log:
             subprocess.Popen(
                 [sys.executable, "-m", "jitops._pch", json.dumps(spec)],
@@ -180,7 +180,7 @@ def start_background(spec: dict) -> None:
                 start_new_session=True,
                 close_fds=True,
             )
-    except OSError:
+    except (OSError, _cache.CacheError):
         pass  # only a later build's speed depends on it
 
 

@@ -83,6 +83,12 @@ class BuildStatus:
         sys.stderr.flush()
         cls._live_line = False
 
+    @classmethod
+    def say(cls, line: str) -> None:
+        """A line of its own, between builds' lines."""
+        with cls._lock:
+            cls._write_line(line)
+
     def finish(self, ok: bool) -> None:
         seconds = f"{time.time() - self.started:.1f}s {self.step}".rstrip()
         with BuildStatus._lock:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache
 # (on 16 cores about 4 minutes; `tests-ab` then `tests-cd` split it in two calls). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -48,6 +48,8 @@ case "$1" in
     python3 -m pip install -q . --no-deps --no-build-isolation
     python3 examples/load_time.py --installed --repeats "${REPEATS:-11}" 2>&1 | tee "$OUT/load_time_installed.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
+  edit-loop)  # the edit loop (cold, warm, edit a .cu, the binding, a header, a flag, a 2nd extension) against torch's load()
+    python3 examples/edit_loop.py --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
   drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again

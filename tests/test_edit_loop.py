@@ -357,3 +357,19 @@ def test_compile_commands_are_torchs(tmp_path, tree):
     assert [f for f in ours if f in torch_flags["cflags"]] == torch_flags["cflags"], "torch's flags, in torch's order"
     added = {f for f in ours if f not in torch_flags["cflags"]}
     assert added == {"-fvisibility-inlines-hidden", "-DJITOPS_NAMESPACE=jitops_test", f"-I{INCLUDE_DIR}"}, added
+
+
+def test_a_missing_precompiled_header_is_built_in_the_background_after_a_first_build(tmp_path):
+    root = pch_tree(tmp_path)
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    first = load(cache, root, CXX=compiler, JITOPS_PCH="1")
+    assert first["value"] == 42 and " -include " not in log.read_text(), "a first build does not wait for a PCH"
+    deadline = time.time() + TIMEOUT_S
+    while not list((cache / _pch.PCH_DIR).glob("*/record.json")) and time.time() < deadline:
+        time.sleep(0.1)
+    edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* edited */")
+    since = log_lines(log)
+    again = load(cache, root, CXX=compiler, JITOPS_PCH="1")
+    assert again["value"] == 42 and "1 with a PCH" in again["stderr"], again["stderr"]
+    assert [line for line in log.read_text().splitlines()[since:] if " -include " in line]

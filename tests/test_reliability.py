@@ -125,14 +125,15 @@ def test_crowd_of_eight_builds_once(tmp_path):
     assert len(entries(cache)) == 1
 
 
-def test_crowd_with_a_mix_of_ops_builds_each_once(tmp_path):
+def test_crowd_of_two_trees_that_differ_in_a_header_each_gets_its_own_code(tmp_path):
+    # Same sources, one header different: one key (entries are keyed by content, and the header is
+    # not declared), so the entry is rebuilt for whichever tree loads after the other's build.
+    # Each process must get its own tree's value; a rebuild relinks stored objects.
     cache = tmp_path / "cache"
     sources = [TINY_SOURCES, tiny_variant(tmp_path, 43)] * 4
     results = [finish(p) for p in [start_tiny(cache, s) for s in sources]]
-    for value in (42, 43):
-        mine = [r for r, s in zip(results, sources) if r["value"] == value]
-        assert len(mine) == 4 and Counter(r["how"] for r in mine) == {"built": 1, "cache": 3}
-    assert len(entries(cache)) == 2
+    assert [r["value"] for r in results] == [42, 43] * 4
+    assert len(entries(cache)) == 1
 
 
 def corrupt_truncated(entry: Path) -> None:
