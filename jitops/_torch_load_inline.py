@@ -39,8 +39,9 @@ def load_inline(
 ):
     """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
     writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
-    after their content under the cache root, then built as load() builds files. use_pch has no
-    effect (jitops does not build precompiled headers)."""
+    after their content under the cache root, then built as load() builds files. use_pch is
+    accepted: jitops precompiles torch/extension.h for every extension where it is safe
+    (JITOPS_PCH), main.cpp included."""
     refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl)
     if not is_identifier(name):  # it names a folder before the Extension checks it
         raise ValueError(f"name must be a C identifier, got {name!r}")
