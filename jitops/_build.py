@@ -115,13 +115,16 @@ def _build(planned: PlannedEntry) -> Path:
         build_dir.mkdir()
         flags = _buildfile.torch_flags(build_dir, extension, cuda, components, planned.cxx)
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
-        ignored = toolchain_prefixes(planned.cxx, cuda, entry.root)
+        # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
+        # its own: one .gch serves every extension, wherever its entries are.
+        pch_root = _cache.cache_root()
+        ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
         _objects.remove_orphans(entry.root)
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
             _objects.reuse(entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
-        pch_jobs = _plan_pch(entry.root, extension, compiled, components, ignored)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _status.why_built(components, planned.source_hashes, _cache.newest_manifest(entry))

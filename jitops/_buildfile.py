@@ -6,12 +6,15 @@ compiler launcher where one is configured, and the link."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _cache
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan
@@ -57,8 +60,27 @@ class Unit:
 
 def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
     """torch's flags for the extension, read from the build file torch's private writer (torch >=
-    2.10) makes of it; the compilers are the ones the key names."""
-    from torch.utils import cpp_extension  # slow to import (setuptools): builds only
+    2.10) makes of it, or recorded from an earlier build with the same inputs (the key's components
+    but the sources' hash: torch, flags, archs, compilers, environment; and the include paths, the
+    library's name, the toolkit); the compilers are the ones the key names."""
+    made_of = {k: v for k, v in components.items() if k != "sources_sha256"}
+    made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
+    made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
+    key = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
+    record = _cache.torch_flags_record()
+    known = record.records.get(key)
+    if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):
+        return TorchFlags(*known)
+    flags = _written_by_torch(build_dir, extension, cuda, components, cxx)
+    record.put(
+        key, [flags.cxx, flags.nvcc, flags.cflags, flags.post_cflags, flags.cuda_cflags, flags.cuda_post_cflags, flags.ldflags]
+    )
+    record.save()
+    return flags
+
+
+def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
+    from torch.utils import cpp_extension  # slow to import (setuptools): only where no record has the flags
 
     cuda_cflags = list(components["cuda_cflags"])
     if cuda.enabled:

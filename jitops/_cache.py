@@ -31,6 +31,7 @@ from ._errors import CacheError, warn
 
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
+TORCH_FLAGS_NAME = "torch-flags.json"
 FILE_HASHES_NAME = "file-hashes.json"
 TMP_PREFIX = ".tmp-"
 INLINE_SOURCES = "inline"  # jitops.load_inline's sources, one folder per content
@@ -174,6 +175,12 @@ def binary_identity(path: Path) -> tuple[str, str]:
     whenever the binary is replaced or rewritten."""
     resolved = os.path.realpath(path)
     return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
+
+
+def torch_flags_record() -> RecordFile:
+    """torch's compile and link flags for an extension, by everything they are made of
+    (<root>/torch-flags.json): importing torch's build code costs a rebuild more than its edit."""
+    return _root_record(RecordFile, TORCH_FLAGS_NAME, cache_root())
 
 
 def toolchain_probes() -> RecordFile:

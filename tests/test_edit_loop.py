@@ -373,3 +373,25 @@ def test_a_missing_precompiled_header_is_built_in_the_background_after_a_first_b
     again = load(cache, root, CXX=compiler, JITOPS_PCH="1")
     assert again["value"] == 42 and "1 with a PCH" in again["stderr"], again["stderr"]
     assert [line for line in log.read_text().splitlines()[since:] if " -include " in line]
+
+
+def test_extensions_with_build_directories_of_their_own_share_the_cache_roots_pch(tmp_path):
+    compiler, log = logging_compiler(tmp_path)
+    code = """
+import ctypes, jitops, sys
+for i, folder in enumerate(sys.argv[1:]):
+    path = f"{folder}/unit.cpp"
+    open(path, "w").write('#include <c10/macros/Macros.h>\\nextern "C" int unit_value() { return %d; }\\n' % i)
+    print(ctypes.CDLL(jitops.load(f"unit{i}", [path], is_python_module=False, build_directory=folder)).unit_value())
+"""
+    folders = [tmp_path / "first", tmp_path / "second"]
+    for folder in folders:
+        folder.mkdir()
+    env = tiny_env(tmp_path / "cache", CXX=compiler, JITOPS_PCH="wait")
+    proc = children.run(
+        [sys.executable, "-c", code, *map(str, folders)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 0 and proc.stdout.split() == ["0", "1"], proc.stderr
+    lines = log.read_text().splitlines()
+    assert sum("-x c++-header" in line for line in lines) == 1 and sum(" -include " in line for line in lines) == 2
+    assert len(list((tmp_path / "cache" / _pch.PCH_DIR).glob("*/record.json"))) == 1
