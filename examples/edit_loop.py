@@ -163,7 +163,8 @@ def main() -> None:
     cuda = torch.cuda.is_available() and torch.version.cuda is not None
     work = args.keep or Path(tempfile.mkdtemp(prefix="jitops-edit-loop-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
+    # Children write bytecode as users' Pythons do (without it, every import compiles its source).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
     wrappers = work / "bin"
     wrappers.mkdir(exist_ok=True)

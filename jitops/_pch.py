@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def start_background(spec: dict) -> None:
     try:
         log_path = _cache.ensure_private_dir(Path(spec["root"]) / PCH_DIR) / f"{spec['key']}.log"
         with open(log_path, "w") as log:
-            subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "jitops._pch", json.dumps(spec)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -180,6 +181,7 @@ def start_background(spec: dict) -> None:
                 start_new_session=True,
                 close_fds=True,
             )
+        threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while this process runs
     except (OSError, _cache.CacheError):
         pass  # only a later build's speed depends on it
 
