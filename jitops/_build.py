@@ -127,7 +127,7 @@ def _build(planned: PlannedEntry) -> Path:
         pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
-        why = entry.stale_because or _status.why_built(components, planned.source_hashes, _cache.newest_manifest(entry))
+        why = entry.stale_because or _status.why_built(components, planned.source_hashes, _status.newest_manifest(entry))
         log_path = staging / _cache.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")

@@ -361,17 +361,6 @@ def verified_or_discarded(entry: Entry, full_hash: bool = False) -> Path | None:
         return None
 
 
-def newest_manifest(entry: Entry) -> dict | None:
-    """The manifest of the newest other entry of entry's extension in its root (what the last build
-    was made from: a new build says what changed since), or None."""
-    newest, manifest = -1.0, None
-    for other, found in list_entries(entry.root, entry.name):
-        built_at = found.get("built_at") if isinstance(found, dict) else None
-        if other.key != entry.key and isinstance(built_at, (int, float)) and built_at > newest:
-            newest, manifest = built_at, found
-    return manifest
-
-
 def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
     """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
     for builds and ahead-of-time wheels. headers: see Entry._check_headers."""
