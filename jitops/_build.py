@@ -159,8 +159,13 @@ def _build(planned: PlannedEntry) -> Path:
             shutil.copyfile(log_path, failed_log)
             raise BuildError(f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}")
         with_pch = sum(1 for unit in compiled if unit.pch)
+        # gcc's -Winvalid-pch: it compiled those units from the header's text instead.
+        refused = log_path.read_text(errors="replace").count(".gch: not used because") if with_pch else 0
         if len(compiled) < len(units) or with_pch:  # a first build compiles every unit
-            status.summary = f"compiled {len(compiled)} of {len(units)} units" + (f" ({with_pch} with a PCH)" if with_pch else "")
+            status.summary = f"compiled {len(compiled)} of {len(units)} units"
+            if with_pch:
+                refusal = f", {refused} refused by the compiler: see the log" if refused else ""
+                status.summary += f" ({with_pch} with a PCH{refusal})"
         status.finish(ok=True)
         library = staging / library_file
         os.replace(built, library)
