@@ -207,6 +207,8 @@ def _plan_pch(root: Path, extension: Extension, compiled: list, components: dict
         if not header:
             continue
         flags = _pch.command_flags(unit, own_defines)
+        if flags is None:
+            continue
         pch_key = _pch.key(header, unit, flags, components)
         unit.pch = _pch.find(root, pch_key)
         if unit.pch is None:

@@ -67,11 +67,14 @@ def leading_torch_includes(source: str) -> str:
     return "\n".join(found) + "\n" if found else ""
 
 
-def command_flags(unit, own_defines: list[str]) -> str:
+def command_flags(unit, own_defines: list[str]) -> str | None:
     """The unit's flags (shell text) without the defines that name its extension, which torch's
-    headers do not read: one PCH serves every extension compiled with the same flags."""
-    words = [word for word in shlex.split(unit.flags) if word not in own_defines]
-    return shlex.join(words)
+    headers do not read: one PCH serves every extension compiled with the same flags. None where
+    the shell could not split them (an unbalanced quote): no PCH then."""
+    try:
+        return shlex.join(word for word in shlex.split(unit.flags) if word not in own_defines)
+    except ValueError:
+        return None
 
 
 def key(header: str, unit, flags: str, components: dict) -> str:
@@ -109,7 +112,7 @@ def find(root: Path, pch_key: str) -> str | None:
 
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
     """What building one PCH takes (a background process gets it as JSON)."""
-    command = f"{unit.compiler} {flags} -x c++-header {{header}} -o {{gch}} {unit.post_flags} -MMD -MF {{deps}}"
+    command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
     return {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
 
 
@@ -132,12 +135,12 @@ def build(spec: dict, blocking: bool) -> str | None:
         try:
             header, gch, deps = staging / HEADER_NAME, staging / (HEADER_NAME + ".gch"), staging / "pch.d"
             header.write_text(spec["header"], encoding="utf-8")
-            paths = {
-                name: shlex.quote(str(path)).replace("$", "$$")
-                for name, path in [("header", header), ("gch", gch), ("deps", deps)]
-            }
-            # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja.
-            command = spec["command"].format(**paths).replace("$$", "$")
+            # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
+            # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
+            command = spec["command"]
+            for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
+                command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
+            command = command.replace("$$", "$")
             result = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
             if result.returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
                 return None
@@ -151,8 +154,8 @@ def build(spec: dict, blocking: bool) -> str | None:
             deps.unlink()
             os.chmod(staging, 0o700)
             os.rename(staging, parent / pch_key)
-        except OSError:
-            return None  # a full disk, say: the units compile without it
+        except (OSError, ValueError):
+            return None  # a full disk, or flags the shell cannot split: the units compile without it
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return find(root, pch_key)

@@ -267,7 +267,7 @@ def test_a_precompiled_header_of_other_defines_is_never_used_and_a_corrupt_one_n
     compiler, log = logging_compiler(tmp_path)
     cache = tmp_path / "cache"
     load(cache, root, cflags=["-DSOME_DEFINE=1"], CXX=compiler, JITOPS_PCH="wait")
-    load(cache, root, cflags=["-DSOME_DEFINE=2"], CXX=compiler, JITOPS_PCH="wait")
+    load(cache, root, cflags=["-DSOME_DEFINE=2", "-DINIT={0}"], CXX=compiler, JITOPS_PCH="wait")  # braces too
     folders = sorted(p.parent for p in (cache / _pch.PCH_DIR).glob("*/record.json"))
     assert len(folders) == 2, "another define, another PCH"
     used = [line.split(" -include ")[1].split()[0] for line in log.read_text().splitlines() if " -include " in line]
