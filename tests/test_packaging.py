@@ -53,6 +53,6 @@ def test_the_sdist_carries_the_tests_examples_and_makefile(tmp_path):
         ["git", "ls-files", "tests", "examples"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     assert tracked, "a git checkout lists its files"
-    missing = sorted(set(tracked + ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.py"]) - names)
+    missing = sorted(set(tracked + ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.cfg", "setup.py"]) - names)
     assert not missing, missing
     assert not [n for n in names if "__pycache__" in n or n.endswith(".so")]

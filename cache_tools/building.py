@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""The commands that build or diagnose: doctor, and build (the only one that compiles)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import jitops
+from jitops import _cache, _core
+
+from . import registry
+from .output import EXIT_OK, EXIT_PROBLEM, emit
+from .selection import check_op_names, check_package
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    report = doctor.report()
+    emit(args, report, lambda: doctor.print_report(report))
+    return EXIT_OK if all(op["available"] for op in report["ops"]) else EXIT_PROBLEM
+
+
+def chosen_extensions(names: list[str], package: str | None) -> list[tuple[str, jitops.Extension]]:
+    """(owner, Extension) of each name (`op` of ours, else <namespace>.<name>), or of every
+    extension declared here (of one package with --package)."""
+    check_op_names(names)
+    check_package(package)
+    chosen = []
+    for qualified, (owner, extension) in registry.declared().items():
+        short = qualified.partition(".")[2] if owner == registry.OWN else qualified
+        if (not names or short in names or qualified in names) and package in (None, owner):
+            chosen.append((owner, extension))
+    return chosen
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    if args.arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
+    chosen = chosen_extensions(args.ops, args.package)
+    with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:  # builds run in parallel, as load_all's
+        futures = [(owner, extension, pool.submit(extension.load)) for owner, extension in chosen]
+    errors = [f"  {extension.qualified_name}: {f.exception()}" for _, extension, f in futures if f.exception()]
+    failure = f"{len(errors)} of {len(chosen)} failed:\n" + "\n".join(errors) if errors else None
+    results = []
+    for owner, extension, future in futures:
+        if future.exception() is not None:
+            continue
+        loaded = future.result()
+        op = extension.name if owner == registry.OWN else extension.qualified_name
+        result = {"op": op, "owner": owner, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
+        if args.out:
+            result["prebuilt"] = str(export_prebuilt(loaded.library.parent, Path(args.out)))
+        results.append(result)
+
+    def human():
+        for r in results:
+            where = f" -> {r['prebuilt']}" if "prebuilt" in r else ""
+            print(f"{r['op']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
+        if failure:
+            print(failure, file=sys.stderr)
+
+    emit(args, {"built": results, "error": failure}, human)
+    return EXIT_PROBLEM if failure else EXIT_OK
+
+
+def export_prebuilt(entry_dir: Path, out: Path) -> Path:
+    """Copy a published entry (.so and manifest) into out/<namespace>.<name>-<key>/ for JITOPS_PREBUILT_DIR,
+    replacing an older copy in one rename, so a reader never sees half of it. Everything it
+    creates is readable by all and writable by its owner alone, whatever the umask: the loader
+    refuses a prebuilt entry that anyone else could write (_prebuilt.untrusted_prebuilt)."""
+    if not out.exists():
+        out.mkdir(parents=True)
+        os.chmod(out, 0o755)
+    target = out / entry_dir.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry_dir.name}-", dir=out))
+    try:
+        manifest = json.loads((entry_dir / _core.MANIFEST_NAME).read_text())
+        shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
+        _core.write_json_atomic(staging / _core.MANIFEST_NAME, manifest)
+        os.chmod(staging / manifest["library"], 0o755)
+        os.chmod(staging / _core.MANIFEST_NAME, 0o644)
+        os.chmod(staging, 0o755)
+        if target.exists():
+            _cache.remove_tree(target)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

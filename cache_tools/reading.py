@@ -1,0 +1,286 @@
+# SPDX-License-Identifier: MIT
+"""The commands that read: dir, list, info, verify, stats, locks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jitops import _cache, _core, _stats
+from jitops._errors import BuildError, CacheError
+
+from . import inventory, registry
+from .output import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    emit,
+    fit_to_terminal,
+    human_size,
+    plural,
+    print_table,
+    when,
+)
+from .selection import check_package, configured_root, selected_rows
+
+
+def cmd_dir(args: argparse.Namespace) -> int:
+    root, reason = configured_root()
+    emit(args, {"root": str(root), "reason": reason}, lambda: print(f"{root}  ({reason})"))
+    return EXIT_OK
+
+
+# list's columns, and the order they are dropped in to fit a terminal (the last ones stay).
+LIST_COLUMNS = [
+    "OWNER",
+    "NAMESPACE",
+    "OP",
+    "BACKENDS",
+    "KEY",
+    "TORCH",
+    "CUDA",
+    "ARCH",
+    "SIZE",
+    "BUILT",
+    "BUILD S",
+    "LAST USED",
+    "SEEN IN",
+    "STATUS",
+]
+LIST_DROPPED_FIRST = [
+    "SEEN IN",
+    "BUILT",
+    "BUILD S",
+    "NAMESPACE",
+    "ARCH",
+    "TORCH",
+    "CUDA",
+    "KEY",
+    "OWNER",
+    "BACKENDS",
+    "LAST USED",
+]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root, rows = selected_rows(args.ops, args.package)
+
+    def human():
+        table = [
+            [
+                r.owner,
+                r.namespace,
+                r.op,
+                "+".join(r.backends) or "-",
+                r.key[:8],
+                r.torch or "-",
+                r.cuda or "-",
+                r.arch or "-",
+                human_size(r.size),
+                when(r.built_at),
+                f"{r.build_seconds:.1f}" if r.build_seconds else "-",
+                when(r.last_used),
+                _seen_in(r.seen_in),
+                r.status,
+            ]
+            for r in rows
+        ]
+        print_table(*fit_to_terminal(LIST_COLUMNS, table, LIST_DROPPED_FIRST))
+        for r in rows:
+            if r.reason:
+                print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
+        print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
+        print(store_summary(store))
+
+    store = inventory.store_rows(root) if not (args.ops or args.package) else []
+    data = {"root": str(root), "entries": [r.as_dict() for r in rows], "store": [r.as_dict() for r in store]}
+    emit(args, data, human)
+    return EXIT_OK
+
+
+def _seen_in(roots: list[str]) -> str:
+    """Where an entry's sources were seen: the newest tree, and how many others."""
+    return "-" if not roots else roots[-1] + (f" (+{len(roots) - 1})" if len(roots) > 1 else "")
+
+
+def store_summary(store: list[inventory.Row]) -> str:
+    """One line on what every extension shares: stored objects and precompiled headers."""
+    parts = []
+    for kind, one, many in (("object", "stored object", "stored objects"), ("pch", "precompiled header", "precompiled headers")):
+        found = [r for r in store if r.kind == kind]
+        parts.append(f"{plural(len(found), one, many)} ({human_size(sum(r.size for r in found))})")
+        parts[-1] += "".join(
+            f", {sum(r.status == s for r in found)} {s}"
+            for s in (inventory.CORRUPT, inventory.ORPHAN)
+            if any(r.status == s for r in found)
+        )
+    return "shared by every extension: " + ", ".join(parts)
+
+
+def lock_timeout_or_why() -> float | str:
+    """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
+    from jitops import _lock
+
+    try:
+        return _lock.lock_timeout()
+    except BuildError as err:
+        return f"invalid: {str(err).removeprefix('jitops: ')}"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from jitops import _prebuilt
+
+    from . import doctor
+
+    root, rows = selected_rows([], args.package)
+    store = inventory.store_rows(root) if args.package is None else []
+    reason = configured_root()[1]
+    by_status = {
+        s: sum(1 for r in rows if r.status == s)
+        for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)
+    }
+    data = {
+        "root": str(root),
+        "root_reason": reason,
+        "entries": len(rows),
+        "bytes": sum(r.size for r in rows),
+        "by_status": by_status,
+        "environment": environment_summary(),
+        "lock_timeout_s": lock_timeout_or_why(),
+        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "store_bytes": sum(r.size for r in store),
+        "seen_in": {f"{r.namespace}.{r.op}-{r.key}": r.seen_in for r in rows},
+    }
+
+    def human():
+        print(f"cache root      {root}  ({reason})")
+        print(f"entries         {len(rows)}, {human_size(data['bytes'])}")
+        print("by status       " + ", ".join(f"{s} {n}" for s, n in by_status.items()))
+        for name, value in data["environment"].items():
+            print(f"{name:<15} {value}")
+        timeout = data["lock_timeout_s"]
+        print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
+        print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
+        print(f"shared          {store_summary(store).partition(': ')[2]}")
+        for name, roots in data["seen_in"].items():
+            print(f"seen in         {name}: {', '.join(roots) or '-'}")
+
+    emit(args, data, human)
+    return EXIT_OK
+
+
+def environment_summary() -> dict:
+    import torch
+
+    return {
+        "python": f"{sys.version.split()[0]} ({_core.PYTHON_SOABI})",
+        "torch": torch.__version__,
+        "torch cuda": torch.version.cuda or "none (CPU-only build)",
+    }
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    root, rows = selected_rows([], args.package)
+    chosen = {row.path for row in rows}
+    results = []
+    for entry, _ in _cache.list_entries(root):
+        if str(entry.path) not in chosen:
+            continue
+        try:
+            entry.verified_library(touch=False, full_hash=True)
+            results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": ""})
+        except (CacheError, OSError) as err:
+            results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
+    for row in inventory.store_rows(root, check=True) if args.package is None else []:
+        ok = row.status != inventory.CORRUPT
+        results.append(
+            {"name": f"{row.kind} {row.op}", "key": row.key, "path": row.path, "ok": ok, "problem": row.reason if not ok else ""}
+        )
+    bad = [r for r in results if not r["ok"]]
+
+    def human():
+        for r in results:
+            print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['name']}-{r['key']}" + (f": {r['problem']}" if r["problem"] else ""))
+        print(f"{plural(len(results), 'entry', 'entries')} checked, {len(bad)} with problems")
+
+    emit(args, {"entries": results, "problems": len(bad)}, human)
+    return EXIT_PROBLEM if bad else EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
+    root, _ = configured_root()
+    if args.zero:
+        _stats.zero_stats(root)
+        emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
+        return EXIT_OK
+    extensions, zeroed_at = _stats.read_stats(root)
+    owners = {name: registry.owner(name) for name in extensions}
+    check_package(args.package, set(owners.values()))
+    rows = [
+        {"name": name, "owner": owners[name], **counters}
+        for name, counters in sorted(extensions.items())
+        if args.package in (None, owners[name])
+    ]
+    totals = {f: round(sum(row[f] for row in rows), 3) for f in _stats.STATS_FIELDS}
+
+    def human():
+        print_table(
+            ["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "PREBUILT LOADS"],
+            [
+                [
+                    r["name"],
+                    r["owner"],
+                    r["builds"],
+                    f"{r['build_seconds']:.1f}",
+                    r["failed_builds"],
+                    r["cache_loads"],
+                    r["prebuilt_loads"],
+                ]
+                for r in rows
+            ],
+        )
+        print(
+            f"{plural(int(totals['builds']), 'build', 'builds')} ({totals['build_seconds']:.1f} s), "
+            f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
+            f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
+            f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
+            f"{when(zeroed_at) if zeroed_at else 'the cache was made'}, in {root}"
+        )
+        print("(warm loads, which write nothing, are not counted)")
+
+    emit(args, {"root": str(root), "zeroed_at": zeroed_at, "extensions": rows, "totals": totals}, human)
+    return EXIT_OK
+
+
+def cmd_locks(args: argparse.Namespace) -> int:
+    roots = [Path(_core.torch_extensions_root()), configured_root()[0]]
+    rows = inventory.lock_rows(roots)
+    cleared = []
+    if args.clear_stale:
+        for row in rows:
+            if row.state == "stale":
+                Path(row.path).unlink(missing_ok=True)
+                cleared.append(row.path)
+    remaining_stale = [r for r in rows if r.state == "stale" and r.path not in cleared]
+
+    def human():
+        print_table(
+            ["STATE", "KIND", "PIDS", "AGE", "PATH"],
+            [
+                [
+                    r.state,
+                    r.kind,
+                    ",".join(map(str, r.pids)) if r.pids else ("?" if r.pids is None else "-"),
+                    f"{r.age_s / 60:.0f} min",
+                    r.path,
+                ]
+                for r in rows
+            ],
+        )
+        for path in cleared:
+            print(f"removed stale lock {path}")
+        print(f"{len(rows)} lock files under {', '.join(map(str, dict.fromkeys(roots)))}; {len(remaining_stale)} stale left")
+
+    emit(args, {"locks": [r.as_dict() for r in rows], "cleared": cleared}, human)
+    return EXIT_PROBLEM if remaining_stale else EXIT_OK

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: MIT
+"""The commands that remove: clear and prune (never an entry being built)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+from jitops import _cache
+
+from . import inventory, registry
+from .output import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    UsageError,
+    emit,
+    human_size,
+    plural,
+)
+from .selection import selected_rows
+
+
+def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row]) -> int:
+    """Remove the rows' directories (never one being built) and report what was freed."""
+    removed, skipped = [], []
+    for row in rows:
+        if row.status == inventory.BUILDING:
+            skipped.append({"path": row.path, "why": "being built"})
+            continue
+        if not args.dry_run:
+            try:
+                with entry_lock_taken(root, row) as acquired:
+                    if not acquired:
+                        skipped.append({"path": row.path, "why": "a build started"})
+                        continue
+                    _cache.remove_tree(Path(row.path))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        removed.append(
+            {
+                "kind": row.kind,
+                "namespace": row.namespace,
+                "op": row.op,
+                "key": row.key,
+                "status": row.status,
+                "path": row.path,
+                "bytes": row.size,
+            }
+        )
+    freed = sum(r["bytes"] for r in removed)
+    # The warm records of what is gone (each names its entry folder): small, but one per op and
+    # setting would otherwise pile up. A dry run removes nothing, so it lists only those already
+    # dangling.
+    records = inventory.dangling_warm_records(root)
+    if not args.dry_run:
+        for record in records:
+            record.unlink(missing_ok=True)
+
+    def human():
+        verb = "would remove" if args.dry_run else "removed"
+        for r in removed:
+            label = f"{r['namespace']}.{r['op']}" if r["kind"] == "entry" else f"{r['kind']} {r['op']}"
+            print(f"{verb} {label}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
+        for s in skipped:
+            print(f"kept {s['path']}: {s['why']}")
+        print(
+            f"{verb} {plural(len(removed), 'entry', 'entries')}, {human_size(freed)} {'would be ' if args.dry_run else ''}freed"
+        )
+        if records:
+            print(f"{verb} {plural(len(records), 'warm record', 'warm records')} of entries that are gone")
+
+    data = {
+        "dry_run": args.dry_run,
+        "removed": removed,
+        "skipped": skipped,
+        "bytes_freed": freed,
+        "warm_records_removed": [str(r) for r in records],
+    }
+    emit(args, data, human)
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def entry_lock_taken(root: Path, row: inventory.Row):
+    """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
+    Yields False when a build holds it. Orphans, and entries of the older layout (no namespace),
+    have no entry lock that a build takes."""
+    if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
+        yield True  # stored objects and PCHs are published whole and read without a lock
+        return
+    fd = os.open(root / f"{row.namespace}.{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    if not (args.ops or args.stale or args.all or args.package):
+        raise UsageError("say what to clear: OP names, --package PKG, --stale or --all")
+    root, rows = selected_rows(args.ops, args.package)
+    if not (args.ops or args.package):  # stored objects and PCHs belong to no one extension
+        rows += inventory.store_rows(root)
+    if args.stale and not args.all:
+        rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
+    if args.all and not (args.yes or args.dry_run or args.json) and sys.stdin.isatty() and sys.stdout.isatty():
+        # As conda clean asks: a person at a terminal confirms; scripts (no terminal) and --yes do not.
+        size = human_size(sum(r.size for r in rows))
+        # On stdout, not input()'s: without readline that writes the prompt to stderr.
+        print(f"Remove {plural(len(rows), 'entry', 'entries')} ({size}) from {root}? [y/N] ", end="", flush=True)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return EXIT_PROBLEM
+    status = remove_rows(args, root, rows)
+    inline = root / _cache.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
+    if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
+        if not args.dry_run:
+            _cache.remove_tree(inline)
+        if not args.json:
+            print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
+    return status
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.max_size is None and args.older_than is None:
+        raise UsageError("give --max-size SIZE, --older-than AGE, or both")
+    import time
+
+    root, rows = selected_rows([], args.package)
+    rows += inventory.store_rows(root) if args.package is None else []
+    rows = [r for r in rows if r.status != inventory.BUILDING]
+    # Stale, corrupt and orphan entries go first, then the least recently used.
+    useless = [r for r in rows if r.status != inventory.OK]
+    usable = sorted((r for r in rows if r.status == inventory.OK), key=lambda r: r.last_used or 0)
+    doomed = list(useless)
+    if args.older_than is not None:
+        cutoff = time.time() - args.older_than
+        doomed += [r for r in usable if (r.last_used or 0) < cutoff]
+    if args.max_size is not None:
+        total = sum(r.size for r in rows) - sum(r.size for r in doomed)
+        for r in usable:
+            if total <= args.max_size:
+                break
+            if r not in doomed:
+                doomed.append(r)
+                total -= r.size
+    return remove_rows(args, root, doomed)

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: MIT
+"""Which cache jitops-cache looks at, and which of its rows a command's OP names and --package
+select (an unknown name is a usage error, not "0 entries")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jitops import _core
+
+from . import inventory, registry
+from .output import UsageError
+
+
+def configured_root() -> tuple[Path, str]:
+    """The cache root asked for, and why."""
+    root, reason = _core.configured_root()
+    return Path(root), reason
+
+
+def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, list[inventory.Row]]:
+    """The cache's rows of the named ops (all rows for none), each named `op` or
+    `<namespace>.<op>`, of one owner with --package. A name that is neither declared here nor
+    one with entries in the cache is a typo: a usage error, not "0 entries"."""
+    root, _ = configured_root()
+    rows = inventory.entry_rows(root)
+    check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
+    check_package(package, {row.owner for row in rows})
+    return root, [
+        row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops) and package in (None, row.owner)
+    ]
+
+
+def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
+    """Each name an op of ours, or <namespace>.<name> of an extension declared here or in the cache."""
+    ours = [name.partition(".")[2] for name, (owner, _) in registry.declared().items() if owner == registry.OWN]
+    others = [name for name, (owner, _) in registry.declared().items() if owner != registry.OWN]
+    unknown = sorted(set(ops) - set(ours) - set(others) - also_known)
+    if unknown:
+        known = sorted(set(others) | {n for n in also_known if "." in n and n.split(".")[0] not in ("", "jitops")})
+        raise UsageError(f"unknown op(s) {', '.join(unknown)}; available: {', '.join(ours + known)}")
+
+
+def check_package(package: str | None, also_known: set[str] = frozenset()) -> None:
+    if package is not None and package not in set(registry.packages()) | also_known:
+        raise UsageError(f"unknown package {package!r}; packages with extensions: {', '.join(registry.packages())}")
