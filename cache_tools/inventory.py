@@ -315,24 +315,16 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     for folder, kind in folders:
         last_used = folder.stat().st_mtime
         if folder.name.startswith(_cache.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
-            pid = folder.name[len(_cache.TMP_PREFIX) :].partition("-")[0]
-            alive = pid.isdigit() and os.path.exists(f"/proc/{pid}")
-            status, reason = (BUILDING, f"pid {pid} is writing it") if alive else (ORPHAN, "left by a store that did not finish")
+            dead = _cache.staging_is_dead(folder.name)
+            status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
             rows.append(Row("", "-", "-", "-", status, reason, str(folder), tree_size(folder), kind=kind))
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
-            if kind == "object":
-                record = json.loads((folder / _objects.RECORD_NAME).read_text())
-                name, built_at = os.path.basename(record["source"]), record.get("stored_at")
-                data, digest = folder / _objects.OBJECT_NAME, record["object_sha256"]
-            else:
-                record = json.loads((folder / _pch.RECORD_NAME).read_text())
-                name = (folder / _pch.HEADER_NAME).read_text().split()[-1].strip("<>")
-                built_at, data, digest = record.get("built_at"), folder / (_pch.HEADER_NAME + ".gch"), record["sha256"]
+            name, built_at, data, digest = (_objects if kind == "object" else _pch).describe(folder)
             if check and _cache.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        except (OSError, ValueError, KeyError, TypeError) as err:
             status, reason = CORRUPT, f"unreadable: {err}"
         key = folder.parent.name[:16] if kind == "object" else folder.name[:16]
         rows.append(

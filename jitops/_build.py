@@ -20,8 +20,6 @@ from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
 from ._lock import build_timeout, lock_timeout, under_entry_lock
 
-say = _status.BuildStatus.say  # a status line of the loader's own
-
 if TYPE_CHECKING:
     from .extension import Extension
 
@@ -119,7 +117,7 @@ def _build(planned: PlannedEntry) -> Path:
         # its own: one .gch serves every extension, wherever its entries are.
         pch_root = _cache.cache_root()
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
-        _objects.remove_orphans(entry.root)
+        _cache.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
             _objects.reuse(entry.root, unit, build_dir)

@@ -398,9 +398,14 @@ def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len(prefix) :].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+        if staging_is_dead(name, prefix):
             shutil.rmtree(folder / name, ignore_errors=True)
+
+
+def staging_is_dead(name: str, prefix: str = TMP_PREFIX) -> bool:
+    """Whether the `<prefix><pid>-*` staging folder `name` belongs to a process that is gone."""
+    pid = name[len(prefix) :].partition("-")[0]
+    return pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}")
 
 
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:

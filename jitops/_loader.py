@@ -87,19 +87,19 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
     from . import _build  # imported only on a miss: its imports cost a warm load's budget
     from ._errors import BuildError
     from ._objects import InputsChanged
+    from ._status import BuildStatus
 
     for attempt in range(1, BUILD_ATTEMPTS + 1):
         try:
             return planned, _build.build_or_prebuilt(planned)
         except InputsChanged as err:
-            _build.say(
-                f"jitops: {', '.join(err.paths)} changed while {planned.extension.qualified_name} was built; building it again"
-            )
+            changed, name = ", ".join(err.paths), planned.extension.qualified_name
             if attempt == BUILD_ATTEMPTS:
                 raise BuildError(
-                    f"jitops: building {planned.extension.qualified_name}: {', '.join(err.paths)} kept changing "
-                    f"while it was compiled ({attempt} attempts); nothing was published. Build again once they stay put."
+                    f"jitops: building {name}: {changed} kept changing while it was compiled ({attempt} attempts); "
+                    "nothing was published. Build again once they stay put."
                 ) from None
+            BuildStatus.say(f"jitops: {changed} changed while {name} was built; building it again")
         planned = PlannedEntry(planned.extension)
         library = _cache.verified_or_discarded(planned.entry)
         if library is not None:

@@ -9,6 +9,7 @@ import math
 import os
 from pathlib import Path
 
+from . import _cache
 from ._errors import BuildError
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
@@ -101,8 +102,6 @@ def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
     """(library, "built") made by make(), which publishes the entry (a _cache.Entry), under the
     entry's file lock; (library, "cache") where another process published it first. doing: make's
     work, for errors."""
-    from . import _cache
-
     with HeldLock(entry.lock_path, entry.name):
         try:
             # Another process may have published the entry while this one waited for the lock.

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from . import _cache
-from ._core import identity_or_none, write_json_atomic
+from ._core import identity_or_none, mark_used, write_json_atomic
 from ._errors import BuildError, warn
 
 OBJECTS_DIR = "objects"
@@ -49,11 +49,16 @@ def store_dir(root: Path) -> Path:
     return _cache.ensure_private_dir(root / OBJECTS_DIR)
 
 
+def toolchain(components: dict) -> dict:
+    """The key components that describe the toolchain, which every unit and PCH key holds."""
+    return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
+
+
 def unit_key(unit, components: dict, source_sha256: str) -> str:
     """The object's key: what made it, apart from the headers it included (the variants')."""
     made_of = {
         "format": FORMAT,
-        "toolchain": {name: components.get(name) for name in TOOLCHAIN_COMPONENTS},
+        "toolchain": toolchain(components),
         "command": unit.command,
         "source": unit.source,
         "source_sha256": source_sha256,
@@ -91,7 +96,7 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
             _cache.remove_tree(Path(variant.path))
             continue
         known.save()
-        _touch(variant.path)
+        mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
         unit.headers, unit.reused = dict(headers), True
         return True
     known.save()
@@ -103,15 +108,6 @@ def _sha256_or_none(known: _cache.KnownFileHashes, path: str) -> str | None:
         return known.sha256(path)
     except OSError:
         return None
-
-
-def _touch(path: str) -> None:
-    """Mark a stored object used (its folder's mtime), for prune's last-used order."""
-    try:
-        if time.time() - os.stat(path).st_mtime > 60:
-            os.utime(path)
-    except OSError:
-        pass
 
 
 def settled_before(started_ns: int, known_before: dict, path: str) -> str | None:
@@ -130,6 +126,13 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
             return None
         return digest if identity_or_none(path) == identity else None
     return None
+
+
+def describe(folder: Path) -> tuple[str, float | None, Path, str]:
+    """A stored variant, for the CLI: its source's file name, when it was stored, its object and the
+    sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
+    record = json.loads((folder / RECORD_NAME).read_text())
+    return os.path.basename(record["source"]), record.get("stored_at"), folder / OBJECT_NAME, record["object_sha256"]
 
 
 def store(root: Path, unit, build_dir: Path) -> None:
@@ -158,8 +161,3 @@ def store(root: Path, unit, build_dir: Path) -> None:
         os.rename(staging, target)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def remove_orphans(root: Path) -> None:
-    """Remove the staging folders of stores whose process is gone (killed while writing)."""
-    _cache.remove_dead_staging(root / OBJECTS_DIR)

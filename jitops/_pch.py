@@ -34,6 +34,7 @@ from ._errors import BuildError
 
 PCH_DIR = "pch"
 HEADER_NAME = "pch.h"
+GCH_NAME = HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the one -include names
 RECORD_NAME = "record.json"
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
@@ -78,14 +79,14 @@ def command_flags(unit, own_defines: list[str]) -> str | None:
 
 
 def key(header: str, unit, flags: str, components: dict) -> str:
-    from ._objects import TOOLCHAIN_COMPONENTS
+    from ._objects import toolchain
 
     made_of = {
         "header": header,
         "compiler": unit.compiler,
         "flags": flags,
         "post_flags": unit.post_flags,
-        "toolchain": {name: components.get(name) for name in TOOLCHAIN_COMPONENTS},
+        "toolchain": toolchain(components),
     }
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -96,7 +97,7 @@ def find(root: Path, pch_key: str) -> str | None:
     folder = root / PCH_DIR / pch_key
     try:
         record = json.loads((folder / RECORD_NAME).read_text())
-        gch = folder / (HEADER_NAME + ".gch")
+        gch = folder / GCH_NAME
         if file_identity(gch) != record["identity"] and _cache.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:
@@ -108,6 +109,14 @@ def find(root: Path, pch_key: str) -> str | None:
         _cache.remove_tree(folder)
         return None
     return str(folder / HEADER_NAME)
+
+
+def describe(folder: Path) -> tuple[str, float | None, Path, str]:
+    """A published PCH folder, for the CLI: the header it holds, when it was built, its .gch and the
+    sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
+    record = json.loads((folder / RECORD_NAME).read_text())
+    headers = " ".join(re.findall(r"<([^>]+)>", (folder / HEADER_NAME).read_text()))
+    return headers, record.get("built_at"), folder / GCH_NAME, record["sha256"]
 
 
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
@@ -130,10 +139,10 @@ def build(spec: dict, blocking: bool) -> str | None:
         found = find(root, pch_key)
         if found is not None:
             return found
-        remove_orphans(root)
+        _cache.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
         staging = Path(tempfile.mkdtemp(prefix=f"{_cache.TMP_PREFIX}{os.getpid()}-", dir=parent))
         try:
-            header, gch, deps = staging / HEADER_NAME, staging / (HEADER_NAME + ".gch"), staging / "pch.d"
+            header, gch, deps = staging / HEADER_NAME, staging / GCH_NAME, staging / "pch.d"
             header.write_text(spec["header"], encoding="utf-8")
             # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
             # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
@@ -187,11 +196,6 @@ def start_background(spec: dict) -> None:
         threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while this process runs
     except (OSError, _cache.CacheError):
         pass  # only a later build's speed depends on it
-
-
-def remove_orphans(root: Path) -> None:
-    """Remove the staging folders of PCH builds whose process is gone (killed while writing)."""
-    _cache.remove_dead_staging(root / PCH_DIR)
 
 
 if __name__ == "__main__":  # the background build: python -m jitops._pch '<job as JSON>'
