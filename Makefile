@@ -70,10 +70,14 @@ three-ways: $(PYTHON)
 $(CUDA_VENV)/bin/python:
 	python3 -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/python -m pip install -q --no-cache-dir torch
-	$(CUDA_VENV)/bin/python -m pip install -q -e .
+	$(CUDA_VENV)/bin/python -m pip install -q -e '.[test]'
 
+# Then the edit loop's nvcc test (a CUDA flag change recompiles the .cu units alone), which skips
+# under `make test`'s CPU torch.
 cuda-build: $(CUDA_VENV)/bin/python
 	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_VENV)/bin/python .ci/cuda_build_check.py
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH JITOPS_TEST_NVCC=1 $(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_edit_loop.py \
+		-k cuda_flag_change; rc=$$?; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 # On a lent GPU machine whose python3 already has torch: `make gpu OUT=dir` installs jitops and runs
 # both halves below, logging to $(OUT). Each half fits in one 10-minute device call on its own.

@@ -135,7 +135,7 @@ class RecordFile:
         if self.path is None or not self.changed:
             return
         try:
-            write_json_atomic(self.path, self.records)
+            write_json_atomic(self.path, self.records, durable=False)
             self.changed = False
         except OSError:
             pass  # recomputing next time is only slower

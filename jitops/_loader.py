@@ -144,7 +144,7 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
         "cuda_reason": reason,
     }
     try:
-        _core.write_json_atomic(_core.record_path(root, planned.extension.qualified_name, planned.settings), record)
+        _core.write_json_atomic(_core.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False)
     except OSError:
         pass
     return checked

@@ -63,7 +63,7 @@ def count(root: Path, name: str, **increments: float) -> None:
         for field, increment in increments.items():
             counters[field] = round(counters[field] + increment, 3)
         try:
-            write_json_atomic(root / STATS_NAME, {"zeroed_at": zeroed_at or time.time(), "extensions": extensions})
+            write_json_atomic(root / STATS_NAME, {"zeroed_at": zeroed_at or time.time(), "extensions": extensions}, durable=False)
         except OSError:
             pass
 
@@ -89,7 +89,7 @@ def note_location(entry: Entry, source_root: str) -> None:
         roots = [r for r in locations.get(entry.path.name, []) if r != source_root] + [source_root]
         locations[entry.path.name] = roots[-LOCATIONS_KEPT:]
         try:
-            write_json_atomic(entry.root / LOCATIONS_NAME, locations)
+            write_json_atomic(entry.root / LOCATIONS_NAME, locations, durable=False)
         except OSError:
             pass
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import children
 import pytest
+import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
 from jitops import _cache, _objects, _pch
@@ -36,12 +37,12 @@ print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_
 """
 
 
-def logging_compiler(folder: Path, before_compile: str = "") -> tuple[str, Path]:
-    """A C++ compiler that logs each invocation but --version (one line: its arguments), running
-    before_compile (shell) before each compile. Returns (its path, its log)."""
-    log = folder / "compiler.log"
-    wrapper = folder / "logging-c++"
-    real = shutil.which("c++")
+def logging_compiler(folder: Path, before_compile: str = "", real: str = "c++") -> tuple[str, Path]:
+    """A compiler (c++, or real) that logs each invocation but --version (one line: its arguments),
+    running before_compile (shell) before each compile. Returns (its path, its log)."""
+    log = folder / f"{real}.log"
+    wrapper = folder / f"logging-{real}"
+    real = shutil.which(real)
     wrapper.write_text(
         f'#!/bin/sh\ncase "$*" in --version) exec {real} "$@";; esac\necho "$*" >> {log}\n'
         f'case "$*" in *" -c "*) {before_compile or ":"};; esac\nexec {real} "$@"\n'
@@ -331,6 +332,48 @@ print(ctypes.CDLL(second).edited_value(), second != first)
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "2", "True"], proc.stdout
+
+
+CUDA_LOAD = """
+import ctypes, json, sys, jitops
+folder, cuda_cflags = sys.argv[1], json.loads(sys.argv[2])
+path = jitops.load("mixed", [f"{folder}/host.cpp", f"{folder}/device.cu"], extra_cuda_cflags=cuda_cflags,
+                   is_python_module=False, build_directory=f"{folder}/build")
+print(ctypes.CDLL(path).cuda_part())
+"""
+
+
+# JITOPS_TEST_NVCC=1 (`make cuda-build`): never skipped, so a missing nvcc fails there.
+@pytest.mark.skipif(
+    os.environ.get("JITOPS_TEST_NVCC") != "1" and (torch.version.cuda is None or shutil.which("nvcc") is None),
+    reason="needs a CUDA build of torch and nvcc",
+)
+def test_a_cuda_flag_change_recompiles_only_the_cuda_units(tmp_path):
+    """extra_cuda_cflags reach nvcc's units alone: the C++ unit's object is reused. Compiles only
+    (no GPU needed): `make cuda-build` runs it on CI."""
+    folder = tmp_path / "mixed"
+    (folder / "build").mkdir(parents=True)
+    (folder / "host.cpp").write_text('extern "C" int host_part() { return 1; }\n')
+    (folder / "device.cu").write_text(
+        "#ifndef SCALE\n#define SCALE 3\n#endif\n__global__ void never_launched(int* y) { *y = SCALE; }\n"
+        'extern "C" int cuda_part() { return SCALE; }\n'
+    )
+    cxx, cxx_log = logging_compiler(tmp_path)
+    nvcc, nvcc_log = logging_compiler(tmp_path, real="nvcc")
+    env = tiny_env(tmp_path / "cache", CXX=cxx, PYTORCH_NVCC=nvcc, TORCH_CUDA_ARCH_LIST="9.0")
+
+    def run(cuda_cflags: list[str]) -> str:
+        command = [sys.executable, "-c", CUDA_LOAD, str(folder), json.dumps(cuda_cflags)]
+        proc = children.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()[-1]
+
+    assert run([]) == "3"
+    assert (compiled_units(cxx_log), compiled_units(nvcc_log)) == (["host"], ["device.cuda"])
+    since_cxx, since_nvcc = log_lines(cxx_log), log_lines(nvcc_log)
+    assert run(["-DSCALE=5"]) == "5"
+    assert compiled_units(cxx_log, since_cxx) == [], "the C++ unit is reused"
+    assert compiled_units(nvcc_log, since_nvcc) == ["device.cuda"]
 
 
 def test_compile_commands_are_torchs(tmp_path, tree):
