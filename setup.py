@@ -19,6 +19,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+STARTUP_FILE = "jitops-torch-load.pth"
 
 
 class FreshBuildPy(build_py):
@@ -31,6 +32,12 @@ class FreshBuildPy(build_py):
     def run(self):
         shutil.rmtree(Path(self.build_lib) / "jitops", ignore_errors=True)
         super().run()
+        # The switch for programs run without `python -m jitops run` (JITOPS_TORCH_LOAD=1): a .pth
+        # file, which only site-packages' top level runs at start-up.
+        self.copy_file(str(ROOT / STARTUP_FILE), str(Path(self.build_lib) / STARTUP_FILE))
+
+    def get_outputs(self, include_bytecode=True):
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / STARTUP_FILE)]
 
 
 def ahead_of_time_build() -> dict:

@@ -40,6 +40,9 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                     _cache.remove_tree(Path(row.path))
             except FileNotFoundError:
                 continue  # removed meanwhile
+            except OSError as err:  # one entry that cannot go never stops the others
+                skipped.append({"path": row.path, "why": f"cannot remove it: {err.strerror or err}"})
+                continue
         removed.append(
             {
                 "kind": row.kind,
@@ -81,7 +84,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
         "warm_records_removed": [str(r) for r in records],
     }
     emit(args, data, human)
-    return EXIT_OK
+    return EXIT_PROBLEM if any(s["why"].startswith("cannot remove") for s in skipped) else EXIT_OK
 
 
 @contextlib.contextmanager

@@ -1,7 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""`python -m jitops`: the jitops-cache command."""
+"""`python -m jitops run script.py|-m module [args]`: a program run with every
+torch.utils.cpp_extension.load/load_inline going through jitops (jitops/_drop_in.py).
+`python -m jitops <command>`: the jitops-cache command."""
 
 import sys
+
+if sys.argv[1:2] == ["run"]:
+    from jitops._drop_in import run
+
+    sys.exit(run(sys.argv[2:]))
 
 from jitops.cache_tools.__main__ import main
 

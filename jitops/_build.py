@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _buildfile, _cache, _ninja, _objects, _pch, _prebuilt, _status
+from . import _buildfile, _cache, _namespaces, _ninja, _objects, _pch, _prebuilt, _status
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
 from ._lock import build_timeout, lock_timeout, under_entry_lock
@@ -115,7 +115,7 @@ def _build(planned: PlannedEntry) -> Path:
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        pch_root = _cache.cache_root()
+        pch_root = _cache.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
         _cache.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
         for unit in units:
@@ -130,7 +130,7 @@ def _build(planned: PlannedEntry) -> Path:
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
         status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why)
-        known_before = dict(_cache.known_file_hashes().records)  # each hash with the identity it was read at
+        known_before = dict(_cache.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
         try:
@@ -144,7 +144,12 @@ def _build(planned: PlannedEntry) -> Path:
                         _objects.store(entry.root, unit, build_dir)
                 if changed:
                     raise _objects.InputsChanged(changed)
+                # The load check opens it in this process: a namespace defined already would abort it.
+                namespaces = _namespaces.defined_in(built)
+                _namespaces.check(namespaces, built, extension.qualified_name)
                 failure = _load_check(built, log_path)
+                if failure is None:
+                    _namespaces.record(namespaces, built)
         except BaseException:
             status.finish(ok=False)
             raise

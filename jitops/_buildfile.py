@@ -67,7 +67,7 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
     made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
     made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
     key = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
-    record = _cache.torch_flags_record()
+    record = _cache.torch_flags_record(_cache.records_root(extension.cache_dir))
     known = record.records.get(key)
     if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):
         return TorchFlags(*known)
@@ -167,18 +167,15 @@ def launchers() -> dict[str, str]:
 def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, library: str) -> None:
     """build_dir/build.ninja: an edge for each unit whose object is not reused (reused objects are
     in build_dir already, plain inputs of the link), and the link. Paths are escaped as ninja reads
-    them; compiler commands are torch's, with -MMD depfiles for the headers."""
+    them; compiler commands are torch's, with -MMD depfiles for the headers, kept beside each object
+    for _ninja.deps to read (ninja's own depfile reader stops at a `;` or `*` in a path)."""
     launcher = launchers()
     lines = [
         "ninja_required_version = 1.3",
         "rule compile",
         "  command = $compiler -MMD -MF $out.d $flags $pch -c $in -o $out $post_flags",
-        "  depfile = $out.d",
-        "  deps = gcc",
         "rule cuda_compile",
         "  command = $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
-        "  depfile = $out.d",
-        "  deps = gcc",
         "rule link",
         f"  command = {flags.cxx} $in {flags.ldflags} -o $out",
     ]
@@ -205,20 +202,40 @@ def escape_path(path: str) -> str:
 
 
 _ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"
+# The architecture names TORCH_CUDA_ARCH_LIST may hold (as torch's load() reads them), each the
+# compute capabilities it stands for; a "+Tegra" name before the plain one, which it contains.
+ARCH_NAMES = {
+    "Kepler+Tesla": "3.7",
+    "Kepler": "3.5+PTX",
+    "Maxwell+Tegra": "5.3",
+    "Maxwell": "5.0 5.2+PTX",
+    "Pascal": "6.0 6.1+PTX",
+    "Volta+Tegra": "7.2",
+    "Volta": "7.0+PTX",
+    "Turing": "7.5+PTX",
+    "Ampere+Tegra": "8.7",
+    "Ampere": "8.0 8.6+PTX",
+    "Ada": "8.9+PTX",
+    "Hopper": "9.0+PTX",
+    "Blackwell+Tegra": "11.0",
+    "Blackwell": "10.0 10.3 12.0 12.1+PTX",
+}
 
 
 def gencode_flags(arch_list: str) -> list[str]:
-    """nvcc's -gencode flags for a TORCH_CUDA_ARCH_LIST such as "8.6;9.0a" or "8.0 9.0+PTX"."""
+    """nvcc's -gencode flags for a TORCH_CUDA_ARCH_LIST such as "8.6;9.0a", "8.0 9.0+PTX" or "Ampere"."""
+    for name, capabilities in ARCH_NAMES.items():
+        arch_list = arch_list.replace(name, f" {capabilities} ")
     result = []
     for arch in arch_list.replace(";", " ").split():
         match = re.fullmatch(_ARCH, arch)
         if match is None:
             raise BuildError(
-                f"jitops: TORCH_CUDA_ARCH_LIST entry {arch!r} is not a compute capability such as 8.6, 9.0a or "
-                "9.0+PTX (architecture names are not accepted)"
+                f"jitops: TORCH_CUDA_ARCH_LIST entry {arch!r} is neither a compute capability such as 8.6, 9.0a or "
+                f"9.0+PTX nor one of the names {', '.join(ARCH_NAMES)}"
             )
         number = "".join(match.group(1, 2, 3))
-        result.append(f"-gencode=arch=compute_{number},code=sm_{number}")
-        if match.group(4):
-            result.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+        for flag in (f"-gencode=arch=compute_{number},code=sm_{number}", f"-gencode=arch=compute_{number},code=compute_{number}"):
+            if flag not in result and (match.group(4) or "code=sm_" in flag):
+                result.append(flag)
     return result

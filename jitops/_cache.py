@@ -104,6 +104,29 @@ def cache_root(cache_dir: str | None = None) -> Path:
     return _fallback_root
 
 
+def shared_root(cache_dir: str | None) -> Path:
+    """The root of what every extension shares (precompiled headers): the cache root; for an
+    extension with a root of its own (build_directory), that root where the configured one is
+    unusable, without the warning (its caller chose a folder)."""
+    if cache_dir is None:
+        return cache_root()
+    try:
+        return _usable_root(Path(configured_root()[0]))
+    except (OSError, CacheError):
+        return Path(cache_dir)
+
+
+def setting_for(path: Path | str) -> str:
+    """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
+    configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
+    path = os.path.realpath(path)
+    roots = [configured_root()[0], fallback_root(), *([_fallback_root] if _fallback_root else [])]
+    for root in map(os.path.realpath, roots):
+        if path == root or path.startswith(os.path.join(root, "")):
+            return "JITOPS_CACHE_DIR"
+    return "build_directory"
+
+
 def _usable_root(root: Path) -> Path:
     ensure_private_dir(root)
     if not os.access(root, os.W_OK | os.X_OK):
@@ -166,8 +189,14 @@ def _root_record(kind: type[RecordFile], name: str, root: Path) -> RecordFile:
     return _root_records[root, name]
 
 
-def known_file_hashes() -> KnownFileHashes:
-    return _root_record(KnownFileHashes, FILE_HASHES_NAME, cache_root())
+def records_root(cache_dir: str | None) -> Path:
+    """Where an extension's record files live: its own root (build_directory) if it has one, so
+    that a caller who chose a folder finds nothing written elsewhere; else the cache root."""
+    return Path(cache_dir) if cache_dir is not None else cache_root()
+
+
+def known_file_hashes(root: Path | None = None) -> KnownFileHashes:
+    return _root_record(KnownFileHashes, FILE_HASHES_NAME, root or cache_root())
 
 
 def binary_identity(path: Path) -> tuple[str, str]:
@@ -177,16 +206,16 @@ def binary_identity(path: Path) -> tuple[str, str]:
     return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
 
 
-def torch_flags_record() -> RecordFile:
+def torch_flags_record(root: Path | None = None) -> RecordFile:
     """torch's compile and link flags for an extension, by everything they are made of
     (<root>/torch-flags.json): importing torch's build code costs a rebuild more than its edit."""
-    return _root_record(RecordFile, TORCH_FLAGS_NAME, cache_root())
+    return _root_record(RecordFile, TORCH_FLAGS_NAME, root or cache_root())
 
 
-def toolchain_probes() -> RecordFile:
+def toolchain_probes(root: Path | None = None) -> RecordFile:
     """Each compiler's `--version` line, by its binary_identity (<root>/toolchain.json): a warm
     load must start no process, and `c++ --version` costs one."""
-    return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, cache_root())
+    return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, root or cache_root())
 
 
 def hash_files(
@@ -321,7 +350,7 @@ class Entry:
             raise CacheError(f"{self.manifest_path} has no valid header list")
         if self.source_root is None or not headers:
             return []
-        known, checked = known_file_hashes(), []
+        known, checked = known_file_hashes(self.root), []
         for name, digest in sorted(headers.items()):
             path = os.path.join(self.source_root, name)
             identity = identity_or_none(path)
@@ -437,7 +466,8 @@ def list_entries(root: Path, name: str | None = None, source_root: str | None = 
 
 def remove_tree(path: Path) -> None:
     """Delete a directory (or a file or link in its place) so that no reader sees it half deleted."""
-    trash = path.parent / f"{TMP_PREFIX}removing-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+    # Not named after path: an entry's name may already be near the file system's 255 bytes.
+    trash = path.parent / f"{TMP_PREFIX}removing-{os.getpid()}-{time.monotonic_ns()}"
     os.rename(path, trash)
     if os.path.isdir(trash) and not os.path.islink(trash):
         shutil.rmtree(trash, ignore_errors=True)

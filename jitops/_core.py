@@ -288,7 +288,7 @@ loaded: dict[str, LoadedLibrary] = {}  # by Extension.qualified_name ("<namespac
 # with the identities they were verified with, and the identity of every file and folder the key
 # was computed from, each read before the key. Where all still hold, the key would be the same, so
 # the library is loaded without computing it; anything else is a miss (docs/ARCHITECTURE.md).
-RECORD_FORMAT = 3  # bump when a record's meaning changes: older records then simply miss
+RECORD_FORMAT = 4  # bump when a record's meaning changes: older records then simply miss
 RECORD_PREFIX = "warm-"
 
 
@@ -374,6 +374,8 @@ def _valid_record(record, of_settings: str) -> bool:
         and _is_identity(record.get("manifest_identity"))
         and isinstance(record.get("with_cuda"), bool)
         and isinstance(record.get("cuda_reason"), str)
+        and isinstance(record.get("torch_libraries"), list)
+        and all(is_identifier(namespace) for namespace in record["torch_libraries"])
     )
 
 
@@ -434,6 +436,10 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     if found is None:
         return None
     library, record, last_used = found
+    if record["torch_libraries"]:  # a TORCH_LIBRARY block: the namespace must be free (or it aborts)
+        from ._namespaces import claim
+
+        claim(record["torch_libraries"], library, name)
     try:
         open_verified_library(library)
     except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,10 @@ from ._core import (
     cuda_arch_list,
     cxx_runtime,
     identity_or_none,
+    private_dir_problem,
     process_abi,
 )
-from ._errors import BuildError
+from ._errors import BuildError, CacheError
 
 if TYPE_CHECKING:
     from .extension import Extension
@@ -96,7 +98,7 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     """Whether the extension's CUDA units are built here (extension None: any extension's)."""
     import torch  # loaded by the caller already: this module imports without it
 
-    if extension is not None and not extension.has_cuda_sources():
+    if extension is not None and not extension.has_cuda_sources() and extension.cuda != "always":
         return CudaPlan(False, None, None, f"{extension.qualified_name} has no CUDA source", searched=False)
     if extension is not None and extension.cuda == "never":
         return CudaPlan(False, None, None, f"{extension.qualified_name} is declared with cuda='never'", searched=False)
@@ -111,24 +113,44 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
-def tool_version(binary: Path) -> str:
+def tool_version(binary: Path, root: Path | None = None) -> str:
     """First informative line of `binary --version`, cached per binary identity in the cache root."""
-    return _tool_probe(binary)[1]
+    return _tool_probe(binary, root)[1]
 
 
-def _tool_description(binary: Path) -> str:
-    return ": ".join(_tool_probe(binary))
+def _tool_description(binary: Path, root: Path | None = None) -> str:
+    return ": ".join(_tool_probe(binary, root))
 
 
-def _tool_probe(binary: Path) -> tuple[str, str]:
+PROBE_TIMEOUT_S = 60.0  # or JITOPS_BUILD_TIMEOUT where that is shorter
+
+
+def _tool_probe(binary: Path, root: Path | None = None) -> tuple[str, str]:
     """binary's resolved path and its version line (the key names both). A process is started only
     for a binary not probed before (in this cache root) with its current identity."""
     resolved, identity = _cache.binary_identity(binary)
-    probes = _cache.toolchain_probes()
+    probes = _cache.toolchain_probes(root)
     if not isinstance(probes.records.get(identity), str):
         import subprocess  # only for a binary not probed before
 
-        result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
+        from ._lock import build_timeout
+
+        timeout = min(PROBE_TIMEOUT_S, build_timeout())
+
+        # A session of its own: a compiler (or wrapper) that hangs is ended with all it started.
+        with subprocess.Popen(
+            [str(binary), "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+        ) as probe:
+            try:
+                stdout, _ = probe.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(probe.pid, signal.SIGKILL)
+                probe.communicate()
+                raise BuildError(
+                    f"jitops: `{binary} --version` did not answer within {timeout:g} s (stopped); the compiler "
+                    "(CXX, PYTORCH_NVCC, CC or CUDA_HOME's nvcc) must run: is it a wrapper that waits for something?"
+                ) from None
+        result = subprocess.CompletedProcess(probe.args, probe.returncode, stdout)
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         release = [line for line in lines if "release" in line]  # nvcc's: its first lines are a banner
         probes.put(identity, (release or lines or [f"unknown (exit {result.returncode})"])[0])
@@ -141,7 +163,7 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
     include). record_hashes=False: without the cache root's hash record. each: filled with every
     source's sha256, by its name relative to the root."""
-    known = _cache.known_file_hashes() if record_hashes else None
+    known = _cache.known_file_hashes(_cache.records_root(extension.cache_dir)) if record_hashes else None
     return _cache.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
@@ -170,6 +192,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
     headers each copy includes are checked against the entry's list at every load). each: see
     sources_sha256."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
+    root = _cache.records_root(extension.cache_dir)
     return {
         "name": extension.qualified_name,
         **abi_components(extension, each=each),
@@ -180,10 +203,10 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
         "cflags": CFLAGS + list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS + list(extension.cuda_cflags) + namespace if cuda.enabled else [],
         "ldflags": link_flags(extension),
-        "cxx": _tool_description(cxx) if cxx else None,
-        "nvcc": _tool_description(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
+        "cxx": _tool_description(cxx, root) if cxx else None,
+        "nvcc": _tool_description(cuda.nvcc, root) if cuda.enabled and cuda.nvcc else None,
         "environment": build_environment(cuda),
-        "environment_tools": [_tool_description(tool) for tool in environment_tools(cuda)],
+        "environment_tools": [_tool_description(tool, root) for tool in environment_tools(cuda)],
         **({"python_module": True} if extension.python_module else {}),  # only where set: other keys stay as they were
     }
 
@@ -217,7 +240,13 @@ class PlannedEntry:
             raise BuildError(f"jitops: extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}")
         self.extension = extension
         # The cache root first: creating it must not change a folder whose identity is read below.
-        root = _cache.cache_root(extension.cache_dir)
+        try:
+            root = _cache.cache_root(extension.cache_dir)
+            self.read_only = None
+        except CacheError as err:  # a read-only build_directory: what it holds still loads
+            if extension.cache_dir is None or not os.path.isdir(extension.cache_dir) or private_dir_problem(extension.cache_dir):
+                raise
+            root, self.read_only = Path(extension.cache_dir), err
         # Everything the key depends on is read before the key, folders before the files in them:
         # a change meanwhile misses the warm record next time rather than matching a stale key.
         self.settings = _core.settings(extension)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache, _core, _stats
+from . import _cache, _core, _namespaces, _stats
 from ._core import LoadedLibrary, already_loaded, loaded
 from ._errors import CacheError
 from ._key import PlannedEntry
@@ -48,6 +48,8 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         how, backends = "cache", planned.cuda.backends
         if library is None and cached_only:
             return None
+        if library is None and planned.read_only is not None:
+            raise planned.read_only  # nothing to load, and no building there
         if library is None:
             started = time.monotonic()
             try:
@@ -61,6 +63,8 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
                 )
         import torch  # loaded by the caller already: this module imports without it
 
+        namespaces = _namespaces.defined_in(library)
+        _namespaces.claim(namespaces, library, planned.extension.qualified_name)
         try:
             torch.ops.load_library(str(library))  # runs the library's TORCH_LIBRARY registrations
             break
@@ -73,7 +77,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     inputs = []
     if how != "prebuilt":
-        inputs = _remember(planned, library, with_cuda, reason)
+        inputs = _remember(planned, library, with_cuda, reason, namespaces)
         _stats.note_location(planned.entry, planned.extension.root)
     return LoadedLibrary(planned.extension, library, with_cuda, reason, how, inputs)
 
@@ -118,10 +122,11 @@ def _worth_another_try(entry: _cache.Entry, library: Path, err: OSError) -> bool
     ) from err
 
 
-def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str) -> list:
+def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str, namespaces: list[str]) -> list:
     """Write the warm record of a library just verified or built (see _core's warm records): the
     settings and every file and folder the key depends on (with the identity each had before the
-    key was computed), the library's and manifest's verified identities. Returns what it lists.
+    key was computed), the library's and manifest's verified identities, the TORCH_LIBRARY
+    namespaces it defines (checked before a warm dlopen). Returns what it lists.
     A record that cannot be written costs only time."""
     entry = planned.entry
     if entry.verified_identities is None:
@@ -142,9 +147,12 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
         "manifest_identity": entry.verified_identities[1],
         "with_cuda": with_cuda,
         "cuda_reason": reason,
+        "torch_libraries": namespaces,
     }
     try:
-        _core.write_json_atomic(_core.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False)
+        _core.write_json_atomic(
+            _core.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False
+        )
     except OSError:
         pass
     return checked

@@ -18,9 +18,13 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
 
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+
+
 def seconds_from_env(name: str, default: float) -> float:
     """Seconds from the environment variable `name`, else default. 0, -1, nan or inf is refused,
-    naming the variable, rather than read as "stop at once" or "wait forever"."""
+    naming the variable, rather than read as "stop at once" or "wait forever"; more than a year
+    counts as a year (a timer's limit: 1e12 s would overflow it)."""
     value = os.environ.get(name, "")
     if not value:
         return default
@@ -30,7 +34,7 @@ def seconds_from_env(name: str, default: float) -> float:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
         raise BuildError(f"jitops: {name} must be a finite number of seconds above 0, got {value!r}")
-    return seconds
+    return min(seconds, MAX_TIMEOUT_S)
 
 
 def build_timeout() -> float:
@@ -76,7 +80,7 @@ class HeldLock:
         except OSError as err:  # not a lock file: a directory, say, or no permission
             raise BuildError(
                 f"jitops: cannot take the lock {path} to build {what}: {err.strerror or err}; "
-                f"remove whatever is at that path (`rm -r {path}`), or point JITOPS_CACHE_DIR elsewhere"
+                f"remove whatever is at that path (`rm -r {path}`), or point {_cache.setting_for(path)} elsewhere"
             ) from None
         self.acquired = True
         try:
@@ -116,5 +120,5 @@ def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
             # make() has removed its staging directory: nothing is published, and no log kept.
             raise BuildError(
                 f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
-                f"({err.strerror or err}); free some space or point JITOPS_CACHE_DIR elsewhere"
+                f"({err.strerror or err}); free some space or point {_cache.setting_for(entry.root)} elsewhere"
             ) from err

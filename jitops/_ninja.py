@@ -136,8 +136,12 @@ def _sigterm_raises():
 
 
 def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
-    """The files each target (ninja's `targets`, or all) was compiled from, as ninja's deps log
-    recorded them from the compiler's depfile: {target: [absolute, resolved paths]}."""
+    """The files each target (ninja's `targets`, or all) was compiled from: {target: [absolute,
+    resolved paths]}, from the compiler's depfile (<target>.d) where the build kept it (jitops'
+    build files), else from ninja's deps log (torch's, whose rules hand the depfiles to ninja)."""
+    kept = {target: build_dir / f"{target}.d" for target in targets}
+    if targets and all(depfile.exists() for depfile in kept.values()):
+        return {target: [os.path.realpath(os.path.join(build_dir, p)) for p in read_depfile(d)] for target, d in kept.items()}
     if not targets and not (build_dir / ".ninja_deps").exists():
         return {}
     result = subprocess.run(
@@ -153,6 +157,15 @@ def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
         elif ": #deps" in line:
             files = found.setdefault(line.partition(": #deps")[0], [])
     return found
+
+
+def read_depfile(depfile: Path) -> list[str]:
+    """The prerequisites a gcc/nvcc depfile (Makefile syntax: `target: a.cpp b.h \\`) lists, its
+    escapes undone (`\\ ` a space, `\\#` a #, `$$` a $); any other character is the path's own."""
+    text = depfile.read_text(encoding="utf-8", errors="surrogateescape").replace("\\\n", " ")
+    colon = re.search(r":(\s|$)", text)  # after the target (an object name of ours, no colon in it)
+    words = re.findall(r"(?:\\.|[^\s\\])+", text[colon.end() if colon else 0 :])
+    return [re.sub(r"\\([ #\t])", r"\1", word).replace("$$", "$") for word in words]
 
 
 def unit_seconds(build_dir: Path) -> dict[str, float]:

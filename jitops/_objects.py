@@ -75,7 +75,7 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
         variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
     except FileNotFoundError:
         return False
-    known = _cache.known_file_hashes()
+    known = _cache.known_file_hashes(root)
     for variant in variants:
         if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
             continue

@@ -7,8 +7,11 @@ sources with this module's helpers.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
+from . import _module_names
 from ._core import DROP_IN_NAMESPACE, loaded
 from .extension import Extension
 
@@ -37,7 +40,10 @@ def load(
     output (as JITOPS_VERBOSE=1). build_directory: this extension's cache entries live in its
     subfolder jitops/, with the same key, lock and checks as in jitops' cache root."""
     refuse_unsupported(extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl, is_standalone=is_standalone)
-    paths = [os.path.abspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+    listed = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    if not all(isinstance(s, (str, os.PathLike)) for s in listed):
+        raise TypeError(f"load: sources must be paths, got {sources!r}")
+    paths = list(dict.fromkeys(os.path.abspath(s) for s in listed))  # a source listed twice is built once
     if not paths:
         raise ValueError("load: sources is empty")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
@@ -54,7 +60,7 @@ def load(
         is_python_module,
         entries_dir(build_directory),
     )
-    return load_declared(extension, with_cuda, verbose)
+    return load_declared(extension, name, with_cuda, verbose)
 
 
 def refuse_unsupported(**arguments) -> None:
@@ -71,41 +77,53 @@ def entries_dir(build_directory) -> str | None:
     return os.path.join(os.path.abspath(build_directory), BUILD_SUBFOLDER) if build_directory else None
 
 
+_naming = threading.Lock()  # a name is chosen and taken in one step (two threads: <name>, <name>_v1)
+_declared: dict[str, Extension] = {}  # by qualified name: the declaration each name was given
+
+
 def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module, cache_dir) -> Extension:
-    """The declaration of a load()/load_inline() call. A name this process loaded from other sources
-    or flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook
-    loads its new code beside the old, as does one whose sources or headers changed since it was
-    loaded (a second TORCH_LIBRARY block of one namespace still aborts)."""
+    """The declaration of a load()/load_inline() call. A name this process gave other sources or
+    flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook loads its
+    new code beside the old, as does one whose sources or headers changed since it was loaded. A
+    module name that any module of the process holds (torch's load(), sys.modules) is skipped too:
+    never another build's module."""
     for argument, value in (
         ("extra_cflags", cflags),
         ("extra_cuda_cflags", cuda_cflags),
         ("extra_ldflags", ldflags),
         ("extra_include_paths", include_paths),
     ):
-        if isinstance(value, str):
-            raise TypeError(f"{argument} must be a list of strings, got the string {value!r}")
-    # Include paths as torch takes them: relative to the working directory (an absolute path joined
-    # to the extension's root stays itself).
-    include_dirs = [os.path.abspath(path) for path in include_paths or []]
+        if isinstance(value, str) or not all(isinstance(item, str) for item in value or []):
+            raise TypeError(f"{argument} must be a list of strings, got {value!r}")
+    # Flags and include paths as torch takes them: each stripped of surrounding whitespace, include
+    # paths relative to the working directory (an absolute path joined to the root stays itself).
+    cflags, cuda_cflags, ldflags = ([flag.strip() for flag in flags or []] for flags in (cflags, cuda_cflags, ldflags))
+    include_dirs = [os.path.abspath(path.strip()) for path in include_paths or []]
     version = 0
-    while True:
-        extension = Extension(
-            name if version == 0 else f"{name}_v{version}",
-            sources,
-            namespace=DROP_IN_NAMESPACE,
-            root=root,
-            include_dirs=include_dirs,
-            cflags=cflags or [],
-            cuda_cflags=cuda_cflags or [],
-            ldflags=ldflags or [],
-            cuda="never" if with_cuda is False else "auto",
-            python_module=bool(python_module),
-            cache_dir=cache_dir,
-        )
-        found = loaded.get(extension.qualified_name)
-        if found is None or (found.extension == extension and not _inputs_changed(found)):
-            return extension
-        version += 1
+    with _naming:
+        while True:
+            extension = Extension(
+                name if version == 0 else f"{name}_v{version}",
+                sources,
+                namespace=DROP_IN_NAMESPACE,
+                root=root,
+                include_dirs=include_dirs,
+                cflags=cflags,
+                cuda_cflags=cuda_cflags,
+                ldflags=ldflags,
+                cuda="never" if with_cuda is False else "always" if with_cuda else "auto",
+                python_module=bool(python_module),
+                cache_dir=cache_dir,
+            )
+            held = _declared.get(extension.qualified_name)
+            if held is None and not (extension.python_module and _module_names.taken(extension.name)):
+                _declared[extension.qualified_name] = extension
+                return extension
+            if held == extension:
+                found = loaded.get(extension.qualified_name)
+                if found is None or not _inputs_changed(found):
+                    return extension
+            version += 1
 
 
 def _inputs_changed(found) -> bool:
@@ -116,10 +134,11 @@ def _inputs_changed(found) -> bool:
     return any(identity_or_none(path) != identity and not os.path.isdir(path) for path, identity in found.inputs)
 
 
-def load_declared(extension: Extension, with_cuda, verbose):
-    """The declared library, loaded, as torch's load() returns it: its module, or its path."""
+def load_declared(extension: Extension, base: str, with_cuda, verbose):
+    """The declared library (of the name `base` that load() was given), loaded, as torch's load()
+    returns it: its module, or its path."""
     name = extension.qualified_name
-    if with_cuda and extension.has_cuda_sources():
+    if with_cuda:
         from ._key import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
 
         plan = plan_cuda(extension)
@@ -134,5 +153,38 @@ def load_declared(extension: Extension, with_cuda, verbose):
         loaded = extension.load()
     finally:
         if verbose and verbose_before is None:
-            del os.environ["JITOPS_VERBOSE"]
-    return loaded.module if extension.python_module else str(loaded.library)
+            os.environ.pop("JITOPS_VERBOSE", None)
+        elif verbose:
+            os.environ["JITOPS_VERBOSE"] = verbose_before
+    if extension.cache_dir is not None:
+        _link_into_build_directory(extension, str(loaded.library))
+    if not extension.python_module:
+        return str(loaded.library)
+    module = loaded.module
+    _module_names.publish(module, base, 0 if extension.name == base else int(extension.name[len(base) + 2 :]))
+    return module
+
+
+def _link_into_build_directory(extension: Extension, library: str) -> None:
+    """Where torch's load() leaves the library, <build_directory>/<name>.so, a link to jitops' entry
+    (code that opens that path finds the library). Not in a folder the key reads (get_plugin's
+    build_directory holds its sources): writing there would miss every warm start's record."""
+    folder = os.path.dirname(extension.cache_dir)
+    read_by_key = {os.path.dirname(path) for path in extension.paths()} | set(extension.include_paths())
+    if folder in read_by_key:
+        return
+    link, target = os.path.join(folder, f"{extension.name}.so"), os.path.relpath(library, folder)
+    try:
+        if os.readlink(link) == target:
+            return
+    except FileNotFoundError:
+        pass
+    except OSError:  # a file of torch's own build: never replaced (its next build would write through a link)
+        return
+    staged = f"{link}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.symlink(target, staged)
+        os.replace(staged, link)
+    except OSError:  # a read-only build_directory: the library loads all the same
+        with contextlib.suppress(OSError):
+            os.unlink(staged)

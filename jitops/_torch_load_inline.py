@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """jitops.load_inline: torch.utils.cpp_extension's load_inline(), with the same parameters in the
-same order and the same result: the sources are written once into a folder named after their
-content, then built and loaded as jitops.load builds and loads files (a module of its own, so that
+same order and the same result: the sources are written into a folder named after their content
+(checked, and repaired, at every call), then built and loaded as jitops.load builds and loads files (a module of its own, so that
 a warm jitops.load does not import it).
 """
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
-from ._core import is_identifier
+from ._core import DROP_IN_NAMESPACE
 from ._torch_load import declare, entries_dir, load_declared, refuse_unsupported
+from .extension import check_name
 
 
 def load_inline(
@@ -43,8 +45,7 @@ def load_inline(
     accepted: jitops precompiles torch/extension.h for every extension where it is safe
     (JITOPS_PCH), main.cpp included."""
     refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl)
-    if not is_identifier(name):  # it names a folder before the Extension checks it
-        raise ValueError(f"name must be a C identifier, got {name!r}")
+    check_name(name, DROP_IN_NAMESPACE, "load_inline: ")  # it names a folder before the Extension checks it
     cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
     cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
     if not no_implicit_headers:
@@ -55,7 +56,7 @@ def load_inline(
         cpp.append(_pybind_block(functions, with_pytorch_error_handling))
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
     cache_dir = entries_dir(build_directory)
-    root = _write_once(name, files, cache_dir)
+    root = _written(name, files, cache_dir)
     extension = declare(
         name,
         root,
@@ -64,11 +65,11 @@ def load_inline(
         extra_cuda_cflags,
         extra_ldflags,
         extra_include_paths,
-        with_cuda if cuda else False,
+        with_cuda if cuda or with_cuda else False,  # with_cuda=True: C++ sources built with CUDA, as in torch
         is_python_module,
         cache_dir,
     )
-    return load_declared(extension, with_cuda if cuda else None, verbose)
+    return load_declared(extension, name, with_cuda, verbose)
 
 
 def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
@@ -76,7 +77,13 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     names, or a dict of name -> docstring)."""
     if isinstance(functions, str):
         functions = [functions]
-    docs = functions if isinstance(functions, dict) else {function: function for function in functions}
+    if isinstance(functions, list):
+        functions = {function: function for function in functions}  # each one's docstring its name
+    elif not isinstance(functions, dict):  # torch refuses a tuple too
+        raise ValueError(f"load_inline: functions must be a name, a list of names or a dict, got {type(functions).__name__}")
+    if not all(isinstance(function, str) for function in functions):
+        raise ValueError(f"load_inline: functions must name C++ functions, got {list(functions)!r}")
+    docs = functions
     lines = []
     for function, doc in docs.items():
         bound = f"torch::wrap_pybind_function({function})" if with_pytorch_error_handling else function
@@ -84,22 +91,44 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
 
 
-def _write_once(name: str, files: dict[str, str], cache_dir: str | None) -> str:
-    """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>):
-    written once, atomically, and never changed, so its files' identities stay valid for warm loads."""
-    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
+def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
+    """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>).
+    The files are checked against the text in hand at every call, and rewritten (atomically, each
+    synced to disk first) where one is missing, truncated or changed."""
+    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir, remove_tree
+    from ._errors import BuildError
 
+    contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
     parent = ensure_private_dir(cache_root(cache_dir) / INLINE_SOURCES)
     folder = parent / f"{name}-{digest}"
-    if not folder.is_dir():
+    if _holds(folder, contents):
+        return str(folder)
+    staging = None
+    try:
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent))
-        for file, text in files.items():
-            (staging / file).write_text(text, encoding="utf-8")
-        try:
-            os.rename(staging, folder)
-        except OSError:  # another process wrote the same content first
-            for file in files:
-                (staging / file).unlink()
-            staging.rmdir()
+        for file, data in contents.items():
+            with open(staging / file, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        if os.path.lexists(folder):  # a damaged copy: never used again
+            remove_tree(folder)
+        os.rename(staging, folder)
+    except OSError as err:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if _holds(folder, contents):  # another process wrote the same content first
+            return str(folder)
+        raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
     return str(folder)
+
+
+def _holds(folder: Path, contents: dict[str, bytes]) -> bool:
+    """Whether folder (a real directory) holds each file with exactly this content."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        return all((folder / file).read_bytes() == data for file, data in contents.items())
+    except OSError:
+        return False

@@ -8,7 +8,25 @@ import os
 
 from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
 
-CUDA_POLICIES = ("auto", "never")  # auto: CUDA units are built where torch has CUDA and a toolkit is found
+# auto: CUDA units are built where torch has CUDA and a toolkit is found; always: the library is
+# built with CUDA (include paths, libraries) even from C++ sources alone, else an error (torch's
+# with_cuda=True)
+CUDA_POLICIES = ("auto", "never", "always")
+# <namespace>.<name>: its longest derived file name (a build's staging folder, the name and key
+# and pid and a random part) must stay within the file system's 255 bytes.
+MAX_QUALIFIED_NAME = 200
+
+
+def check_name(name, namespace: str, caller: str) -> None:
+    """ValueError, naming the argument, for a name or namespace that no file name could carry."""
+    for argument, value in (("name", name), ("namespace", namespace)):
+        if not is_identifier(value):
+            raise ValueError(f"{caller}{argument} must be a C identifier, got {value!r}")
+    if len(namespace) + 1 + len(name) > MAX_QUALIFIED_NAME:
+        raise ValueError(
+            f"{caller}name {name[:24]}... is {len(name)} characters long; with the namespace {namespace!r} "
+            f"at most {MAX_QUALIFIED_NAME - len(namespace) - 1} fit the file names the cache derives from it"
+        )
 
 
 # Hand-written, since creating a frozen dataclass is a large share of a warm start.
@@ -56,9 +74,7 @@ class Extension:
         cache_dir: str | None = None,
         prebuilt_dir: str | None = None,
     ):
-        for argument, value in (("name", name), ("namespace", namespace)):
-            if not is_identifier(value):
-                raise ValueError(f"Extension: {argument} must be a C identifier, got {value!r}")
+        check_name(name, namespace, "Extension: ")
         if cuda not in CUDA_POLICIES:
             raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")
         for argument, value in (("root", root), ("cache_dir", cache_dir), ("prebuilt_dir", prebuilt_dir)):

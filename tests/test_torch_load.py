@@ -44,7 +44,7 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-warm_path = ("jitops", "jitops._core", "jitops.extension", "jitops._torch_load")
+warm_path = ("jitops", "jitops._core", "jitops.extension", "jitops._torch_load", "jitops._module_names")
 loader = sorted(m for m in sys.modules if m.startswith("jitops") and m not in warm_path)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """
@@ -192,12 +192,14 @@ def test_a_drop_in_build_killed_mid_compile_does_not_block_the_next(tmp_path):
         ({"with_sycl": True}, "with_sycl"),
         ({"extra_sycl_cflags": ["-O2"]}, "extra_sycl_cflags"),
         ({"extra_cflags": "-O2"}, "extra_cflags"),
+        ({"extra_cflags": ["-O2", 3]}, "extra_cflags"),
+        ({"name": "x" * 189}, "at most 188"),
     ],
 )
 def test_what_jitops_does_not_do_is_refused_naming_the_argument(tmp_path, monkeypatch, arguments, named):
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises((ValueError, TypeError), match=named):
-        jitops.load("refused", [str(TUTORIAL / "add2.cpp")], **arguments)
+        jitops.load(**{"name": "refused", "sources": [str(TUTORIAL / "add2.cpp")], **arguments})
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("jitops_load.*")), "nothing built"
 
 
@@ -239,3 +241,162 @@ def test_load_inline_with_cuda_sources_builds_and_runs_on_the_gpu(tmp_path):
     assert cold["ok"] and cold["spawned"] > 0
     warm = run_child(CUDA_INLINE_CHILD, tmp_path / "cache")
     assert warm["ok"] and (warm["spawned"], warm["locks"]) == (0, 0)
+
+
+INLINE_VALUE = """
+import json, jitops
+module = jitops.load_inline("inline_value", "#include <pybind11/pybind11.h>\\nint f() { return 3; }", functions=["f"],
+                            no_implicit_headers=True, with_pytorch_error_handling=False)
+print(json.dumps(module.f()))
+"""
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "folder replaced by a file"])
+def test_load_inline_sources_damaged_on_disk_are_written_again(tmp_path, damage):
+    cache = tmp_path / "cache"
+    env = tiny_env(cache)
+
+    def value() -> int:
+        proc = children.run([sys.executable, "-c", INLINE_VALUE], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert value() == 3
+    (folder,) = (cache / "inline").glob("inline_value-*")
+    written = (folder / "main.cpp").read_bytes()
+    if damage == "deleted":
+        (folder / "main.cpp").unlink()
+    elif damage == "truncated":  # what a crash before the data reached the disk can leave
+        (folder / "main.cpp").write_bytes(b"")
+    else:
+        shutil.rmtree(folder)
+        folder.write_text("not a folder")
+    assert value() == 3
+    assert (folder / "main.cpp").read_bytes() == written
+
+
+def test_load_inline_that_cannot_write_its_sources_says_so_and_leaves_nothing(tmp_path):
+    """A write that fails (here: a file size limit, as a full disk fails it) is a BuildError naming
+    the folder, with no half-written folder left behind."""
+    code = """
+import resource, signal, jitops
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+try:
+    jitops.load_inline("too_big", "int f() { return 3; }" + " " * 50000, functions=["f"])
+except jitops.BuildError as err:
+    print(err)
+"""
+    cache = tmp_path / "cache"
+    proc = children.run([sys.executable, "-c", code], env=tiny_env(cache), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot write load_inline's sources of too_big" in proc.stdout, proc.stdout + proc.stderr
+    assert [p.name for p in (cache / "inline").iterdir()] == [], "no staging folder left"
+
+
+PLAIN_LOAD = """
+import ctypes, json, os, sys, jitops
+path = jitops.load(sys.argv[1], [sys.argv[2]], is_python_module=False, build_directory=sys.argv[3] or None)
+print(json.dumps([ctypes.CDLL(path).plain_value(), path]))
+"""
+
+
+def plain_source(tmp_path: Path) -> Path:
+    source = tmp_path / "plain.cpp"
+    source.write_text('extern "C" int plain_value() { return 5; }\n')
+    return source
+
+
+def plain_load(tmp_path: Path, name: str, build: str = "", **env: str) -> subprocess.CompletedProcess:
+    """PLAIN_LOAD of plain.cpp in a new process, its cache in tmp_path (env: variables to set)."""
+    return children.run(
+        [sys.executable, "-c", PLAIN_LOAD, name, str(plain_source(tmp_path)), build],
+        env=tiny_env(tmp_path / "cache", **env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def test_the_longest_name_builds_and_its_entry_can_be_discarded_and_cleared(tmp_path):
+    name, cache = "n" * 188, tmp_path / "cache"
+
+    def load() -> list:
+        proc = plain_load(tmp_path, name)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    value, library = load()
+    with open(library, "r+b") as file:  # corrupted: the next load discards the entry and builds again
+        file.seek(100)
+        file.write(b"X")
+    assert load()[0] == value == 5
+    cleared = children.run(
+        [sys.executable, "-m", "jitops.cache_tools", "clear", "--all", "--yes"],
+        env=tiny_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert cleared.returncode == 0, cleared.stderr
+    assert not [p for p in cache.iterdir() if p.name.startswith("jitops_load.n") and p.is_dir()]
+
+
+def test_a_compiler_whose_version_probe_hangs_is_a_build_error_naming_cxx_and_is_stopped(tmp_path):
+    pid_file = tmp_path / "probe.pid"
+    hanging = tmp_path / "hanging-c++"
+    hanging.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pid_file}\nwait\n")
+    hanging.chmod(0o755)
+    started = time.monotonic()
+    proc = plain_load(tmp_path, "hangs", CXX=str(hanging), JITOPS_BUILD_TIMEOUT="3")
+    assert proc.returncode != 0 and time.monotonic() - started < 60
+    assert "BuildError" in proc.stderr and "--version" in proc.stderr and "CXX" in proc.stderr, proc.stderr
+    assert "TimeoutExpired" not in proc.stderr, proc.stderr
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # the probe's own child, ended with it
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the probe's child {pid} still runs")
+
+
+def test_a_huge_build_timeout_is_taken_as_a_year_without_a_thread_traceback(tmp_path):
+    proc = plain_load(tmp_path, "patient", JITOPS_BUILD_TIMEOUT="1e12")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "OverflowError" not in proc.stderr, proc.stderr
+
+
+def test_a_build_directory_keeps_the_records_and_an_unusable_cache_dir_is_not_mentioned(tmp_path):
+    (tmp_path / "not_a_folder").write_text("")
+    build = tmp_path / "build"
+    build.mkdir()
+    proc = plain_load(tmp_path, "own_folder", str(build), JITOPS_CACHE_DIR=str(tmp_path / "not_a_folder"))
+    assert proc.returncode == 0, proc.stderr
+    assert "JITOPS_CACHE_DIR" not in proc.stderr and "fallback" not in proc.stderr, proc.stderr
+    assert (build / "jitops" / "file-hashes.json").exists() and (build / "jitops" / "toolchain.json").exists()
+    assert (build / "own_folder.so").resolve() == Path(json.loads(proc.stdout.strip().splitlines()[-1])[1]).resolve()
+
+
+def test_advice_names_the_setting_that_moves_the_folder(tmp_path, monkeypatch):
+    from jitops import _cache
+
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "configured"))
+    assert _cache.setting_for(tmp_path / "configured" / "x.lock") == "JITOPS_CACHE_DIR"
+    assert _cache.setting_for(tmp_path / "build" / "jitops") == "build_directory"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder: needs another user")
+def test_a_read_only_build_directory_holding_the_entry_loads_it(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    first = plain_load(tmp_path, "read_only", str(build))
+    assert first.returncode == 0, first.stderr
+    for folder in (build / "jitops", build):
+        folder.chmod(0o500)
+    try:
+        again = plain_load(tmp_path, "read_only", str(build))
+    finally:
+        for folder in (build, build / "jitops"):
+            folder.chmod(0o700)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])[0] == 5

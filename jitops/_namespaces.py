@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: MIT
+"""The TORCH_LIBRARY namespaces a library defines, and the guard that keeps a second definition of
+one out of the process. torch aborts the process (SIGABRT, from the library's static initialiser)
+when a library defines a namespace something already defined, so every library jitops loads is
+checked before its dlopen: against what jitops loaded, and against torch's dispatcher (torch's own
+load(), a torch.library.Library("ns", "DEF"))."""
+
+from __future__ import annotations
+
+import os
+
+from ._core import is_identifier
+
+# TORCH_LIBRARY(ns, m) defines `static void TORCH_LIBRARY_init_<ns>(torch::Library&)` (and
+# STABLE_TORCH_LIBRARY its STABLE_ twin), whose mangled name, length first, stays in the symbol
+# table: _ZL<length>TORCH_LIBRARY_init_<ns>... FRAGMENT and IMPL blocks may repeat; they are not read.
+_MARKER = b"TORCH_LIBRARY_init_"
+_PREFIXES = (b"", b"STABLE_")
+
+# namespace -> (identity of the library that defined it, its path), for the libraries jitops loaded
+_defined: dict[str, tuple[tuple[int, int], str]] = {}
+
+
+def defined_in(library: str | os.PathLike) -> list[str]:
+    """The namespaces the library's TORCH_LIBRARY blocks define (none found in a stripped library)."""
+    with open(library, "rb") as file:
+        data = file.read()
+    found = set()
+    at = data.find(_MARKER)
+    while at >= 0:
+        for prefix in _PREFIXES:
+            start = at - len(prefix)
+            if data[start:at] != prefix:
+                continue
+            digits = start
+            while digits > 0 and data[digits - 1 : digits].isdigit():
+                digits -= 1
+            if digits < start:
+                end = start + int(data[digits:start])
+                name = data[at + len(_MARKER) : end].decode("ascii", "replace")
+                if is_identifier(name):
+                    found.add(name)
+        at = data.find(_MARKER, at + 1)
+    return sorted(found)
+
+
+def _identity(library: str | os.PathLike) -> tuple[int, int]:
+    info = os.stat(library)
+    return info.st_dev, info.st_ino  # as dlopen tells one library from another: a renamed file is the same
+
+
+def check(namespaces: list[str], library: str | os.PathLike, name: str) -> None:
+    """Raise NamespaceConflict where opening `library` (extension `name`) would define a namespace
+    this process holds already; a library opened before (the same file) defines nothing again."""
+    identity = _identity(library)
+    for namespace in namespaces:
+        held = _defined.get(namespace)
+        if held is not None and held[0] != identity:
+            _conflict(namespace, name, f"jitops loaded {held[1]}, which defines it")
+        if held is None and (where := _defined_by_torch(namespace)):
+            _conflict(namespace, name, where)
+
+
+def claim(namespaces: list[str], library: str | os.PathLike, name: str) -> None:
+    """check(), then record() (call it right before the library's dlopen)."""
+    check(namespaces, library, name)
+    record(namespaces, library)
+
+
+def record(namespaces: list[str], library: str | os.PathLike) -> None:
+    """Note that `library`, opened in this process, defines these namespaces (under its latest
+    path: a build's library is recorded from its staging folder, then as published)."""
+    identity = _identity(library)
+    for namespace in namespaces:
+        if _defined.get(namespace, (identity,))[0] == identity:
+            _defined[namespace] = (identity, os.fspath(library))
+
+
+def _defined_by_torch(namespace: str) -> str:
+    """Where torch's dispatcher has the namespace defined already (its own words), or ""."""
+    import torch  # loaded by the caller already: this module imports without it
+
+    try:
+        # A DEF registration of the namespace, dropped at once: torch refuses it if one exists.
+        torch._C._dispatch_library("DEF", namespace, "", "jitops namespace check", 0).reset()
+    except RuntimeError as err:
+        previous = str(err).partition("Previous registration of TORCH_LIBRARY was registered at ")[2].partition(";")[0]
+        return f"torch's dispatcher has it from {previous}" if previous else "torch's dispatcher has it"
+    return ""
+
+
+def _conflict(namespace: str, name: str, where: str) -> None:
+    from ._errors import NamespaceConflict
+
+    raise NamespaceConflict(
+        f"jitops: cannot load {name}: its TORCH_LIBRARY block defines the namespace {namespace!r}, "
+        f"which this process has defined already ({where}). A second definition would abort the process: "
+        "load one library per namespace (TORCH_LIBRARY_FRAGMENT adds to a namespace), or give it another name."
+    )
