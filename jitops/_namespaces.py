@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-from ._core import is_identifier
-
 # TORCH_LIBRARY(ns, m) defines `static void TORCH_LIBRARY_init_<ns>(torch::Library&)` (and
 # STABLE_TORCH_LIBRARY its STABLE_ twin), whose mangled name, length first, stays in the symbol
 # table: _ZL<length>TORCH_LIBRARY_init_<ns>... FRAGMENT and IMPL blocks may repeat; they are not read.
@@ -38,7 +36,7 @@ def defined_in(library: str | os.PathLike) -> list[str]:
             if digits < start:
                 end = start + int(data[digits:start])
                 name = data[at + len(_MARKER) : end].decode("ascii", "replace")
-                if is_identifier(name):
+                if name.isidentifier():
                     found.add(name)
         at = data.find(_MARKER, at + 1)
     return sorted(found)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache
 # (on 16 cores about 4 minutes; `tests-ab` then `tests-cd` split it in two calls). Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
@@ -15,8 +15,9 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 TESTS_A="tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py"
 TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py tests/test_reliability.py tests/test_large_index.py tests/test_distributed.py"
-# Part d: the drop-ins and the downstream package (wheel, venv, CUDA builds of their own).
-TESTS_D="tests/test_torch_load.py tests/test_downstream.py"
+# Part d: the drop-ins (torch's tests' expectations of both loaders, unmodified programs) and the
+# downstream package (wheel, venv, CUDA builds of their own).
+TESTS_D="tests/test_torch_load.py tests/test_torch_parity.py tests/test_drop_in.py tests/test_downstream.py"
 # Part c: every other tests/test_*.py, so that a new test file always runs here.
 TESTS_C=$(for f in tests/test_*.py; do case " $TESTS_A $TESTS_B $TESTS_D " in *" $f "*) ;; *) echo "$f";; esac; done | tr '\n' ' ')
 # Part b without the loader's slow fault and packaging suites (prebuilt wheel, killed builds,
@@ -50,6 +51,10 @@ case "$1" in
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   edit-loop)  # the edit loop (cold, warm, edit a .cu, the binding, a header, a flag, a 2nd extension) against torch's load()
     python3 examples/edit_loop.py --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
+  unmodified)  # an unmodified get_plugin program under `python -m jitops run` against torch's load(), installed as users have it
+    python3 -m pip install -q . --no-deps --no-build-isolation
+    (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
+    python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
   drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again
@@ -102,5 +107,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

@@ -695,7 +695,7 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
         ), text
 
 
-def test_arch_list_becomes_gencode_flags_and_names_are_refused():
+def test_arch_list_becomes_gencode_flags_and_torchs_names_are_expanded():
     assert _buildfile.gencode_flags("8.6;9.0a") == [
         "-gencode=arch=compute_86,code=sm_86",
         "-gencode=arch=compute_90a,code=sm_90a",
@@ -705,8 +705,13 @@ def test_arch_list_becomes_gencode_flags_and_names_are_refused():
         "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90",
     ]
-    with pytest.raises(jitops.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hopper' is not a compute capability"):
-        _buildfile.gencode_flags("8.0;Hopper")
+    assert _buildfile.gencode_flags("Volta;Maxwell+Tegra") == [
+        "-gencode=arch=compute_70,code=sm_70",
+        "-gencode=arch=compute_70,code=compute_70",
+        "-gencode=arch=compute_53,code=sm_53",
+    ]
+    with pytest.raises(jitops.BuildError, match=r"TORCH_CUDA_ARCH_LIST entry 'Hoper' is neither a compute capability"):
+        _buildfile.gencode_flags("8.0;Hoper")
 
 
 def tool_dir(tmp_path: Path, tools: list[str]) -> str:
