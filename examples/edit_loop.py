@@ -11,15 +11,15 @@ build_directory, jitops' with an empty cache of its own):
   cold          the first build
   warm          a new process, nothing changed
   edit k1       one line of k1 changed (a new line each repeat)
-  edit bind     one line of bind.cpp (the unit that includes torch/extension.h) changed
+  edit bind     one line of bind.cpp (the unit that includes torch/extension.h) changed (each repeat anew)
   edit header   shared.h changed (every unit includes it)
   flag          -DSCALE1=4 added (extra_cuda_cflags with CUDA, extra_cflags without)
   2nd ext cold  a second extension (another name, another tree) built for the first time
 
-The cold, warm and edit-k1 steps run --repeats times (default 3), the loaders taking turns, and
-report the median (each sample is printed): noise decides a single run of a short compile, and a
-busy machine a single cold build. Every step checks the module's result. A compiler wrapper (CXX, PYTORCH_NVCC) counts the compiler
-invocations of each step. jitops builds a missing precompiled header in a background process after
+The cold, warm, edit-k1 and edit-bind steps run --repeats times (default 3), the loaders taking
+turns, and report the median (each sample is printed): noise decides a single run of a short
+compile, and a busy machine a single cold build. Every step checks the module's result. A compiler
+wrapper (CXX, PYTORCH_NVCC) counts the compiler invocations of each step. jitops builds a missing precompiled header in a background process after
 its cold build: before the next step this script waits for it and prints how long that took (the
 user's think time between a first build and an edit). No step of either loader runs beside a
 background PCH build (a flag change starts one too).
@@ -128,7 +128,7 @@ class Tree:
 
     def __init__(self, folder: Path, cuda: bool):
         self.folder, self.cuda = folder, cuda
-        self.offset, self.k1_edits, self.bind_edit, self.scale1 = 0.5, 0, False, 2
+        self.offset, self.k1_edits, self.bind_edits, self.scale1 = 0.5, 0, 0, 2
         folder.mkdir(parents=True)
         self.write()
 
@@ -146,7 +146,7 @@ class Tree:
                 i=1, scale=2, edit=f"\n  if (n < -{self.k1_edits}) y[0] = 1.0f;" if self.k1_edits else ""
             ),
             f"k2{suffix}": kernel.format(i=2, scale=3, edit=""),
-            "bind.cpp": BIND_CPP.format(edit=" * 1.0" if self.bind_edit else ""),
+            "bind.cpp": BIND_CPP.format(edit=f" * 1.0 /* edit {self.bind_edits} */" if self.bind_edits else ""),
         }
         for name, text in files.items():
             path = self.folder / name
@@ -177,7 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of the warm and edit-k1 steps (median reported)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of the cold, warm and edit steps (median reported)")
     args = parser.parse_args()
 
     import torch
@@ -290,7 +290,7 @@ def main() -> None:
     print(f"  (jitops' background precompiled header was ready {pch_wait:.1f} s after its cold build returned)", flush=True)
     both("warm", lambda which, tree: None, args.repeats)
     both("edit k1", edit("k1_edits", lambda n: n + 1), args.repeats)
-    both("edit bind", edit("bind_edit", True))
+    both("edit bind", edit("bind_edits", lambda n: n + 1), args.repeats)
     both("edit header", edit("offset", 0.25))
     both("flag", add_flag)
     time.sleep(0.5)  # a flag change starts a background PCH build: the next step waits for it
