@@ -8,6 +8,7 @@ mixes the two loaders get their own code)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -26,15 +27,20 @@ def taken(name: str) -> bool:
 def _pybind11_modules():
     """The names in pybind11's per-interpreter module cache (its interpreter state dict's
     "__pybind11_module_cache", which Python code cannot reach but through the C API)."""
+    state = _interpreter_state_dict()
+    cache = state.get("__pybind11_module_cache") if isinstance(state, dict) else None
+    return cache if isinstance(cache, dict) else ()
+
+
+@functools.cache
+def _interpreter_state_dict():
+    """This interpreter's state dict (one per interpreter, for its whole life)."""
     import ctypes
 
     api = ctypes.pythonapi
     interpreter = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyInterpreterState_Get", api))()
     state_dict = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("PyInterpreterState_GetDict", api))(interpreter)
-    if not state_dict:
-        return ()
-    cache = ctypes.cast(state_dict, ctypes.py_object).value.get("__pybind11_module_cache")  # a borrowed reference
-    return cache if isinstance(cache, dict) else ()
+    return ctypes.cast(state_dict, ctypes.py_object).value if state_dict else None  # a borrowed reference
 
 
 def publish(module, base: str, version: int) -> None:
