@@ -226,8 +226,8 @@ def _plan_pch(root: Path, extension: Extension, compiled: list, components: dict
 def _check_inputs(
     build_dir: Path, compiled: list, planned: PlannedEntry, ignored, known_before: dict, started_ns: int
 ) -> list[str]:
-    """Set each compiled unit's headers (sha256 of each, as the compiler read it) from ninja's deps
-    log, and return the inputs that changed while the build ran: a source no longer what the key
+    """Set each compiled unit's headers (sha256 of each, as the compiler read it) from its depfile,
+    and return the inputs that changed while the build ran: a source no longer what the key
     hashed, or any input whose status changed after the build started (ccache's "modified during
     compilation"). A unit with such an input gets headers None: its object is not stored."""
     found = _ninja.deps(build_dir, [unit.object for unit in compiled]) if compiled else {}
@@ -241,10 +241,10 @@ def _check_inputs(
         for path in found.get(unit.object, []):
             if path in skip or path.startswith(ignored):
                 continue
-            if not os.path.lexists(path):  # split by a ninja that misreads quotes in depfiles
+            if not os.path.lexists(path):
                 raise BuildError(
-                    f"jitops: ninja's deps log of {build_dir} names {path!r}, no file: a path holding quotes "
-                    "that this ninja misread? A newer ninja (pip install -U ninja) reads them"
+                    f"jitops: the compiler's dependency list of {unit.relative} names {path!r}, which does not "
+                    "exist: removed while it was compiled, or a path a depfile cannot spell (a backslash?)"
                 )
             digest = _objects.settled_before(started_ns, known_before, path)
             if digest is None:

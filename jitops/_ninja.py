@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Running ninja: finding it, one run from this process (its steps live in the status line, its
 output kept as the build log, stopped on a timeout, an exception or SIGTERM), what it recorded
-(each unit's headers from its deps log, each step's seconds), and the first compiler error."""
+(each unit's headers from its depfile or ninja's deps log, each step's seconds), and the first compiler error."""
 
 from __future__ import annotations
 
