@@ -53,7 +53,11 @@ class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             with lock:
                 if module.__dict__.get("__getattr__") is __getattr__:
                     del module.__getattr__
-                    self._torch_loader.exec_module(module)  # torch's code, in this module
+                    try:
+                        self._torch_loader.exec_module(module)  # torch's code, in this module
+                    except BaseException:  # (setuptools missing, say) the next use tries again
+                        module.__getattr__ = __getattr__
+                        raise
                     _install_jitops_loaders(module, inline=True)
                     _module_names.after_torch_import(module)
             return getattr(module, name)
