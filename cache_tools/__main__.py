@@ -9,6 +9,9 @@ stale lock left in place, an op that cannot be had, a failed build), 2 bad usage
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import sys
 
 import jitops
@@ -17,10 +20,21 @@ from . import building, reading, removing
 from .output import EXIT_USAGE, UsageError, parse_age, parse_size
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's, whose usage errors are JSON on stdout when --json was asked for (the commands'
+    parsers are of this class too: add_subparsers makes them of their parent's)."""
+
+    json_errors = False
+
+    def error(self, message: str):
+        if Parser.json_errors:
+            print(json.dumps({"error": message, "usage": self.format_usage().strip()}))
+            self.exit(EXIT_USAGE)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--version", action="version", version=f"%(prog)s {jitops.__version__}")
     # --json after the command works too (`jitops-cache list --json`).
@@ -64,13 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    Parser.json_errors = "--json" in argv  # a usage error is JSON too, on stdout, where the caller parses
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
     except UsageError as err:
+        if Parser.json_errors:
+            parser.error(f"{args.command}: {err}")
         parser.print_usage(sys.stderr)
         print(f"jitops-cache {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `jitops-cache list | head`: the reader left, as SIGPIPE would end a C tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from .selection import check_op_names, check_package
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import doctor
 
-    report = doctor.report()
+    check_package(args.package, set(registry.broken()))
+    report = doctor.report(args.package)
     emit(args, report, lambda: doctor.print_report(report))
     return EXIT_OK if all(op["available"] for op in report["ops"]) else EXIT_PROBLEM
 

@@ -21,7 +21,9 @@ def _cuda_major(version: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def report() -> dict:
+def report(package: str | None = None) -> dict:
+    """The environment, and each extension (of one owner, with package) as it can be had here. A
+    package whose entry point or extension cannot be inspected is a row saying why, not a crash."""
     import torch
 
     from jitops import _key, _ninja, _prebuilt
@@ -66,9 +68,18 @@ def report() -> dict:
     }
     missing = _ninja.missing_tools(cxx)
     for qualified, (owner, declared) in registry.declared().items():
-        data["ops"].append({"owner": owner, **_op_report(declared, cxx, missing)})
+        if package not in (None, owner):
+            continue
+        try:
+            row = _op_report(declared, cxx, missing)
+        except Exception as err:  # noqa: BLE001 - a package's missing source, say: its row says so
+            row = {"op": declared.name, "how": "broken", "available": False, "detail": f"{type(err).__name__}: {err}"}
+        data["ops"].append({"owner": owner, **row})
         if owner != registry.OWN:
             data["ops"][-1]["op"] = qualified
+    for owner, why in registry.broken().items():
+        if package in (None, owner):
+            data["ops"].append({"owner": owner, "op": "-", "how": "broken", "available": False, "detail": why})
     return data
 
 

@@ -48,7 +48,7 @@ class Row:
         return asdict(self)
 
 
-_running: dict[str, dict] = {}
+_running: dict[str, dict | None] = {}
 
 
 def running_components(name: str) -> dict | None:
@@ -60,7 +60,10 @@ def running_components(name: str) -> dict | None:
     if name not in _running:
         if name in registry.declared():
             extension = registry.declared()[name][1]
-            _running[name] = _key.abi_components(extension, record_hashes=False)  # inspecting writes nothing
+            try:
+                _running[name] = _key.abi_components(extension, record_hashes=False)  # inspecting writes nothing
+            except OSError:  # a package that lacks a source: its entries cannot be judged (doctor says why)
+                _running[name] = None
         elif registry.owner(name) == registry.DROP_IN:
             _running[name] = _core.process_abi()
         else:

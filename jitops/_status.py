@@ -69,7 +69,8 @@ class BuildStatus:
                 try:  # read each time: the terminal may have been resized
                     width = os.get_terminal_size(sys.stderr.fileno()).columns
                 except (OSError, ValueError):
-                    width = 80
+                    width = 0
+                width = width or 80  # 0: a terminal that does not know (`script`, `docker run -t`)
                 # One row at most: \r\033[K erases only the row the cursor is on.
                 sys.stderr.write("\r\033[K" + line[: max(width - 1, 1)])
                 sys.stderr.flush()

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -398,3 +399,57 @@ def test_stats_count_builds_and_cache_loads_not_warm_ones_and_zero(tmp_path):
     assert "1 build (" in readable and "1 cache load," in readable and "warm loads" in readable
     assert cli_json(cache, "stats", "--zero")["zeroed"]
     assert cli_json(cache, "stats")["extensions"] == []
+
+
+# Installed packages whose declaring module misbehaves at import (N18, N19), or declares an
+# Extension whose source is missing: each made a dist-info folder on PYTHONPATH.
+BROKEN_MODULES = {
+    "prints": 'print("hello from an import"); EXTS = []',
+    "exits": "import sys; sys.exit(3)",
+    "interrupts": "raise KeyboardInterrupt",
+    "lacks_a_source": "import jitops; EXTS = [jitops.Extension('gone', ['gone.cpp'], namespace='lacks_a_source', root='/nonexistent')]",
+}
+
+
+@pytest.mark.parametrize("behaviour", sorted(BROKEN_MODULES))
+def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, behaviour):
+    site = tmp_path / "site"
+    info = site / f"{behaviour}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {behaviour}\nVersion: 1.0\n")
+    (info / "RECORD").write_text("")
+    (info / "entry_points.txt").write_text(f"[jitops.extensions]\n{behaviour} = {behaviour}:EXTS\n")
+    (site / f"{behaviour}.py").write_text(BROKEN_MODULES[behaviour] + "\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    cache = tmp_path / "cache"
+    for command in ("list", "doctor", "verify"):
+        result = cli(cache, command, "--json", env_extra=env, python=sys.executable)
+        assert result.returncode in (0, 1), f"{command}: rc {result.returncode}\n{result.stderr}"
+        data = json.loads(result.stdout)  # stdout stays JSON: the package's print went to stderr
+        if command == "doctor":
+            rows = {row["owner"]: row for row in data["ops"]}
+            assert rows[behaviour]["how"] == "broken" and not rows[behaviour]["available"], rows[behaviour]
+            assert any(row["owner"] == "jitops" and row["available"] for row in data["ops"]), "jitops' own ops still reported"
+            assert result.returncode == 1, "an op that cannot be had: exit 1, as documented"
+    if behaviour != "lacks_a_source":
+        assert "skipping the jitops.extensions entry point" in result.stderr, result.stderr
+    only = cli(cache, "doctor", "--package", behaviour, "--json", env_extra=env, python=sys.executable)
+    assert {row["owner"] for row in json.loads(only.stdout)["ops"]} == {behaviour}, "--package: that package alone"
+
+
+@pytest.mark.parametrize("args", [["--json", "list", "--bogus"], ["clear", "--json"], ["--json", "nosuchcommand"]])
+def test_usage_errors_under_json_are_json(cache, args):
+    result = cli(cache, *args)
+    assert result.returncode == 2, result
+    error = json.loads(result.stdout)
+    assert error["error"] and error["usage"].startswith("usage: jitops-cache"), error
+
+
+def test_a_reader_that_leaves_early_ends_the_cli_quietly(tmp_path):
+    """`jitops-cache doctor | head`: the reader gone before the report is written (`true` reads
+    nothing) is no BrokenPipeError traceback; the status is SIGPIPE's, as a C tool's would be."""
+    command = f"{shlex.quote(sys.executable)} -m cache_tools doctor | true; echo ${{PIPESTATUS[0]}}"
+    env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == "141", proc.stdout

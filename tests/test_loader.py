@@ -695,6 +695,15 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
         ), text
 
 
+def test_a_terminal_of_0_columns_gets_the_whole_live_line(tmp_path, tiny_copy):
+    """`script` and `docker run -t` report 0 columns: unknown, not a line cut to its first character."""
+    env = tiny_env(tmp_path / "cache", CXX=slow_compiler(tmp_path, 1.0))
+    rc, text = on_a_terminal([sys.executable, "-c", LOAD_MANY, *copies_of_tiny(tiny_copy)], env, columns=0)
+    assert rc == 0, text
+    redraws = [part for line in text.split("\n") for part in line.split("\r\x1b[K")[:-1] if part]
+    assert redraws and all(part.startswith("jitops: building jitops_test.tiny") for part in redraws), text
+
+
 def test_arch_list_becomes_gencode_flags_and_torchs_names_are_expanded():
     assert _buildfile.gencode_flags("8.6;9.0a") == [
         "-gencode=arch=compute_86,code=sm_86",
