@@ -90,6 +90,8 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        if proc is not None:
+            proc.stdout.close()
     if timed_out.is_set():
         with open(log_path, "a") as log:
             log.write(f"\njitops: stopped after {timeout:g} s (JITOPS_BUILD_TIMEOUT)\n")

@@ -80,7 +80,7 @@ class BuildStatus:
     def _write_line(cls, line: str) -> None:
         """A whole line, above the live one if there is one (which the next redraw puts back)."""
         if not _status_on_stderr():
-            LOGGER.info(line)
+            LOGGER.info(line.removeprefix("jitops: "))  # the logger's name says it: INFO:jitops:building ...
             return
         sys.stderr.write(("\r\033[K" if cls._live_line else "") + line + "\n")
         sys.stderr.flush()

@@ -400,3 +400,15 @@ def test_a_read_only_build_directory_holding_the_entry_loads_it(tmp_path):
             folder.chmod(0o700)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])[0] == 5
+
+
+def test_a_build_leaves_no_file_unclosed(tmp_path):
+    code = "import warnings; warnings.simplefilter('default')\n" + PLAIN_LOAD + "import gc; gc.collect()\n"
+    proc = children.run(
+        [sys.executable, "-c", code, "closed", str(plain_source(tmp_path)), ""],
+        env=tiny_env(tmp_path / "cache"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0 and "ResourceWarning" not in proc.stderr, proc.stderr
