@@ -3,7 +3,8 @@
 build ops ahead of time. Only `build` ever compiles.
 
 Every command takes --json. Exit status: 0 success, 1 a problem was found (a corrupt entry, a
-stale lock left in place, an op that cannot be had, a failed build), 2 bad usage.
+stale lock left in place, an op that cannot be had, a failed build), 2 bad usage, 141 the reader
+of the output left early.
 """
 
 from __future__ import annotations
