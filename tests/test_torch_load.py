@@ -412,3 +412,17 @@ def test_a_build_leaves_no_file_unclosed(tmp_path):
         timeout=TIMEOUT_S,
     )
     assert proc.returncode == 0 and "ResourceWarning" not in proc.stderr, proc.stderr
+
+
+def test_a_source_listed_twice_is_built_once(tmp_path):
+    code = PLAIN_LOAD.replace("[sys.argv[2]]", "[sys.argv[2], sys.argv[2], os.path.relpath(sys.argv[2])]")
+    proc = children.run(
+        [sys.executable, "-c", code, "twice_listed", str(plain_source(tmp_path)), ""],
+        env=tiny_env(tmp_path / "cache"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])[0] == 5
