@@ -79,18 +79,18 @@ def cache_root(cache_dir: str | None = None) -> Path:
     global _fallback_root
     if cache_dir is not None:
         try:
-            return _usable_root(Path(cache_dir))
+            return usable_root(Path(cache_dir))
         except (OSError, CacheError) as err:
             raise CacheError(f"jitops: cannot use the cache directory {cache_dir} (build_directory): {err}") from err
     if _fallback_root is not None:
         return _fallback_root
     root = Path(configured_root()[0])
     try:
-        return _usable_root(root)
+        return usable_root(root)
     except (OSError, CacheError) as err:
         problem = f"cannot use the cache at {root} ({err})"
     try:
-        _fallback_root = _usable_root(fallback_root())
+        _fallback_root = usable_root(fallback_root())
         warn(f"{problem}; using the per-user fallback cache {_fallback_root}. Set JITOPS_CACHE_DIR to a directory you own.")
     except (OSError, CacheError) as err:
         import atexit  # only for the last-resort temporary root
@@ -104,30 +104,7 @@ def cache_root(cache_dir: str | None = None) -> Path:
     return _fallback_root
 
 
-def shared_root(cache_dir: str | None) -> Path:
-    """The root of what every extension shares (precompiled headers): the cache root; for an
-    extension with a root of its own (build_directory), that root where the configured one is
-    unusable, without the warning (its caller chose a folder)."""
-    if cache_dir is None:
-        return cache_root()
-    try:
-        return _usable_root(Path(configured_root()[0]))
-    except (OSError, CacheError):
-        return Path(cache_dir)
-
-
-def setting_for(path: Path | str) -> str:
-    """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
-    configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
-    path = os.path.realpath(path)
-    roots = [configured_root()[0], fallback_root(), *([_fallback_root] if _fallback_root else [])]
-    for root in map(os.path.realpath, roots):
-        if path == root or path.startswith(os.path.join(root, "")):
-            return "JITOPS_CACHE_DIR"
-    return "build_directory"
-
-
-def _usable_root(root: Path) -> Path:
+def usable_root(root: Path) -> Path:
     ensure_private_dir(root)
     if not os.access(root, os.W_OK | os.X_OK):
         raise CacheError(f"cache directory {root} is not writable")
@@ -182,21 +159,18 @@ class KnownFileHashes(RecordFile):
 _root_records: dict[tuple[Path, str], RecordFile] = {}
 
 
-def _root_record(kind: type[RecordFile], name: str, root: Path) -> RecordFile:
-    """The cache root's record file `name`, read once per process (every op shares it)."""
+def _root_record(kind: type[RecordFile], name: str, root: Path | str | None) -> RecordFile:
+    """The record file `name` of a root, read once per process (every op shares it): of an
+    extension's own root (build_directory) where it has one, so that a caller who chose a folder
+    finds nothing written elsewhere; else (None) of the cache root."""
+    root = Path(root) if root is not None else cache_root()
     if (root, name) not in _root_records:
         _root_records[root, name] = kind(root / name)
     return _root_records[root, name]
 
 
-def records_root(cache_dir: str | None) -> Path:
-    """Where an extension's record files live: its own root (build_directory) if it has one, so
-    that a caller who chose a folder finds nothing written elsewhere; else the cache root."""
-    return Path(cache_dir) if cache_dir is not None else cache_root()
-
-
-def known_file_hashes(root: Path | None = None) -> KnownFileHashes:
-    return _root_record(KnownFileHashes, FILE_HASHES_NAME, root or cache_root())
+def known_file_hashes(root: Path | str | None = None) -> KnownFileHashes:
+    return _root_record(KnownFileHashes, FILE_HASHES_NAME, root)
 
 
 def binary_identity(path: Path) -> tuple[str, str]:
@@ -206,16 +180,16 @@ def binary_identity(path: Path) -> tuple[str, str]:
     return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
 
 
-def torch_flags_record(root: Path | None = None) -> RecordFile:
+def torch_flags_record(root: Path | str | None = None) -> RecordFile:
     """torch's compile and link flags for an extension, by everything they are made of
     (<root>/torch-flags.json): importing torch's build code costs a rebuild more than its edit."""
-    return _root_record(RecordFile, TORCH_FLAGS_NAME, root or cache_root())
+    return _root_record(RecordFile, TORCH_FLAGS_NAME, root)
 
 
-def toolchain_probes(root: Path | None = None) -> RecordFile:
+def toolchain_probes(root: Path | str | None = None) -> RecordFile:
     """Each compiler's `--version` line, by its binary_identity (<root>/toolchain.json): a warm
     load must start no process, and `c++ --version` costs one."""
-    return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, root or cache_root())
+    return _root_record(RecordFile, TOOLCHAIN_PROBES_NAME, root)
 
 
 def hash_files(

@@ -113,19 +113,19 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
-def tool_version(binary: Path, root: Path | None = None) -> str:
+def tool_version(binary: Path, root: str | None = None) -> str:
     """First informative line of `binary --version`, cached per binary identity in the cache root."""
     return _tool_probe(binary, root)[1]
 
 
-def _tool_description(binary: Path, root: Path | None = None) -> str:
+def _tool_description(binary: Path, root: str | None = None) -> str:
     return ": ".join(_tool_probe(binary, root))
 
 
 PROBE_TIMEOUT_S = 60.0  # or JITOPS_BUILD_TIMEOUT where that is shorter
 
 
-def _tool_probe(binary: Path, root: Path | None = None) -> tuple[str, str]:
+def _tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
     """binary's resolved path and its version line (the key names both). A process is started only
     for a binary not probed before (in this cache root) with its current identity."""
     resolved, identity = _cache.binary_identity(binary)
@@ -163,7 +163,7 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
     include). record_hashes=False: without the cache root's hash record. each: filled with every
     source's sha256, by its name relative to the root."""
-    known = _cache.known_file_hashes(_cache.records_root(extension.cache_dir)) if record_hashes else None
+    known = _cache.known_file_hashes(extension.cache_dir) if record_hashes else None
     return _cache.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
@@ -192,7 +192,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
     headers each copy includes are checked against the entry's list at every load). each: see
     sources_sha256."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
-    root = _cache.records_root(extension.cache_dir)
+    root = extension.cache_dir  # its record files there, where it has a root of its own
     return {
         "name": extension.qualified_name,
         **abi_components(extension, each=each),

@@ -18,6 +18,17 @@ DEFAULT_LOCK_TIMEOUT_S = 1800.0
 DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
 
+def setting_for(path: Path | str) -> str:
+    """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
+    configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
+    path = os.path.realpath(path)
+    roots = [_cache.configured_root()[0], _cache.fallback_root(), *([_cache._fallback_root] if _cache._fallback_root else [])]
+    for root in map(os.path.realpath, roots):
+        if path == root or path.startswith(os.path.join(root, "")):
+            return "JITOPS_CACHE_DIR"
+    return "build_directory"
+
+
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
 
 
@@ -80,7 +91,7 @@ class HeldLock:
         except OSError as err:  # not a lock file: a directory, say, or no permission
             raise BuildError(
                 f"jitops: cannot take the lock {path} to build {what}: {err.strerror or err}; "
-                f"remove whatever is at that path (`rm -r {path}`), or point {_cache.setting_for(path)} elsewhere"
+                f"remove whatever is at that path (`rm -r {path}`), or point {setting_for(path)} elsewhere"
             ) from None
         self.acquired = True
         try:
@@ -120,5 +131,5 @@ def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
             # make() has removed its staging directory: nothing is published, and no log kept.
             raise BuildError(
                 f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
-                f"({err.strerror or err}); free some space or point {_cache.setting_for(entry.root)} elsewhere"
+                f"({err.strerror or err}); free some space or point {setting_for(entry.root)} elsewhere"
             ) from err

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from . import _cache
-from ._core import file_identity, write_json_atomic
-from ._errors import BuildError
+from ._core import configured_root, file_identity, write_json_atomic
+from ._errors import BuildError, CacheError
 
 PCH_DIR = "pch"
 HEADER_NAME = "pch.h"
@@ -38,6 +38,18 @@ GCH_NAME = HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the 
 RECORD_NAME = "record.json"
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
+
+
+def root(cache_dir: str | None) -> Path:
+    """The root of what every extension shares (precompiled headers): the cache root; for an
+    extension with a root of its own (build_directory), that root where the configured one is
+    unusable, without the warning (its caller chose a folder)."""
+    if cache_dir is None:
+        return _cache.cache_root()
+    try:
+        return _cache.usable_root(Path(configured_root()[0]))
+    except (OSError, CacheError):
+        return Path(cache_dir)
 
 
 def mode() -> str:

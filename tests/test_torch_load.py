@@ -378,11 +378,11 @@ def test_a_build_directory_keeps_the_records_and_an_unusable_cache_dir_is_not_me
 
 
 def test_advice_names_the_setting_that_moves_the_folder(tmp_path, monkeypatch):
-    from jitops import _cache
+    from jitops import _lock
 
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "configured"))
-    assert _cache.setting_for(tmp_path / "configured" / "x.lock") == "JITOPS_CACHE_DIR"
-    assert _cache.setting_for(tmp_path / "build" / "jitops") == "build_directory"
+    assert _lock.setting_for(tmp_path / "configured" / "x.lock") == "JITOPS_CACHE_DIR"
+    assert _lock.setting_for(tmp_path / "build" / "jitops") == "build_directory"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder: needs another user")
