@@ -307,14 +307,18 @@ def plain_source(tmp_path: Path) -> Path:
     return source
 
 
-def plain_load(tmp_path: Path, name: str, build: str = "", **env: str) -> subprocess.CompletedProcess:
-    """PLAIN_LOAD of plain.cpp in a new process, its cache in tmp_path (env: variables to set)."""
+def plain_load(
+    tmp_path: Path, name: str, build: str = "", code: str = PLAIN_LOAD, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess:
+    """code (PLAIN_LOAD, or a variant) on plain.cpp in a new process, its cache in tmp_path (env:
+    variables to set)."""
     return children.run(
-        [sys.executable, "-c", PLAIN_LOAD, name, str(plain_source(tmp_path)), build],
+        [sys.executable, "-c", code, name, str(plain_source(tmp_path)), build],
         env=tiny_env(tmp_path / "cache", **env),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
+        cwd=cwd,
     )
 
 
@@ -404,25 +408,12 @@ def test_a_read_only_build_directory_holding_the_entry_loads_it(tmp_path):
 
 def test_a_build_leaves_no_file_unclosed(tmp_path):
     code = "import warnings; warnings.simplefilter('default')\n" + PLAIN_LOAD + "import gc; gc.collect()\n"
-    proc = children.run(
-        [sys.executable, "-c", code, "closed", str(plain_source(tmp_path)), ""],
-        env=tiny_env(tmp_path / "cache"),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    proc = plain_load(tmp_path, "closed", code=code)
     assert proc.returncode == 0 and "ResourceWarning" not in proc.stderr, proc.stderr
 
 
 def test_a_source_listed_twice_is_built_once(tmp_path):
     code = PLAIN_LOAD.replace("[sys.argv[2]]", "[sys.argv[2], sys.argv[2], os.path.relpath(sys.argv[2])]")
-    proc = children.run(
-        [sys.executable, "-c", code, "twice_listed", str(plain_source(tmp_path)), ""],
-        env=tiny_env(tmp_path / "cache"),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        cwd=tmp_path,
-    )
+    proc = plain_load(tmp_path, "twice_listed", code=code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])[0] == 5
