@@ -34,8 +34,21 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="jitops-cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+RUN_HELP = """\
+python -m jitops also runs programs with every torch.utils.cpp_extension.load/load_inline
+going through jitops:
+  python -m jitops run script.py [args]
+  python -m jitops run -m package.module [args]"""
+
+
+def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
+    """The CLI's parser, calling itself prog (`python -m jitops` also says what `run` does)."""
+    parser = Parser(
+        prog=prog,
+        description=__doc__,
+        epilog=RUN_HELP if prog != "jitops-cache" else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--version", action="version", version=f"%(prog)s {jitops.__version__}")
     # --json after the command works too (`jitops-cache list --json`).
@@ -73,12 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     build = command("build", building.cmd_build, "build ops now, in parallel")
     build.add_argument("ops", nargs="*", metavar="OP")
     build.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST for this build, e.g. '8.0;9.0'")
-    build.add_argument("--out", help="also write prebuilt .so files with manifests here (for JITOPS_PREBUILT_DIR)")
+    build.add_argument(
+        "--out",
+        help="also write prebuilt .so files with manifests here (for JITOPS_PREBUILT_DIR, or a package's prebuilt_dir: "
+        "there, from the sources of the source tree DIR lies in)",
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "jitops-cache") -> int:
+    parser = build_parser(prog)
     argv = sys.argv[1:] if argv is None else argv
     Parser.json_errors = "--json" in argv  # a usage error is JSON too, on stdout, where the caller parses
     args = parser.parse_args(argv)
@@ -88,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if Parser.json_errors:
             parser.error(f"{args.command}: {err}")
         parser.print_usage(sys.stderr)
-        print(f"jitops-cache {args.command}: error: {err}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `jitops-cache list | head`: the reader left, as SIGPIPE would end a C tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit

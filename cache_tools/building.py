@@ -47,6 +47,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
     chosen = chosen_extensions(args.ops, args.package)
+    if args.out:
+        chosen = [(owner, beside(extension, Path(args.out))) for owner, extension in chosen]
     with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:  # builds run in parallel, as load_all's
         futures = [(owner, extension, pool.submit(extension.load)) for owner, extension in chosen]
     errors = [f"  {extension.qualified_name}: {f.exception()}" for _, extension, f in futures if f.exception()]
@@ -57,7 +59,14 @@ def cmd_build(args: argparse.Namespace) -> int:
             continue
         loaded = future.result()
         op = extension.name if owner == registry.OWN else extension.qualified_name
-        result = {"op": op, "owner": owner, "how": loaded.how, "with_cuda": loaded.with_cuda, "library": str(loaded.library)}
+        result = {
+            "op": op,
+            "owner": owner,
+            "how": loaded.how,
+            "with_cuda": loaded.with_cuda,
+            "library": str(loaded.library),
+            "sources": extension.root,
+        }
         if args.out:
             result["prebuilt"] = str(export_prebuilt(loaded.library.parent, Path(args.out)))
         results.append(result)
@@ -66,11 +75,46 @@ def cmd_build(args: argparse.Namespace) -> int:
         for r in results:
             where = f" -> {r['prebuilt']}" if "prebuilt" in r else ""
             print(f"{r['op']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
+            if "prebuilt" in r:
+                print(f"{'':<24} from the sources in {r['sources']}")
         if failure:
             print(failure, file=sys.stderr)
 
     emit(args, {"built": results, "error": failure}, human)
     return EXIT_PROBLEM if failure else EXIT_OK
+
+
+def beside(extension: jitops.Extension, out: Path) -> jitops.Extension:
+    """The extension as declared in the source tree --out lies in, where that is not the copy the
+    entry point found: `build --out src/pkg/prebuilt` in an author's checkout builds the checkout's
+    sources (which the next wheel ships), not an installed, older copy of them."""
+    if extension.prebuilt_dir is None:
+        return extension
+    shipped_as = os.path.relpath(extension.prebuilt_dir, extension.root)
+    out = out.resolve()
+    if shipped_as.startswith("..") or not str(out).endswith(os.sep + shipped_as):
+        return extension
+    tree = str(out)[: -len(shipped_as) - 1]
+    if os.path.realpath(tree) == os.path.realpath(extension.root) or not all(
+        os.path.isfile(os.path.join(tree, source)) for source in extension.sources
+    ):
+        return extension
+    return jitops.Extension(
+        extension.name,
+        extension.sources,
+        namespace=extension.namespace,
+        root=tree,
+        include_dirs=extension.include_dirs,
+        cflags=extension.cflags,
+        cuda_cflags=extension.cuda_cflags,
+        ldflags=extension.ldflags,
+        cuda=extension.cuda,  # type: ignore[arg-type]
+        cuda_archs=extension.cuda_archs,
+        version=extension.version,
+        python_module=extension.python_module,
+        cache_dir=extension.cache_dir,
+        prebuilt_dir=shipped_as,
+    )
 
 
 def export_prebuilt(entry_dir: Path, out: Path) -> Path:

@@ -95,7 +95,7 @@ def entry_lock_taken(root: Path, row: inventory.Row):
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
         yield True  # stored objects and PCHs are published whole and read without a lock
         return
-    fd = os.open(root / f"{row.namespace}.{row.op}-{row.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(_cache.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

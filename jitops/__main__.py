@@ -12,4 +12,4 @@ if sys.argv[1:2] == ["run"]:
 
 from jitops.cache_tools.__main__ import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m jitops"))

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import _buildfile, _cache, _namespaces, _ninja, _objects, _pch, _prebuilt, _status
+from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
 from ._lock import build_timeout, lock_timeout, under_entry_lock
@@ -32,9 +35,10 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     lock_timeout(), build_timeout(), _pch.mode()  # a bad setting is an error of its own, not a reason to fall back
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
-    library, manifest, _ = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
+    library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:
         return library, list(manifest["components"].get("backends", [])), "prebuilt"
+    _prebuilt.warn_refused_once(extension, refused)
     if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
         library, backends = _prebuilt.prebuilt_or_error(
             extension,
@@ -69,9 +73,12 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     except _objects.InputsChanged:
         raise
     except BuildError as err:
-        why = str(err).removeprefix("jitops: ")
-        library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
-        return library, backends, "prebuilt"
+        if not any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(extension)):
+            raise  # no prebuilt library could stand in: the build's own error, alone
+        failure = err
+    why = str(failure).removeprefix("jitops: ")
+    library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
+    return library, backends, "prebuilt"
 
 
 def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) -> Path:
@@ -147,7 +154,7 @@ def _build(planned: PlannedEntry) -> Path:
                 # The load check opens it in this process: a namespace defined already would abort it.
                 namespaces = _namespaces.defined_in(built)
                 _namespaces.check(namespaces, built, extension.qualified_name)
-                failure = _load_check(built, log_path)
+                failure = _load_check(built, log_path, extension, cuda)
                 if failure is None:
                     _namespaces.record(namespaces, built)
         except BaseException:
@@ -296,7 +303,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     return dict(sorted(headers.items()))
 
 
-def _load_check(library: Path, log_path: Path) -> str | None:
+def _load_check(library: Path, log_path: Path, extension: Extension, cuda: CudaPlan) -> str | None:
     """None if the new library loads (unresolved symbols and refused registrations are never
     published), else why not. It stays loaded: the published file is this one renamed (one inode)."""
     import torch  # loaded by the caller already: this module imports without it
@@ -308,5 +315,22 @@ def _load_check(library: Path, log_path: Path) -> str | None:
         reason = str(err.__cause__ or err)
         with open(log_path, "a") as log:
             log.write(f"\nloading the built library failed: {reason}\n")
+        missing = re.search(r"undefined symbol: (\S+)", reason)
+        if missing:
+            reason = f"undefined symbol {_demangle(missing.group(1))}"
+            left_out = [s for s in extension.sources if s.endswith(CUDA_SUFFIXES)] if not cuda.enabled else []
+            if left_out:
+                reason += f"; {', '.join(left_out)} may define it, and was left out of this build ({cuda.reason})"
         return f"the built library does not load: {reason}"
     return None
+
+
+def _demangle(symbol: str) -> str:
+    """A C++ symbol as written in the source (c++filt, where binutils has it), else as it is."""
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return symbol
+    try:
+        return subprocess.run([tool, symbol], capture_output=True, text=True, timeout=10).stdout.strip() or symbol
+    except (OSError, subprocess.SubprocessError):
+        return symbol

@@ -193,13 +193,20 @@ _COMPILER_ERROR = [
 
 
 def first_compiler_error(log: str) -> str:
-    """The first `file:line: message` error of a build log, else its last meaningful line."""
+    """The first `file:line: message` error of a build log with the source line and caret the
+    compiler printed under it, else the log's last meaningful line."""
     lines = log.splitlines()
-    for line in lines:
+    for index, line in enumerate(lines):
         for pattern in _COMPILER_ERROR:
             match = re.match(pattern, line.strip())
             if match:
                 location, message = match.groups()
-                return f"{location}: {message}" if location else message
+                found = [f"{location}: {message}" if location else message]
+                # gcc/clang: `  4 |   code` then `    |   ^~~~`; nvcc: the code, then the caret, indented
+                for context in lines[index + 1 : index + 4]:
+                    if not context.startswith(" ") or not context.strip() or context.lstrip().startswith(("[", "ninja")):
+                        break
+                    found.append(context.rstrip())
+                return "\n".join(found)
     meaningful = [line.strip() for line in lines if line.strip() and not line.startswith(" ")]
     return meaningful[-1] if meaningful else "no output"

@@ -60,7 +60,9 @@ def mismatch(components: dict, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
     """How a prebuilt's key components differ from the running ones (in `fields`), one 'field X,
     here Y' each."""
     return [
-        f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
+        "other sources than these"
+        if field == "sources_sha256"
+        else f"{field} {components.get(field)!r}, here {wanted.get(field)!r}"
         for field in fields
         if components.get(field) != wanted.get(field)
     ]
@@ -127,6 +129,17 @@ def untrusted_prebuilt(entry: _cache.Entry, library: Path, extension: Extension)
 
 
 _warned: set[str] = set()
+
+
+def warn_refused_once(extension: Extension, refused: list[str]) -> None:
+    """Say once per process why the prebuilt libraries a package ships were not loaded: without
+    it, a wheel whose prebuilt went stale compiles for minutes without a word why."""
+    if refused and extension.qualified_name + " refused" not in _warned:
+        _warned.add(extension.qualified_name + " refused")
+        warn(
+            f"not loading the prebuilt {extension.qualified_name} shipped in {extension.prebuilt_dir}, so building it:"
+            + "".join(f"\n  - {reason}" for reason in refused)
+        )
 
 
 def prebuilt_or_error(

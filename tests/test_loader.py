@@ -18,7 +18,7 @@ import pytest
 import torch
 from tiny_extension import tiny_extension
 
-import jitops.ops
+import jitops.ops._framework
 from jitops import _buildfile, _cache, _core, _key, _loader
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -367,10 +367,10 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
 
 
 def test_warm_start_imports_only_the_warm_path():
-    """jitops.ops.require on a warm start reads the warm record (_core) and nothing else of the
+    """jitops.ops._framework.require on a warm start reads the warm record (_core) and nothing else of the
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
-        "import sys, jitops.ops; jitops.ops.require('add2'); jitops.ops.require('add2');"
+        "import sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
         "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._cache', 'jitops._prebuilt', 'jitops._build', 'jitops._errors') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
@@ -380,7 +380,7 @@ def test_warm_start_imports_only_the_warm_path():
 
 
 def test_warm_open_records_the_library_as_torch_does_and_says_why_one_fails(tmp_path):
-    jitops.ops.require("add2")
+    jitops.ops._framework.require("add2")
     library = _core.loaded["jitops.add2"].library
     link = tmp_path / "link.so"
     link.symlink_to(library)
@@ -404,7 +404,7 @@ def test_op_libraries_name_only_the_torch_libraries_they_use():
     # Every dlopen walks the dependencies of each library the new one names, loaded or not
     # (jitops/_key.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
     # torch_cuda in particular (with its two dozen CUDA libraries) would double a warm dlopen.
-    jitops.ops.require("add2")
+    jitops.ops._framework.require("add2")
     needed = needed_libraries(_core.loaded["jitops.add2"].library)
     assert "libtorch_cpu.so" in needed
     assert not {"libtorch.so", "libtorch_python.so", "libc10_cuda.so", "libtorch_cuda.so"} & set(needed), needed
@@ -419,9 +419,9 @@ def exported_symbols(library: Path) -> list[str]:
 
 # Builds add2 (CPU) with $CXX in a fresh process, checks it computes and reports a bad argument.
 BUILD_AND_RUN_ADD2 = """
-import torch, jitops, jitops.ops
+import torch, jitops, jitops.ops._framework
 from jitops import _core
-jitops.ops.require("add2")
+jitops.ops._framework.require("add2")
 a, b = torch.randn(1000), torch.randn(1000)
 assert torch.equal(jitops.add2(a, b), a + b)
 try:
@@ -486,7 +486,7 @@ def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy
     good = source.read_text()
     source.write_text(good.replace("return TINY_VALUE;", "return TINY_VALUE"))
     stderr = load_tiny_failing(cache, tiny_copy)
-    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+    message = re.search(r"BuildError: (.*?)\nfull log: (\S+)", stderr, re.S)
     assert message, stderr
     assert "building jitops_test.tiny failed" in message.group(1)
     assert re.search(r"tiny\.cpp:\d+:\d+: .*expected .;.", message.group(1)), message.group(1)
@@ -508,7 +508,7 @@ def test_library_that_does_not_load_is_never_published(tmp_path, tiny_copy):
     )
     cache = tmp_path / "cache"
     stderr = load_tiny_failing(cache, tiny_copy)
-    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+    message = re.search(r"BuildError: (.*?)\nfull log: (\S+)", stderr, re.S)
     assert message, stderr
     assert "the built library does not load" in message.group(1) and "jitops_tiny_missing" in message.group(1)
     assert "jitops_tiny_missing" in Path(message.group(2)).read_text()
@@ -785,18 +785,18 @@ def assert_fresh_python_prints_ok(code: str) -> None:
 
 def test_dynamo_marker_is_the_one_torch_sets():
     # `import jitops` imports no torch._dynamo (a second of every start-up), yet marks require()
-    # exactly as torch.compiler.assume_constant_result would: every attribute that API sets on a
+    # and the load behind Extension.load() exactly as torch.compiler.assume_constant_result would: every attribute that API sets on a
     # function is on require, with the same value. Fresh process: nothing else imported dynamo.
     code = (
-        "import sys, torch, jitops, jitops.ops\n"
+        "import sys, torch, jitops, jitops.ops._framework\n"
         "assert 'torch._dynamo' not in sys.modules, 'import jitops imported torch._dynamo'\n"
-        "marked = dict(vars(jitops.ops.require))\n"
+        "marked = [dict(vars(f)) for f in (jitops.ops._framework.require, jitops.extension._load)]\n"
         "def probe(): pass\n"
         "torch.compiler.assume_constant_result(probe)\n"
         "expected = dict(vars(probe))\n"
         "assert expected, 'assume_constant_result set no attribute: jitops must follow what it does now'\n"
-        "missing = {k: v for k, v in expected.items() if marked.get(k, object()) != v}\n"
-        "assert not missing, f'require lacks what assume_constant_result sets: {missing}'\n"
+        "missing = [{k: v for k, v in expected.items() if m.get(k, object()) != v} for m in marked]\n"
+        "assert not any(missing), f'require, Extension.load lack what assume_constant_result sets: {missing}'\n"
         "print('ok')\n"
     )
     assert_fresh_python_prints_ok(code)

@@ -417,3 +417,45 @@ def test_a_source_listed_twice_is_built_once(tmp_path):
     proc = plain_load(tmp_path, "twice_listed", code=code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])[0] == 5
+
+
+def test_a_compile_error_prints_one_traceback_with_the_users_line_and_caret_and_no_prebuilt_paragraph(tmp_path):
+    source = tmp_path / "typo.cpp"
+    source.write_text('constexpr int kScale = 2;\nextern "C" int scaled(int x) {\n  return x * kScal;\n}\n')
+    code = f"import jitops\njitops.load('typo', [{str(source)!r}], is_python_module=False)\n"
+    proc = children.run(
+        [sys.executable, "-c", code], env=tiny_env(tmp_path / "cache"), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr
+    assert err.count("Traceback") == 1 and "During handling" not in err and "The above exception" not in err, err
+    assert f"{source}:3:" in err and "kScal" in err, "the user's file and line, not a staging copy"
+    assert "  return x * kScal;" in err and "^" in err.split("kScal;", 1)[1].splitlines()[1], "the source line, then the caret"
+    assert "prebuilt" not in err.lower(), "no prebuilt could stand in for a jitops.load build"
+    assert err.count("was not declared") == 1, "the message once"
+    assert len(err.splitlines()) < 30, err
+
+
+def test_a_cuda_source_left_out_names_itself_and_the_demangled_symbol_it_defines(tmp_path):
+    (tmp_path / "main.cpp").write_text(
+        'int twice_launch(int x, long n);\nextern "C" int entry(int x) { return twice_launch(x, 1); }\n'
+    )
+    (tmp_path / "twice_kernel.cu").write_text("int twice_launch(int x, long n) { return 2 * x * n; }\n")
+    import torch
+
+    with_cuda = None if torch.version.cuda is None else False  # a CPU-only torch leaves it out by itself
+    code = (
+        "import jitops\n"
+        f"jitops.load('twice_ext', [{str(tmp_path / 'main.cpp')!r}, {str(tmp_path / 'twice_kernel.cu')!r}], "
+        f"is_python_module=False, with_cuda={with_cuda})\n"
+    )
+    proc = children.run(
+        [sys.executable, "-c", code], env=tiny_env(tmp_path / "cache"), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "undefined symbol twice_launch(int, long)" in proc.stderr, proc.stderr
+    assert "twice_kernel.cu may define it, and was left out of this build" in proc.stderr, proc.stderr
+    assert "jitops: built " not in proc.stderr and "FAILED to build" in proc.stderr, (
+        "never 'built' for a library that does not load"
+    )
+    assert not list((tmp_path / "cache").glob("jitops_load.twice_ext-*/")), "no entry"
