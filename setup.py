@@ -48,7 +48,7 @@ def ahead_of_time_build() -> dict:
 
     sys.path.insert(0, str(ROOT))
     from jitops import _build, _cache, _core, _key
-    from jitops.ops import available_ops, extension
+    from jitops.ops._framework import available_ops, extension
 
     cxx = _key.find_cxx()
     extensions = []

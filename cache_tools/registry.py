@@ -26,7 +26,7 @@ def declared() -> dict[str, tuple[str, Extension]]:
     holds no Extension is reported on stderr and skipped: one broken package must not break the CLI."""
     global _declared
     if _declared is None:
-        from jitops.ops import available_ops, extension
+        from jitops.ops._framework import available_ops, extension
 
         found = {extension(op).qualified_name: (OWN, extension(op)) for op in available_ops()}
         for point in entry_points(group=GROUP):

@@ -10,7 +10,7 @@ user pays that anyway) and stops when the op can be called. Warm figures are the
 --repeats new processes (--baseline-repeats for plain load(), whose warm figure is tens of
 milliseconds); each also counts the processes it spawned and the file locks it took (a
 warm jitops load must take neither). Rows:
-  jitops        `import jitops`, then the op's first use (jitops.ops.require), or load_all()
+  jitops        `import jitops`, then the op's first use (jitops.ops._framework.require), or load_all()
   plain load()  load() of the op's own kernel and binding files (one unit each), as a user
                 without jitops would call it; warm = load() again in a new process
   dlopen        torch.ops.load_library of the library jitops built: a bare dlopen, every symbol
@@ -64,11 +64,11 @@ JITOPS_CHILD = (
     + """
 ops = sys.argv[1].split(",")
 started = time.perf_counter()
-import jitops, jitops.ops
+import jitops, jitops.ops._framework
 if len(ops) > 1:
     jitops.load_all(ops)
 else:
-    jitops.ops.require(ops[0])
+    jitops.ops._framework.require(ops[0])
 seconds = time.perf_counter() - started
 from jitops._core import loaded  # keyed "jitops.<op>", or "<op>" in a tree from before issue 24 (scripts/warm_ab.py)
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
@@ -83,10 +83,10 @@ PLAIN_CHILD = (
     + """
 op, build = sys.argv[1], sys.argv[2]
 from pathlib import Path
-import jitops.ops
+import jitops.ops._framework
 from jitops import _key
 from torch.utils.cpp_extension import load
-extension = jitops.ops.extension(op)
+extension = jitops.ops._framework.extension(op)
 cuda = _key.plan_cuda(extension)
 with_cuda = cuda.enabled
 components = _key.key_components(extension, _key.find_cxx(), cuda)
@@ -124,7 +124,7 @@ report(time.perf_counter() - started)
 """
 )
 
-# A warm load's steps, each timed: what jitops.ops.require(op) does on a warm start, spelled out.
+# A warm load's steps, each timed: what jitops.ops._framework.require(op) does on a warm start, spelled out.
 PHASES_CHILD = (
     CHILD_PRELUDE
     + """
@@ -135,7 +135,7 @@ def step(name):
     now = time.perf_counter()
     steps[name], last = (now - last) * 1e3, now
 import jitops; step("import jitops")
-import jitops.ops; step("import jitops.ops")
+import jitops.ops._framework; step("import jitops.ops._framework")
 import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
 from jitops import _core
 settings = _core.settings(module.EXTENSION); step("settings")

@@ -17,21 +17,23 @@ Ops (each with a pure-torch `<op>_ref`):
 
 The loader, for your own C++/CUDA:
     load(...), load_inline(...)              torch.utils.cpp_extension's, through jitops' cache
-    Extension(name, sources, namespace=..., root=...)   a package's library, loaded on first use
-    jitops.distributed.load_all()            one build per torch.distributed job
+    Extension(name, sources, namespace=..., root=...)   a package's library: .load() gives a
+                                             LoadedLibrary; .register_fake/.register_autograd
+    load_all(ops=None, extensions=None)      build or load now, in parallel
+    jitops.distributed.load_all(ops=None, extensions=None)   the same, once per torch.distributed job
 """
 
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from ._core import VERSION
+from ._core import VERSION, LoadedLibrary
 from .extension import Extension
 
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
     from ._errors import BuildError, CacheError, NamespaceConflict
     from ._torch_load import load
     from ._torch_load_inline import load_inline
-    from .ops import available_ops, load_all
+    from .ops._framework import available_ops, load_all
     from .ops.add2 import add2, add2_ref
     from .ops.bias_act import ACTIVATIONS, bias_act, bias_act_ref
     from .ops.lltm import LLTM, lltm, lltm_ref
@@ -44,6 +46,7 @@ __all__ = [
     "BuildError",
     "CacheError",
     "Extension",
+    "LoadedLibrary",
     "NamespaceConflict",
     "available_ops",
     "load",
@@ -72,8 +75,8 @@ _LAZY = {
     "NamespaceConflict": "_errors",
     "load": "_torch_load",
     "load_inline": "_torch_load_inline",
-    "available_ops": "ops",
-    "load_all": "ops",
+    "available_ops": "ops._framework",
+    "load_all": "ops._framework",
 }
 
 
@@ -85,7 +88,7 @@ def __getattr__(name: str):
     if name.startswith("_") or name in ("ops", "distributed"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # An op's function: its own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
-    from .ops import available_ops
+    from .ops._framework import available_ops
 
     ops = available_ops()
     own = name.removesuffix("_ref")

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Literal, overload
 
 from . import _module_names
 from ._core import DROP_IN_NAMESPACE, loaded
@@ -18,22 +21,78 @@ from .extension import Extension
 BUILD_SUBFOLDER = "jitops"
 
 
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+Flags = Sequence[str] | None
+
+
+@overload
 def load(
-    name,
-    sources,
-    extra_cflags=None,
-    extra_cuda_cflags=None,
-    extra_sycl_cflags=None,
-    extra_ldflags=None,
-    extra_include_paths=None,
-    build_directory=None,
-    verbose=False,
-    with_cuda=None,
-    with_sycl=None,
-    is_python_module=True,
-    is_standalone=False,
-    keep_intermediates=True,
-):
+    name: str,
+    sources: Paths,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: Literal[True] = True,
+    is_standalone: bool = False,
+    keep_intermediates: bool = True,
+) -> ModuleType: ...
+@overload
+def load(
+    name: str,
+    sources: Paths,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    *,
+    is_python_module: Literal[False],
+    is_standalone: bool = False,
+    keep_intermediates: bool = True,
+) -> str: ...
+@overload
+def load(
+    name: str,
+    sources: Paths,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: bool = True,
+    is_standalone: bool = False,
+    keep_intermediates: bool = True,
+) -> ModuleType | str: ...
+def load(
+    name: str,
+    sources: Paths,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: bool = True,
+    is_standalone: bool = False,
+    keep_intermediates: bool = True,
+) -> ModuleType | str:
     """torch.utils.cpp_extension.load, through jitops: the pybind11 module (is_python_module=True),
     else the library's path after its TORCH_LIBRARY registrations ran. keep_intermediates has no
     effect (jitops keeps the build log, not the object files); verbose=True streams the compiler's

@@ -11,34 +11,104 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Literal, overload
 
 from ._core import DROP_IN_NAMESPACE
-from ._torch_load import declare, entries_dir, load_declared, refuse_unsupported
+from ._torch_load import Flags, declare, entries_dir, load_declared, refuse_unsupported
 from .extension import check_name
 
 
+@overload
 def load_inline(
-    name,
-    cpp_sources,
-    cuda_sources=None,
-    sycl_sources=None,
-    functions=None,
-    extra_cflags=None,
-    extra_cuda_cflags=None,
-    extra_sycl_cflags=None,
-    extra_ldflags=None,
-    extra_include_paths=None,
-    build_directory=None,
-    verbose=False,
-    with_cuda=None,
-    with_sycl=None,
-    is_python_module=True,
-    with_pytorch_error_handling=True,
-    keep_intermediates=True,
-    use_pch=False,
-    no_implicit_headers=False,
-):
+    name: str,
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None = None,
+    sycl_sources: str | Sequence[str] | None = None,
+    functions: str | Sequence[str] | dict[str, str] | None = None,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: Literal[True] = True,
+    with_pytorch_error_handling: bool = True,
+    keep_intermediates: bool = True,
+    use_pch: bool = False,
+    no_implicit_headers: bool = False,
+) -> ModuleType: ...
+@overload
+def load_inline(
+    name: str,
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None = None,
+    sycl_sources: str | Sequence[str] | None = None,
+    functions: str | Sequence[str] | dict[str, str] | None = None,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    *,
+    is_python_module: Literal[False],
+    with_pytorch_error_handling: bool = True,
+    keep_intermediates: bool = True,
+    use_pch: bool = False,
+    no_implicit_headers: bool = False,
+) -> str: ...
+@overload
+def load_inline(
+    name: str,
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None = None,
+    sycl_sources: str | Sequence[str] | None = None,
+    functions: str | Sequence[str] | dict[str, str] | None = None,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: bool = True,
+    with_pytorch_error_handling: bool = True,
+    keep_intermediates: bool = True,
+    use_pch: bool = False,
+    no_implicit_headers: bool = False,
+) -> ModuleType | str: ...
+def load_inline(
+    name: str,
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None = None,
+    sycl_sources: str | Sequence[str] | None = None,
+    functions: str | Sequence[str] | dict[str, str] | None = None,
+    extra_cflags: Flags = None,
+    extra_cuda_cflags: Flags = None,
+    extra_sycl_cflags: Flags = None,
+    extra_ldflags: Flags = None,
+    extra_include_paths: Flags = None,
+    build_directory: str | os.PathLike[str] | None = None,
+    verbose: bool = False,
+    with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
+    is_python_module: bool = True,
+    with_pytorch_error_handling: bool = True,
+    keep_intermediates: bool = True,
+    use_pch: bool = False,
+    no_implicit_headers: bool = False,
+) -> ModuleType | str:
     """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
     writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
     after their content under the cache root, then built as load() builds files. use_pch is

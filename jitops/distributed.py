@@ -9,7 +9,7 @@ A "node" is a cache: the ranks on one host that share a cache root. The ranks al
 keys and derive one plan (`plan`): for each (extension, key), one rank provides the entry (from its cache,
 or by building it: the builds spread over the nodes) and sends it to one rank of every other node
 that lacks it, which publishes it under the entry's lock as a local build would
-(`_build.publish_received`). Each outcome is broadcast, so a failure raises on every rank. README
+(`_build.publish_received`). Each outcome is broadcast, so a failure raises on every rank. docs/distributed.md
 ("Across nodes") says what a user sees.
 """
 
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from . import _build, _cache, _loader
 from ._errors import BuildError
@@ -88,10 +90,10 @@ def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
     return transfers
 
 
-def load_all(ops: list[str] | None = None, group=None, extensions: list[Extension] | None = None) -> None:
-    """Build or load jitops' ops (all, or those named) and `extensions` (any package's Extensions)
-    on every rank of `group` (default: the whole job), each compiled once in the job. With only
-    extensions given, none of jitops' ops. A collective, after torch.distributed.init_process_group:
+def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] | None = None, *, group: Any = None) -> None:
+    """jitops.load_all across a job: jitops' ops (all, or those named) and `extensions` (any
+    package's Extensions) on every rank of `group` (default: the whole job), each compiled once in
+    the job. With only extensions given, none of jitops' ops. A collective, after torch.distributed.init_process_group:
     every rank passes the same list (else every rank raises); then each extension's .load() and
     each op are ready without building."""
     import torch.distributed as dist  # imported by the call, not by `import jitops.distributed`
@@ -159,27 +161,19 @@ def load_all(ops: list[str] | None = None, group=None, extensions: list[Extensio
     problems = [problem for of_rank in gathered for problem in of_rank]
     if problems:
         raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
-    if op_names:
-        from .ops import load_all as load_ops  # jitops.ops imports torch (as the call has)
+    from .ops._framework import load_all as load_here  # jitops.ops imports torch (as the call has)
 
-        load_ops(op_names)  # with each op's Python-side registrations
-    for e in extensions or []:
-        _loader.load(e)
+    load_here(op_names, extensions or [])  # from the cache now, with each one's Python-side registrations
 
 
-def _declared(ops: list[str] | None, extensions: list[Extension] | None) -> tuple[list[str], dict[str, Extension]]:
-    """What load_all(ops, extensions) loads: jitops' op names (all of them where neither is given),
-    and every Extension by qualified name, the ops' then the extensions."""
-    if extensions is not None and not all(isinstance(e, Extension) for e in extensions):
-        raise TypeError(f"extensions must be a list of jitops.Extension, got {extensions!r}")
-    op_names, declared = [], {}
-    if ops is not None or extensions is None:
-        from .ops import extension  # jitops.ops imports torch (as the call has)
-        from .ops import op_names as named
+def _declared(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], dict[str, Extension]]:
+    """What load_all(ops, extensions) loads (jitops.ops._framework.chosen), every Extension by qualified name,
+    the ops' then the extensions."""
+    from .ops._framework import chosen, extension  # jitops.ops imports torch (as the call has)
 
-        op_names = named(ops)
-        declared = {extension(op).qualified_name: extension(op) for op in op_names}
-    declared.update((e.qualified_name, e) for e in extensions or [])
+    op_names, others = chosen(ops, extensions)
+    declared = {extension(op).qualified_name: extension(op) for op in op_names}
+    declared.update((e.qualified_name, e) for e in others)
     return op_names, declared
 
 

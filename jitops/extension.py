@@ -5,8 +5,15 @@ one imports no torch and reads no file; `.load()` builds or loads it on first us
 from __future__ import annotations
 
 import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
+
+PathLike = str | os.PathLike[str]
+Function = TypeVar("Function", bound=Callable[..., Any])
 
 # auto: CUDA units are built where torch has CUDA and a toolkit is found; always: the library is
 # built with CUDA (include paths, libraries) even from C++ sources alone, else an error (torch's
@@ -27,6 +34,21 @@ def check_name(name, namespace: str, caller: str) -> None:
             f"{caller}name {name[:24]}... is {len(name)} characters long; with the namespace {namespace!r} "
             f"at most {MAX_QUALIFIED_NAME - len(namespace) - 1} fit the file names the cache derives from it"
         )
+
+
+def assume_constant_result(fn: Function) -> Function:
+    """torch.compiler.assume_constant_result(fn), without importing torch._dynamo when nothing has.
+
+    Dynamo runs such a function eagerly while tracing and keeps its result as a constant, so that
+    torch.compile(fullgraph=True) traces a first call that loads a library without tracing the
+    loader's I/O. The torch API imports torch._dynamo (about a second), which would dwarf a warm
+    load; all it does is set one marker attribute, read when dynamo meets the function, so where
+    dynamo is not imported yet this sets that attribute itself. tests/test_loader.py holds the
+    marker to the one this torch sets, and tests/test_downstream.py to dynamo honouring it."""
+    if "torch._dynamo" in sys.modules:
+        return sys.modules["torch"].compiler.assume_constant_result(fn)  # type: ignore[no-any-return]
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
 
 
 # Hand-written, since creating a frozen dataclass is a large share of a warm start.
@@ -54,26 +76,29 @@ class Extension:
         "python_module",
         "cache_dir",
         "prebuilt_dir",
+        "_library",  # what load() returned, once its registrations have run (not part of its identity)
+        "_registrations",  # [(torch.library function, op, args, kwargs)], run when the library loads
     )
+    _IDENTITY = __slots__[:-2]
 
     def __init__(
         self,
         name: str,
-        sources,
+        sources: Sequence[str],
         *,
         namespace: str,
-        root: str,
-        include_dirs=(),
-        cflags=(),
-        cuda_cflags=(),
-        ldflags=(),
-        cuda: str = "auto",
+        root: PathLike,
+        include_dirs: Sequence[str] = (),
+        cflags: Sequence[str] = (),
+        cuda_cflags: Sequence[str] = (),
+        ldflags: Sequence[str] = (),
+        cuda: Literal["auto", "never", "always"] = "auto",
         cuda_archs: str | None = None,
         version: str = "0",
         python_module: bool = False,
-        cache_dir: str | None = None,
-        prebuilt_dir: str | None = None,
-    ):
+        cache_dir: PathLike | None = None,
+        prebuilt_dir: PathLike | None = None,
+    ) -> None:
         check_name(name, namespace, "Extension: ")
         if cuda not in CUDA_POLICIES:
             raise ValueError(f"Extension {name!r}: cuda must be one of {CUDA_POLICIES}, got {cuda!r}")
@@ -81,7 +106,7 @@ class Extension:
             if not isinstance(value, (str, os.PathLike)) and (value is not None or argument == "root"):
                 raise TypeError(f"Extension {name!r}: {argument} must be a path, got {value!r}")
         root = os.path.abspath(root)
-        values = {
+        values: dict[str, Any] = {
             "name": name,
             "namespace": namespace,
             "root": root,
@@ -116,16 +141,17 @@ class Extension:
                 f"Extension {name!r}: cache_dir {values['cache_dir']} holds its sources or headers; "
                 "give it a folder of its own (a subfolder will do)"
             )
+        values.update(_library=None, _registrations=[])
         for argument, value in values.items():
             object.__setattr__(self, argument, value)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Extension is frozen: cannot set {name}")
 
     def __repr__(self) -> str:
-        return "Extension(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__) + ")"
+        return "Extension(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self._IDENTITY) + ")"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Extension) and repr(self) == repr(other)
 
     def __hash__(self) -> int:
@@ -133,13 +159,38 @@ class Extension:
 
     def load(self) -> LoadedLibrary:
         """The library, built or loaded on first use (then from this process's registry): its
-        TORCH_LIBRARY ops are in `.ops` (torch.ops.<namespace>), its pybind11 module in `.module`."""
-        found = recall(self)  # a warm start goes no further
-        if found is None:
-            from ._loader import load  # only on a miss: the rest of the loader costs a warm start's budget
+        TORCH_LIBRARY ops are in `.ops` (torch.ops.<namespace>), its pybind11 module in `.module`.
+        Safe inside torch.compile(fullgraph=True): the compiled graph holds only the ops."""
+        _load(self)  # under torch.compile, run eagerly while tracing (marked below); dynamo traces the read
+        return self._library  # type: ignore[no-any-return]
 
-            found = load(self)
-        return found
+    @overload
+    def register_fake(self, op: str, fake: None = None) -> Callable[[Function], Function]: ...
+    @overload
+    def register_fake(self, op: str, fake: Function) -> Function: ...
+    def register_fake(self, op: str, fake: Function | None = None) -> Any:
+        """torch.library.register_fake for `<namespace>::<op>`, one of this library's ops, run when
+        the library loads (torch needs the op's schema, which the library defines). The op then
+        works under torch.compile and passes torch.library.opcheck's fake-tensor test. Used as a
+        decorator, or called with the function."""
+        return self._register("register_fake", op, fake)
+
+    def register_autograd(
+        self, op: str, backward: Callable[..., Any], *, setup_context: Callable[..., Any] | None = None
+    ) -> None:
+        """torch.library.register_autograd for `<namespace>::<op>`, run when the library loads."""
+        self._register("register_autograd", op, backward, setup_context=setup_context)
+
+    def _register(self, kind: str, op: str, function: Callable[..., Any] | None, **kwargs: Any) -> Any:
+        if function is None:  # as a decorator
+            return lambda function: self._register(kind, op, function, **kwargs) or function
+        if not is_identifier(op):
+            raise ValueError(f"Extension {self.name!r}: {kind}'s op must be the op's name in {self.namespace}, got {op!r}")
+        with _registering:
+            self._registrations.append((kind, op, function, kwargs))
+            if self._library is not None:  # already loaded: now
+                _run_registrations([self._registrations[-1]], self.namespace)
+        return function
 
     @property
     def qualified_name(self) -> str:
@@ -161,3 +212,35 @@ class Extension:
     def include_paths(self) -> list[str]:
         """Its include directories, absolute, then jitops' own (<jitops/library.h>)."""
         return [os.path.join(self.root, d) for d in self.include_dirs] + [INCLUDE_DIR]
+
+
+_registering = threading.Lock()
+
+
+@assume_constant_result
+def _load(extension: Extension) -> bool:
+    """Load the extension's library (a warm record, else the loader's long way) and run its
+    registrations, once per Extension object; the result is on the object, so that dynamo, which
+    runs this eagerly, keeps nothing but a constant True."""
+    if extension._library is None:
+        found = recall(extension)  # a warm start goes no further
+        if found is None:
+            from ._errors import BuildError
+            from ._loader import load  # only on a miss: the rest of the loader costs a warm start's budget
+
+            try:
+                found = load(extension)
+            except BuildError as err:  # its message says what failed and where; the loader's frames would bury it
+                raise err.with_traceback(None) from None
+        with _registering:
+            if extension._library is None:
+                _run_registrations(extension._registrations, extension.namespace)
+                object.__setattr__(extension, "_library", found)
+    return True
+
+
+def _run_registrations(registrations: list[tuple[str, str, Any, dict[str, Any]]], namespace: str) -> None:
+    import torch  # loaded by the library's load already
+
+    for kind, op, function, kwargs in registrations:
+        getattr(torch.library, kind)(f"{namespace}::{op}", function, **kwargs)

@@ -28,8 +28,8 @@ CHILD = """
 import json, sys, torch
 sys.path.insert(1, sys.argv[1])  # examples/timing.py, after the tree ('' first)
 from timing import median_ms
-import jitops, jitops.ops
-jitops.ops.require("bias_act")  # its ops exist once loaded
+import jitops, jitops.ops._framework
+jitops.ops._framework.require("bias_act")  # its ops exist once loaded
 dtype = getattr(torch, sys.argv[2])
 args = ("lrelu", 0.2, 2 ** 0.5, 256.0)
 def tensors(shape):
@@ -50,7 +50,7 @@ result = {
 print(json.dumps({**result, "package": jitops.__file__}))
 """
 
-BUILD = "import sys, jitops.ops; jitops.ops.require('bias_act')"
+BUILD = "import sys, jitops.ops._framework; jitops.ops._framework.require('bias_act')"
 
 
 def main() -> None:

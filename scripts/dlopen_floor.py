@@ -38,9 +38,9 @@ VARIANT_CHILD = """
 import sys, torch
 from jitops import _key, _loader
 _key.LDFLAGS = _key.LDFLAGS + sys.argv[2].split()
-import jitops, jitops.ops
+import jitops, jitops.ops._framework
 op = sys.argv[1]
-jitops.ops.require(op)
+jitops.ops._framework.require(op)
 if op == "add2":
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         a, b = torch.randn(3, 1000, device=device), torch.randn(3, 1000, device=device)
@@ -50,7 +50,7 @@ if op == "add2":
             raise AssertionError("a bad argument went through")
         except RuntimeError as error:
             assert "b" in str(error), error
-print(_loader.load(jitops.ops.extension(op)).library)
+print(_loader.load(jitops.ops._framework.extension(op)).library)
 """
 
 
@@ -86,7 +86,7 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import jitops.ops
+    import jitops.ops._framework
     from jitops import _loader
 
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
@@ -123,9 +123,9 @@ def main() -> None:
                 check=True,
             )
             rows.append(("one CUDA kernel, no torch", with_kernel))
-        for op in args.ops.split(",") if args.ops else jitops.ops.available_ops():
-            jitops.ops.require(op)
-            rows.append((f"jitops {op}", str(_loader.load(jitops.ops.extension(op)).library)))
+        for op in args.ops.split(",") if args.ops else jitops.ops._framework.available_ops():
+            jitops.ops._framework.require(op)
+            rows.append((f"jitops {op}", str(_loader.load(jitops.ops._framework.extension(op)).library)))
             for number, flags in enumerate(filter(None, args.link_variants.split(";"))):
                 rows.append((f"jitops {op} + {flags}", build_variant(op, flags, f"{tmp}/variant{number}")))
         print(f"{'library':<44}{'dlopen ms':>10}  (median of {args.repeats} new processes)")

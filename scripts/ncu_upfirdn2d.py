@@ -3,9 +3,9 @@
 import torch
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 
-jitops.ops.require("upfirdn2d")
+jitops.ops._framework.require("upfirdn2d")
 f = torch.outer(torch.tensor([1.0, 3, 3, 1]), torch.tensor([1.0, 3, 3, 1])).cuda() / 64
 k = torch.ops.jitops._upfirdn2d_kernel
 for dtype in (torch.float32, torch.float16):

@@ -7,7 +7,7 @@ Each tree (a checkout, e.g. `git worktree add /tmp/before <commit>`) is imported
 folder (each child runs there with it on PYTHONPATH, as a regular install is imported: no
 editable-install finder; the script checks where jitops came from) into a cache of its own,
 which is first filled by one cold load. Then, round after round, alternating the trees so that a
-busy machine slows both alike: warm add2 (`jitops.ops.require`) and warm `load_all()` of the ops,
+busy machine slows both alike: warm add2 (`jitops.ops._framework.require`) and warm `load_all()` of the ops,
 each the median of --repeats new processes, timed as examples/load_time.py times them. With
 --drop-in, warm `jitops.load` of examples/drop_in_time.py's extensions instead (the tutorial add2,
 3 units), timed as that script times them. Prints each tree's median over the rounds and after / before.

@@ -4,14 +4,14 @@ import torch
 from conftest import DEVICE_DTYPES, needs_cuda
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.add2 import add2_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
 def add2_loaded():
     # Tests that call torch.ops.jitops.add2 directly need the extension loaded first.
-    jitops.ops.require("add2")
+    jitops.ops._framework.require("add2")
 
 
 SHAPES = [(0,), (1,), (3,), (1000,), (7, 13), (2, 3, 0), (4, 5, 33)]

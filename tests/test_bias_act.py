@@ -6,13 +6,13 @@ import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.bias_act import ACTIVATIONS, ActivationName, bias_act_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
 def loaded():
-    jitops.ops.require("bias_act")
+    jitops.ops._framework.require("bias_act")
 
 
 # alpha, gain, clamp: StyleGAN2's defaults, then explicit values, then a clamp that bites.

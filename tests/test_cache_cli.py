@@ -16,7 +16,7 @@ from pathlib import Path
 import children
 import pytest
 
-import jitops.ops
+import jitops.ops._framework
 from cache_tools import inventory
 from cache_tools.__main__ import main as cache_tools_main
 from jitops import _cache, _core, _lock
@@ -103,7 +103,7 @@ time.sleep(600)
 @pytest.fixture(scope="module")
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
-    jitops.ops.require("add2")
+    jitops.ops._framework.require("add2")
     return _core.loaded["jitops.add2"].library.parent
 
 

@@ -15,7 +15,7 @@ import pytest
 from tiny_extension import NAMESPACE, tiny_extension
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops import _core, _errors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,7 +121,7 @@ def test_the_errors_users_catch_are_public():
 def test_the_package_shows_its_ops_to_help_dir_and_type_checkers():
     """help() and dir() list every op (they are imported on first use), nothing else; a misspelt
     name gets a suggestion; the names type checkers see are the ones the ops export."""
-    from jitops.ops import available_ops
+    from jitops.ops._framework import available_ops
 
     exported = {name for op in available_ops() for name in __import__(f"jitops.ops.{op}", fromlist=["_"]).__all__}
     assert exported <= set(jitops.__all__), exported - set(jitops.__all__)
@@ -130,6 +130,8 @@ def test_the_package_shows_its_ops_to_help_dir_and_type_checkers():
     source = (Path(jitops.__file__).parent / "__init__.py").read_text()
     for name in exported:  # the TYPE_CHECKING block imports each one
         assert re.search(rf"^    from \.ops\.\w+ import .*\b{name}\b", source, re.M), name
+    for op in available_ops():  # and the docstring lists every op (docs/ARCHITECTURE.md: adding an op)
+        assert re.search(rf"^    {op}\(", jitops.__doc__, re.M), f"jitops' docstring does not list {op}"
     text = children.run(
         [sys.executable, "-c", "import jitops; help(jitops)"],
         capture_output=True,
@@ -191,10 +193,10 @@ def test_only_namespace_name_key_is_an_entry_name():
 
 
 def test_every_op_declares_one_extension_in_the_jitops_namespace():
-    import jitops.ops
+    import jitops.ops._framework
 
     for op in jitops.available_ops():
-        extension = jitops.ops.extension(op)
+        extension = jitops.ops._framework.extension(op)
         assert (extension.namespace, extension.name) == ("jitops", op)
         assert all((Path(extension.root) / source).is_file() for source in extension.sources), op
 
@@ -348,7 +350,7 @@ print(json.dumps(how))
 def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     root, cache = tmp_path / "sources", tmp_path / "cache"
     for folder in ("kernels", "bindings"):
-        shutil.copytree(Path(jitops.ops.SOURCE_ROOT) / folder, root / folder)
+        shutil.copytree(Path(jitops.ops._framework.SOURCE_ROOT) / folder, root / folder)
     first = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
     assert (first["add2"], first["bias_act"]) == ("built", "built"), first["stderr"]
     header = root / "kernels" / "bias_act.h"

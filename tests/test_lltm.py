@@ -6,13 +6,13 @@ import torch
 from conftest import DEVICE_DTYPES, DEVICES, TOLERANCES, float64_leaves, needs_cuda
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.lltm import lltm_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
 def loaded():
-    jitops.ops.require("lltm")
+    jitops.ops._framework.require("lltm")
 
 
 # (batch, input features, state size): empty batch, no input features, tiny, odd, the small size.

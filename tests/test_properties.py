@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.bias_act import ACTIVATIONS, bias_act_ref
 from jitops.ops.lltm import lltm_ref
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref

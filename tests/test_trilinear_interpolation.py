@@ -4,13 +4,13 @@ import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
 def loaded():
-    jitops.ops.require("trilinear_interpolation")
+    jitops.ops._framework.require("trilinear_interpolation")
 
 
 # (N, F): empty, one channel, odd channel counts (scalar loads), multiples of every vector width.

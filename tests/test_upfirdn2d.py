@@ -4,13 +4,13 @@ import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
 
 import jitops
-import jitops.ops
+import jitops.ops._framework
 from jitops.ops.upfirdn2d import gradient_args, upfirdn2d_ref
 
 
 @pytest.fixture(autouse=True, scope="module")
 def loaded():
-    jitops.ops.require("upfirdn2d")
+    jitops.ops._framework.require("upfirdn2d")
 
 
 # (up, down, padding, flip_filter, gain): identity, StyleGAN2's upsample and downsample, per-axis

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""One module per op: its Extension, public function, checks, fake kernel, autograd and pure-torch
-*_ref (docs/ARCHITECTURE.md: adding an op).
+"""What every op module shares (private: a package's own ops use Extension.register_fake and
+register_autograd): the ops' Extension, load_all, and a cheaper road through autograd per call.
 
 An op module's `_register()` runs once, right after its library is loaded, because torch.library
 can only attach a fake kernel or autograd formula to an op whose schema exists, and the schema
@@ -12,13 +12,14 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import sys
 import threading
+from collections.abc import Sequence
+from functools import partial
 
 import torch
 
 from .._core import PACKAGE_DIR, VERSION, recall
-from ..extension import Extension
+from ..extension import Extension, assume_constant_result
 
 NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
 # -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC
@@ -65,46 +66,57 @@ def op_extension(name: str, *sources: str) -> Extension:
 
 def available_ops() -> list[str]:
     """The ops this installation ships: one module in jitops/ops/ each."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules([os.path.dirname(__file__)]) if not m.name.startswith("_"))
 
 
 def extension(op: str) -> Extension:
     """The Extension an op module declares."""
-    return importlib.import_module(f"{__name__}.{op}").EXTENSION
+    return importlib.import_module(f"{__package__}.{op}").EXTENSION
 
 
-def op_names(ops: list[str] | None) -> list[str]:
-    """The op names a load_all call means: all of them for None; unknown names are an error."""
-    available = available_ops()  # lists a folder: once
-    names = available if ops is None else list(ops)
-    unknown = sorted(set(names) - set(available))
-    if unknown:
-        raise ValueError(f"ops: unknown op(s) {unknown}; available: {available}")
-    return names
+def chosen(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], list[Extension]]:
+    """What load_all(ops, extensions) loads: jitops' op names (all of them where neither is given;
+    unknown names are an error) and the extensions."""
+    if extensions is not None and not all(isinstance(e, Extension) for e in extensions):
+        raise TypeError(f"extensions must be a list of jitops.Extension, got {extensions!r}")
+    names: list[str] = []
+    if ops is not None or extensions is None:
+        available = available_ops()  # lists a folder: once
+        names = available if ops is None else list(ops)
+        unknown = sorted(set(names) - set(available))
+        if unknown:
+            raise ValueError(f"ops: unknown op(s) {unknown}; available: {available}")
+    return names, list(extensions or [])
 
 
-def load_all(ops: list[str] | None = None, max_workers: int | None = None) -> None:
-    """jitops.load_all: build or load every op (or those named) now, in parallel: e.g. in a Docker
-    build step. (Many nodes: jitops.distributed.load_all builds each op once for all of them.)"""
+def load_all(
+    ops: Sequence[str] | None = None, extensions: Sequence[Extension] | None = None, *, max_workers: int | None = None
+) -> None:
+    """jitops.load_all: build or load jitops' ops (all, or those named) and any package's
+    `extensions` now, in parallel: e.g. in a Docker build step. With only extensions given, none of
+    jitops' ops. (Many nodes: jitops.distributed.load_all, the same arguments, builds each once
+    for all of them.)"""
     from concurrent.futures import ThreadPoolExecutor  # only load_all uses threads
 
-    names = op_names(ops)
-    # Cached ops load here one after another (a dlopen holds the GIL); the rest build in threads.
-    to_build, seen = [], {}  # seen: each file's identity, read once for all the ops' warm records
-    for name in names:
-        if recall(extension(name), seen=seen) is None:  # not a warm start: the long way
+    names, declared = chosen(ops, extensions)
+    # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
+    jobs = [(name, extension(name), partial(require, name)) for name in names]
+    jobs += [(e.qualified_name, e, e.load) for e in declared]
+    to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
+    for name, declaration, finish in jobs:
+        if recall(declaration, seen=seen) is None:  # not a warm start: the long way
             from .._loader import load  # only on a miss, as in require
 
-            if load(extension(name), cached_only=True) is None:
-                to_build.append(name)
+            if load(declaration, cached_only=True) is None:
+                to_build.append((name, finish))
                 continue
-        require(name)  # the Python-side registrations
+        finish()  # the Python-side registrations
     with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
-        futures = {name: pool.submit(require, name) for name in to_build}
+        futures = {name: pool.submit(finish) for name, finish in to_build}
     failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
     if failures:
         details = "\n".join(f"  {name}: {err}" for name, err in failures.items())
-        raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(names)} ops failed:\n{details}")
+        raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(jobs)} failed:\n{details}")
 
 
 _ready: set[str] = set()
@@ -134,30 +146,12 @@ def require(op: str) -> bool:
         # load_all() calls this from several threads; torch.library refuses a second registration.
         with _register_lock:
             if op not in _ready:
-                importlib.import_module(f"{__name__}.{op}")._register()
+                importlib.import_module(f"{__package__}.{op}")._register()
                 _ready.add(op)
     return True
 
 
-def _assume_constant_result(fn):
-    """torch.compiler.assume_constant_result(fn), without importing torch._dynamo when nothing has.
-
-    dynamo must run require() eagerly while tracing and treat its result as a constant, so that
-    torch.compile(fullgraph=True) traces a first call of an op without tracing the loader's I/O.
-    torch.compiler.assume_constant_result does exactly that, but it imports torch._dynamo (about a
-    second) on `import jitops.ops`, which would dwarf a warm load. All it does is set one marker
-    attribute, read when dynamo meets the function; so where dynamo is not imported yet, this sets
-    that attribute itself. tests/test_loader.py::test_dynamo_marker_is_the_one_torch_sets holds it
-    to what this torch's own API sets (a torch that changes the marker fails that test, not a user's
-    compile), and test_first_call_inside_torch_compile to dynamo honouring it.
-    """
-    if "torch._dynamo" in sys.modules:
-        return torch.compiler.assume_constant_result(fn)
-    fn._dynamo_marked_constant = True
-    return fn
-
-
-_assume_constant_result(require)
+assume_constant_result(require)  # torch.compile traces a first call without the loader (extension.py)
 
 
 # A small op's call must cost about what an eager torch op costs (tiny tensors are never slower

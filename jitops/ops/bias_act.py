@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+from ._framework import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
 
 EXTENSION = op_extension(
     "bias_act",

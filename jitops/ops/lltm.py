@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+from ._framework import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
 
 EXTENSION = op_extension("lltm", "kernels/cpu/lltm.cpp", "kernels/cuda/lltm.cu", "bindings/lltm.cpp")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
+from ._framework import call_op, check_backend, check_tensor_args, op_extension, register_autograd, register_fake, require
 
 EXTENSION = op_extension(
     "trilinear_interpolation",

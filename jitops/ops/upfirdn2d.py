@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_backend, check_tensor_args, op_extension, register_fake, require
+from ._framework import check_backend, check_tensor_args, op_extension, register_fake, require
 
 EXTENSION = op_extension(
     "upfirdn2d",
