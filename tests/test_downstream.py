@@ -3,19 +3,25 @@
 kernel, declared as jitops Extensions and registered through the jitops.extensions entry point),
 built as a wheel, installed into a fresh venv and used from outside the repository: first use
 builds, a new process loads warm, jitops-cache shows and acts on it by owner, a header edit
-rebuilds the library that includes it, its shipped prebuilts load without compiling."""
+rebuilds the library that includes it, its shipped prebuilts load without compiling. And the
+README's package-author recipe, run as written: its wheel carries sources, headers and prebuilt
+libraries, and its op passes opcheck and runs under torch.compile(fullgraph=True)."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
 from test_torch_load import PRELUDE  # counts what a warm load must not do
 
 TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS / "downstream_pkg"
 OWNER = "jitops-demo-pkg"
 TIMEOUT_S = 600
 
@@ -35,28 +41,9 @@ print(json.dumps({"scale_ok": bool(torch.allclose(scaled, x * 1.5 * scale_factor
 )
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    """A fresh venv that sees this jitops and torch (the test environment's site-packages, added
-    by a .pth) and has the downstream package's wheel installed."""
-    work = tmp_path_factory.mktemp("downstream")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(work),
-            str(TESTS / "downstream_pkg"),
-        ],
-        check=True,
-        timeout=TIMEOUT_S,
-    )
-    (wheel,) = work.glob("jitops_demo_pkg-*.whl")
+def fresh_venv(work: Path) -> Path:
+    """A venv at work/venv that sees this jitops and torch (the test environment's site-packages,
+    added by a .pth), with `pip` and `jitops-cache` commands as an installed jitops would give it."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=TIMEOUT_S)
     python = work / "venv" / "bin" / "python"
     site = Path(
@@ -65,11 +52,28 @@ def venv(tmp_path_factory) -> Path:
         ).strip()
     )
     (site / "parent_environment.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        check=True,
-        timeout=TIMEOUT_S,
-    )
+    for command, module in (("pip", "pip"), ("jitops-cache", "jitops.cache_tools")):
+        shim = work / "venv" / "bin" / command
+        shim.write_text(f'#!/bin/sh\nexec {python} -m {module} "$@"\n')
+        shim.chmod(0o755)
+    return python
+
+
+def pip(python: Path, *args: str, cwd: Path | None = None) -> None:
+    subprocess.run([str(python), "-m", "pip", *args], check=True, timeout=TIMEOUT_S, cwd=cwd, env=PIP_ENV)
+
+
+# No index is reached: jitops and torch are the test environment's, setuptools too (no isolation).
+PIP_ENV = {**os.environ, "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1", "PIP_QUIET": "1"}
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh venv with the downstream package's (source-only) wheel installed."""
+    work = tmp_path_factory.mktemp("downstream")
+    pip(Path(sys.executable), "wheel", "--no-deps", "-w", str(work), str(PACKAGE))
+    (wheel,) = work.glob("jitops_demo_pkg-*.whl")
+    pip(fresh_venv(work), "install", "--no-deps", str(wheel))
     return work
 
 
@@ -128,3 +132,97 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     shipped = use(venv)
     assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factors"] == [3.0, 2.0] and shipped["spawned"] == 0
     assert not [p for p in (venv / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"
+
+
+def readme_blocks() -> list[str]:
+    return re.findall(r"```\w*\n(.*?)```", (TESTS.parent / "README.md").read_text(), re.S)
+
+
+def test_readme_shows_the_package_files_as_they_are():
+    # Each README block that starts with a path of the package (`# pyproject.toml`, `# src/demo_pkg/...`)
+    # is that file, or a part of it: the recipe below builds these very files.
+    shown = {}
+    for block in readme_blocks():
+        first, _, rest = block.partition("\n")
+        path = first.lstrip("#/ ").strip()
+        if (PACKAGE / path).is_file():
+            shown[path] = rest
+            assert rest.strip() in (PACKAGE / path).read_text(), f"README's {path} differs from {PACKAGE / path}"
+    assert {"pyproject.toml", "src/demo_pkg/_ext.py", "src/demo_pkg/__init__.py"} <= set(shown), shown.keys()
+
+
+def test_the_readme_recipe_gives_a_wheel_with_sources_headers_and_prebuilts_that_compiles_and_passes_opcheck(tmp_path):
+    (recipe,) = [b for b in readme_blocks() if "jitops-cache build --package jitops-demo-pkg" in b]
+    tree = tmp_path / "demo"
+    shutil.copytree(PACKAGE, tree, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "prebuilt", "__pycache__"))
+    author = fresh_venv(tmp_path / "author")
+    env = {
+        **PIP_ENV,
+        "PATH": f"{author.parent}{os.pathsep}{os.environ['PATH']}",
+        "JITOPS_CACHE_DIR": str(tmp_path / "author" / "cache"),
+    }
+    done = subprocess.run(["bash", "-e", "-c", recipe], cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"from the sources in {tree / 'src' / 'demo_pkg'}" in done.stdout, "built from the checkout, not the installed copy"
+
+    (wheel,) = (tree / "dist").glob("jitops_demo_pkg-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for expected in ("demo_pkg/csrc/scale.cpp", "demo_pkg/csrc/fused_cuda.cu", "demo_pkg/csrc/include/demo/scale_factor.h"):
+        assert expected in names, names
+    for library in ("scale", "fused"):
+        shipped = [n for n in names if n.startswith(f"demo_pkg/prebuilt/demo_pkg.{library}-")]
+        assert any(n.endswith("/manifest.json") for n in shipped) and any(n.endswith(".so") for n in shipped), names
+
+    # Tagged for the one Python and platform its libraries fit (README's `wheel tags` line).
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    retag = ["tags", "--python-tag", tag, "--abi-tag", tag, "--platform-tag", "linux_x86_64", "--remove", str(wheel)]
+    subprocess.run([sys.executable, "-m", "wheel", *retag], check=True, timeout=TIMEOUT_S, capture_output=True)
+    (wheel,) = (tree / "dist").glob(f"jitops_demo_pkg-1.0.0-{tag}-{tag}-linux_x86_64.whl")
+    user = tmp_path / "user"
+    pip(fresh_venv(user), "install", "--no-deps", str(wheel))
+    shipped = use(user)
+    assert shipped["how"] == ["prebuilt", "prebuilt"], "the wheel's libraries"
+    assert not [p for p in (user / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"
+    compiled = run(user, "-c", COMPILED)
+    assert compiled.returncode == 0 and compiled.stdout.strip().endswith("ok"), compiled.stderr
+
+    # A broken package beside it (it prints at import and lacks a source) costs only its own row.
+    broken = tmp_path / "broken"
+    (broken / "broken_pkg").mkdir(parents=True)
+    (broken / "pyproject.toml").write_text(BROKEN_PYPROJECT)
+    (broken / "broken_pkg" / "__init__.py").write_text(BROKEN_MODULE)
+    pip(user / "venv" / "bin" / "python", "install", "--no-deps", str(broken))
+    doctor = run(user, "-m", "jitops.cache_tools", "doctor", "--json")
+    rows = {row["owner"]: row for row in json.loads(doctor.stdout)["ops"]}
+    assert doctor.returncode == 1, "an op that cannot be had: exit 1, as documented"
+    assert rows["jitops-broken-pkg"]["how"] == "broken" and rows[OWNER]["available"], rows
+    listed = run(user, "-m", "jitops.cache_tools", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["schema"] == 1, listed.stdout + listed.stderr
+
+
+# The README's calling pattern, compiled: the first call loads the (prebuilt) library while dynamo
+# traces, the fake kernel makes the op traceable, and the registered autograd gives the gradient.
+COMPILED = """
+import torch, demo_pkg
+x = torch.randn(100, requires_grad=True)
+f = torch.compile(lambda x: demo_pkg.scale_by(x, 3.0).sin(), fullgraph=True)
+y = f(x)
+torch.testing.assert_close(y, (x * 3.0).sin())
+y.sum().backward()
+torch.testing.assert_close(x.grad, 3.0 * (x * 3.0).cos())
+torch.library.opcheck(torch.ops.demo_pkg.scale.default, (torch.randn(8, requires_grad=True), 2.5))
+print("ok")
+"""
+
+BROKEN_PYPROJECT = """
+[project]
+name = "jitops-broken-pkg"
+version = "1.0"
+[project.entry-points."jitops.extensions"]
+broken_pkg = "broken_pkg:EXTENSIONS"
+"""
+BROKEN_MODULE = """
+from jitops import Extension
+print("broken_pkg imported")  # on stdout: must not break --json
+EXTENSIONS = [Extension("gone", ["missing.cpp"], namespace="broken_pkg", root=__file__ + "/..")]
+"""
