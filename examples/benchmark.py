@@ -24,7 +24,6 @@ import torch
 from timing import median_ms
 
 import jitops
-import jitops.ops
 from jitops.ops.bias_act import bias_act_ref
 from jitops.ops.lltm import lltm_ref
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
@@ -75,8 +74,21 @@ def add_forward_and_training(case: Case, op, ref, inputs, grads) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def add2_cases(device: str, dtype: torch.dtype):
+    counts = [1 << 22, 1 << 24, 1 << 26] if device == "cuda" else [1 << 16, 1 << 20, 1 << 22]
+    for n in counts:
+        a = torch.randn(n, device=device, dtype=dtype, requires_grad=True)
+        b = torch.randn(n, device=device, dtype=dtype, requires_grad=True)
+        grad_out = torch.randn(n, device=device, dtype=dtype)
+        case = Case(f"N={n}", n)
+        add_forward_and_training(case, jitops.add2, torch.add, (a, b), (grad_out,))
+        case.min_bytes["forward"] = nbytes(a, b, grad_out)  # read a, b; write out
+        case.min_bytes["forward+backward"] = 2 * case.min_bytes["forward"]  # + read the gradient, write two
+        yield case
+
+
 def trilinear_interpolation_cases(device: str, dtype: torch.dtype):
-    jitops.ops.require("trilinear_interpolation")  # the backward op is timed directly
+    jitops.load_all(["trilinear_interpolation"])  # the backward op is timed directly
     f = 256
     counts = [4096, 16384, 65536, 262144] if device == "cuda" else [1024, 4096, 16384]
     for n in counts:
@@ -114,7 +126,7 @@ def lltm_cases(device: str, dtype: torch.dtype):
 
 def bias_act_cases(device: str, dtype: torch.dtype):
     # StyleGAN2's common case: lrelu with a clamp on an NCHW activation, up to 64 Mi elements.
-    jitops.ops.require("bias_act")  # the backward op is timed directly
+    jitops.load_all(["bias_act"])  # the backward op is timed directly
     sizes = [(8, 64, 64, 64), (16, 512, 64, 64), (64, 512, 64, 32)] if device == "cuda" else [(4, 64, 32, 32), (8, 128, 64, 64)]
     for shape in sizes:
         x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
@@ -158,6 +170,7 @@ def upfirdn2d_cases(device: str, dtype: torch.dtype):
 
 
 OPS = {
+    "add2": add2_cases,
     "trilinear_interpolation": trilinear_interpolation_cases,
     "lltm": lltm_cases,
     "bias_act": bias_act_cases,

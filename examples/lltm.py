@@ -13,7 +13,7 @@ import argparse
 import time
 
 import torch
-from timing import train_and_time
+from timing import noise_note, ratio, train_and_time
 
 import jitops
 from jitops.ops.lltm import lltm_ref
@@ -68,7 +68,9 @@ def main() -> None:
     print("lltm_ref (pure torch), same steps:")
     ref_ms, ref_loss = train(lltm_ref, args.device, args.steps, *sizes, log_every=0)
     print(f"final loss: jitops {jitops_loss:.5f}, pure torch {ref_loss:.5f}")
-    print(f"step time: jitops {jitops_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ref_ms / jitops_ms:.2f}x)")
+    print(f"step time: jitops {jitops_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ratio(ref_ms, jitops_ms)})")
+    if noise_note():
+        print(noise_note())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 import time
 
 import torch
-from timing import median_ms
+from timing import median_ms, noise_note, ratio
 
 import jitops
 from jitops.ops.bias_act import bias_act_ref
@@ -85,7 +85,9 @@ def main() -> None:
     fast, reference, x, noise, grad = make(torch.float32)
     fast_ms = median_ms(lambda: step(fast, x, noise, grad), args.device, repeats=20)
     ref_ms = median_ms(lambda: step(reference, x, noise, grad), args.device, repeats=20)
-    print(f"float32 forward+backward: jitops {fast_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ref_ms / fast_ms:.2f}x)")
+    print(f"float32 forward+backward: jitops {fast_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ratio(ref_ms, fast_ms)})")
+    if noise_note():
+        print(noise_note())
 
 
 if __name__ == "__main__":

@@ -11,13 +11,43 @@ import time
 
 import torch
 
+# A timing whose middle half of samples spans more than this share of its median is noise-bound
+# (a busy machine): a ratio taken from it is flagged rather than printed as a result.
+NOISY_SPREAD = 0.25
+_flagged = False
 
-def median_ms(fn, device: str, repeats: int = 30, warmup: int = 3, target_sample_ms: float = 2.0) -> float:
-    """Median milliseconds per call of fn() on device."""
+
+class Ms(float):
+    """Milliseconds (a median), with the spread of the samples it came from: (q3 - q1) / median."""
+
+    spread = 0.0
+
+
+def median_ms(fn, device: str, repeats: int = 30, warmup: int = 3, target_sample_ms: float = 2.0) -> Ms:
+    """Median milliseconds per call of fn() on device, with the samples' spread."""
     for _ in range(warmup):
         fn()
     inner = max(1, int(target_sample_ms / max(_sample_ms(fn, device, 1), 1e-3)))
-    return statistics.median(_sample_ms(fn, device, inner) for _ in range(repeats))
+    samples = [_sample_ms(fn, device, inner) for _ in range(repeats)]
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    timed = Ms(median)
+    timed.spread = (q3 - q1) / median if median > 0 else 0.0
+    return timed
+
+
+def ratio(theirs: float, ours: float) -> str:
+    """theirs / ours as `2.10x`, marked `*` where either timing is noise-bound (see noise_note)."""
+    global _flagged
+    noisy = max(getattr(theirs, "spread", 0.0), getattr(ours, "spread", 0.0)) > NOISY_SPREAD
+    _flagged |= noisy
+    return f"{theirs / ours:.2f}x" + ("*" if noisy else "")
+
+
+def noise_note() -> str:
+    """The footnote for the ratios marked `*`, or nothing where none was."""
+    if not _flagged:
+        return ""
+    return f"* its timings spread over more than {NOISY_SPREAD:.0%} of their median (a busy machine?): not a result; run again"
 
 
 def _sample_ms(fn, device: str, inner: int) -> float:

@@ -17,7 +17,7 @@ import math
 import time
 
 import torch
-from timing import median_ms, train_and_time
+from timing import median_ms, noise_note, ratio, train_and_time
 
 import jitops
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
@@ -86,13 +86,15 @@ def main() -> None:
     print("trilinear_interpolation_ref (pure torch), same steps:")
     ref_ms, ref_loss = train(trilinear_interpolation_ref, args.device, args.steps, batch, args.resolution, 0)
     print(f"final loss: jitops {jitops_loss:.6f}, pure torch {ref_loss:.6f}")
-    print(f"step time: jitops {jitops_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ref_ms / jitops_ms:.2f}x)")
+    print(f"step time: jitops {jitops_ms:.3f} ms, pure torch {ref_ms:.3f} ms ({ratio(ref_ms, jitops_ms)})")
     op_ms = interpolation_ms(jitops.trilinear_interpolation, args.device, batch)
     op_ref_ms = interpolation_ms(trilinear_interpolation_ref, args.device, batch)
     print(
         f"of which the interpolation (forward+backward): jitops {op_ms:.3f} ms, pure torch {op_ref_ms:.3f} ms "
-        f"({op_ref_ms / op_ms:.2f}x); the rest of the step is about {jitops_ms - op_ms:.3f} ms either way"
+        f"({ratio(op_ref_ms, op_ms)}); the rest of the step is about {jitops_ms - op_ms:.3f} ms either way"
     )
+    if noise_note():
+        print(noise_note())
     if not jitops_loss < 0.01:
         raise SystemExit(f"the fit did not converge: final loss {jitops_loss:.6f}")
 

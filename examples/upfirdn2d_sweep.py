@@ -34,7 +34,6 @@ from benchmark import copy_floor_ms, nbytes
 from timing import median_ms
 
 import jitops
-import jitops.ops
 from jitops.ops.upfirdn2d import _filter_2d, gradient_args, upfirdn2d_ref
 
 FILTER = [1.0, 3.0, 3.0, 1.0]
@@ -212,7 +211,7 @@ def main() -> None:
             return print_results(json.load(f))
     if not torch.cuda.is_available():
         raise SystemExit("upfirdn2d_sweep.py times the CUDA kernels: it needs a CUDA device")
-    jitops.ops.require("upfirdn2d")
+    jitops.load_all(["upfirdn2d"])
     torch.manual_seed(0)
     results = {
         "environment": f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
