@@ -10,6 +10,9 @@ mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=9.0 JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache JITOPS_KILL_TRIALS=${JITOPS_KILL_TRIALS:-8}
 unset PYTHONDONTWRITEBYTECODE
 python3 -m pip install -q -e . --no-deps --no-build-isolation
+# Test extras the GPU image lacks (mypy, wheel), from wheels downloaded beside the checkout
+# (`pip download mypy wheel --python-version 3.12 --only-binary=:all: -d .whl`; run with carry .whl).
+[ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"; } | tee "$OUT/machine.txt"
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
