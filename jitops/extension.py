@@ -4,9 +4,11 @@ one imports no torch and reads no file; `.load()` builds or loads it on first us
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -78,8 +80,10 @@ class Extension:
         "prebuilt_dir",
         "_library",  # what load() returned, once its registrations have run (not part of its identity)
         "_registrations",  # [(torch.library function, op, args, kwargs)], run when the library loads
+        "_token",  # names this object to _load (a str: what dynamo can pass as a constant)
+        "__weakref__",
     )
-    _IDENTITY = __slots__[:-2]
+    _IDENTITY = __slots__[:-4]
 
     def __init__(
         self,
@@ -141,9 +145,10 @@ class Extension:
                 f"Extension {name!r}: cache_dir {values['cache_dir']} holds its sources or headers; "
                 "give it a folder of its own (a subfolder will do)"
             )
-        values.update(_library=None, _registrations=[])
+        values.update(_library=None, _registrations=[], _token=f"{namespace}.{name}#{next(_numbers)}")
         for argument, value in values.items():
             object.__setattr__(self, argument, value)
+        _declared[self._token] = self
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Extension is frozen: cannot set {name}")
@@ -161,7 +166,7 @@ class Extension:
         """The library, built or loaded on first use (then from this process's registry): its
         TORCH_LIBRARY ops are in `.ops` (torch.ops.<namespace>), its pybind11 module in `.module`.
         Safe inside torch.compile(fullgraph=True): the compiled graph holds only the ops."""
-        _load(self)  # under torch.compile, run eagerly while tracing (marked below); dynamo traces the read
+        _load(self._token)  # under torch.compile, run eagerly while tracing (marked below); dynamo traces the read
         return self._library  # type: ignore[no-any-return]
 
     @overload
@@ -215,13 +220,18 @@ class Extension:
 
 
 _registering = threading.Lock()
+_numbers = itertools.count()
+# Every Extension by its token, for _load: dynamo passes only constants (such as a str) to a
+# function it runs eagerly, and some torch versions do not take an Extension for one.
+_declared: weakref.WeakValueDictionary[str, Extension] = weakref.WeakValueDictionary()
 
 
 @assume_constant_result
-def _load(extension: Extension) -> bool:
-    """Load the extension's library (a warm record, else the loader's long way) and run its
-    registrations, once per Extension object; the result is on the object, so that dynamo, which
-    runs this eagerly, keeps nothing but a constant True."""
+def _load(token: str) -> bool:
+    """Load the library of the Extension named by token (a warm record, else the loader's long
+    way) and run its registrations, once per Extension object; the result is on the object, so
+    that dynamo, which runs this eagerly, keeps nothing but a constant True."""
+    extension = _declared[token]
     if extension._library is None:
         found = recall(extension)  # a warm start goes no further
         if found is None:
