@@ -136,7 +136,8 @@ def _build(planned: PlannedEntry) -> Path:
         log_path = staging / _cache.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
-        status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why)
+        left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
+        status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out)
         known_before = dict(_cache.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
@@ -154,7 +155,7 @@ def _build(planned: PlannedEntry) -> Path:
                 # The load check opens it in this process: a namespace defined already would abort it.
                 namespaces = _namespaces.defined_in(built)
                 _namespaces.check(namespaces, built, extension.qualified_name)
-                failure = _load_check(built, log_path, extension, cuda)
+                failure = _load_check(built, log_path, left_out, cuda.reason)
                 if failure is None:
                     _namespaces.record(namespaces, built)
         except BaseException:
@@ -303,9 +304,10 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     return dict(sorted(headers.items()))
 
 
-def _load_check(library: Path, log_path: Path, extension: Extension, cuda: CudaPlan) -> str | None:
+def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_left_out: str) -> str | None:
     """None if the new library loads (unresolved symbols and refused registrations are never
-    published), else why not. It stays loaded: the published file is this one renamed (one inode)."""
+    published), else why not, naming the CUDA sources left out where a symbol is missing. It
+    stays loaded: the published file is this one renamed (one inode)."""
     import torch  # loaded by the caller already: this module imports without it
 
     try:
@@ -318,9 +320,8 @@ def _load_check(library: Path, log_path: Path, extension: Extension, cuda: CudaP
         missing = re.search(r"undefined symbol: (\S+)", reason)
         if missing:
             reason = f"undefined symbol {_demangle(missing.group(1))}"
-            left_out = [s for s in extension.sources if s.endswith(CUDA_SUFFIXES)] if not cuda.enabled else []
             if left_out:
-                reason += f"; {', '.join(left_out)} may define it, and was left out of this build ({cuda.reason})"
+                reason += f"; {', '.join(left_out)} may define it, and was left out of this build ({why_left_out})"
         return f"the built library does not load: {reason}"
     return None
 

@@ -33,8 +33,9 @@ class BuildStatus:
     _live_line = False  # whether a live line is on the terminal now
     _reasons_said: set[str] = set()
 
-    def __init__(self, op: str, cuda, verbose: bool, why: str = ""):
+    def __init__(self, op: str, cuda, verbose: bool, why: str = "", left_out: tuple[str, ...] = ()):
         self.op, self.started, self.step, self.cuda, self.why = op, time.time(), "", cuda, why
+        self.left_out = left_out  # the CUDA sources a CPU-only build leaves out
         self.summary = ""  # set before finish(): what was compiled and what reused
         self.live = sys.stderr.isatty() and not verbose and _status_on_stderr()
         with BuildStatus._lock:
@@ -48,13 +49,16 @@ class BuildStatus:
         return f" ({self.why})" if self.why else ""
 
     def _label(self) -> str:
-        """op (cpu+cuda), or op (cpu only: why) the first time this process gives that reason."""
+        """op (cpu+cuda), or op (cpu only: why) the first time this process gives that reason, and
+        the CUDA sources left out, always."""
         if self.cuda.enabled:
             return f"{self.op} (cpu+cuda)"
         reason = self.cuda.reason
         said = reason in BuildStatus._reasons_said
         BuildStatus._reasons_said.add(reason)
-        return f"{self.op} (cpu only)" if said else f"{self.op} (cpu only: {reason})"
+        left_out = ", ".join(self.left_out) if len(self.left_out) <= 2 else f"{len(self.left_out)} CUDA sources"
+        details = ([] if said else [reason]) + ([f"{left_out} left out"] if self.left_out else [])
+        return f"{self.op} (cpu only: {'; '.join(details)})" if details else f"{self.op} (cpu only)"
 
     @classmethod
     def _redraw(cls) -> None:

@@ -455,6 +455,7 @@ def test_a_cuda_source_left_out_names_itself_and_the_demangled_symbol_it_defines
     assert proc.returncode == 1, proc.stderr
     assert "undefined symbol twice_launch(int, long)" in proc.stderr, proc.stderr
     assert "twice_kernel.cu may define it, and was left out of this build" in proc.stderr, proc.stderr
+    assert "twice_kernel.cu left out) ..." in proc.stderr, "the status line says so before the build"
     assert "jitops: built " not in proc.stderr and "FAILED to build" in proc.stderr, (
         "never 'built' for a library that does not load"
     )
