@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import jitops
-from jitops import _cache, _core
+from jitops import _core, _folders
 
 from . import registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
@@ -134,9 +134,7 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
         os.chmod(staging / manifest["library"], 0o755)
         os.chmod(staging / _core.MANIFEST_NAME, 0o644)
         os.chmod(staging, 0o755)
-        if target.exists():
-            _cache.remove_tree(target)
-        os.rename(staging, target)
+        _folders.publish_folder(staging, target, replace=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

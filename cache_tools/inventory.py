@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache, _core, _objects, _pch, _prebuilt, _stats
+from jitops import _cache, _core, _folders, _objects, _pch, _prebuilt, _stats
 
 from . import registry
 
@@ -93,7 +93,7 @@ def entry_rows(root: Path) -> list[Row]:
         )
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
-        name, _, rest = temporary.name[len(_cache.TMP_PREFIX) :].partition("-")
+        name, _, rest = temporary.name[len(_folders.TMP_PREFIX) :].partition("-")
         building = lock is not None and flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, op = name.rpartition(".")
@@ -280,7 +280,7 @@ def orphan_dirs(root: Path) -> list[Path]:
     """Temporary build directories left under root (by a killed or running build)."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.name.startswith(_cache.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
+    return sorted(p for p in root.iterdir() if p.name.startswith(_folders.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
 
 
 def dangling_warm_records(root: Path) -> list[Path]:
@@ -301,7 +301,7 @@ def dangling_warm_records(root: Path) -> list[Path]:
 def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
     """The entry lock a `.tmp-<namespace>.<name>-<key>-*` build directory was made under, if its name tells."""
     for entry_lock in root.glob("*.lock"):
-        if temporary.name.startswith(f"{_cache.TMP_PREFIX}{entry_lock.stem}-"):
+        if temporary.name.startswith(f"{_folders.TMP_PREFIX}{entry_lock.stem}-"):
             return entry_lock
     return None
 
@@ -311,14 +311,14 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     hashed in full, as `verify` does). Shared by every extension: no owner."""
     rows = []
     objects, pch = root / _objects.OBJECTS_DIR, root / _pch.PCH_DIR
-    units = [unit for unit in _children(objects) if not unit.name.startswith(_cache.TMP_PREFIX)]
+    units = [unit for unit in _children(objects) if not unit.name.startswith(_folders.TMP_PREFIX)]
     folders = [(folder, "object") for folder in _children(objects) if folder not in units]  # stores in progress
     folders += [(variant, "object") for unit in units for variant in _children(unit)]
     folders += [(folder, "pch") for folder in _children(pch)]
     for folder, kind in folders:
         last_used = folder.stat().st_mtime
-        if folder.name.startswith(_cache.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
-            dead = _cache.staging_is_dead(folder.name)
+        if folder.name.startswith(_folders.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
+            dead = _folders.staging_is_dead(folder.name)
             status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
             rows.append(Row("", "-", "-", "-", status, reason, str(folder), tree_size(folder), kind=kind))
             continue

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from jitops import _cache
+from jitops import _cache, _folders
 
 from . import inventory, registry
 from .output import (
@@ -37,7 +37,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                     if not acquired:
                         skipped.append({"path": row.path, "why": "a build started"})
                         continue
-                    _cache.remove_tree(Path(row.path))
+                    _folders.remove_tree(Path(row.path))
             except FileNotFoundError:
                 continue  # removed meanwhile
             except OSError as err:  # one entry that cannot go never stops the others
@@ -127,7 +127,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     inline = root / _cache.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
-            _cache.remove_tree(inline)
+            _folders.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
     return status

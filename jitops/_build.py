@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _buildfile, _cache, _namespaces, _ninja, _objects, _pch, _prebuilt, _status
+from . import _buildfile, _cache, _folders, _namespaces, _ninja, _objects, _pch, _prebuilt, _status
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
@@ -124,7 +124,7 @@ def _build(planned: PlannedEntry) -> Path:
         # its own: one .gch serves every extension, wherever its entries are.
         pch_root = _pch.root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
-        _cache.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
+        _folders.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
             _objects.reuse(entry.root, unit, build_dir)

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from ._core import (
@@ -28,12 +27,12 @@ from ._core import (
     write_json_atomic,
 )
 from ._errors import CacheError, warn
+from ._folders import TMP_PREFIX, publish_folder, remove_dead_staging, remove_tree
 
 BUILD_LOG_NAME = "build.log"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
 TORCH_FLAGS_NAME = "torch-flags.json"
 FILE_HASHES_NAME = "file-hashes.json"
-TMP_PREFIX = ".tmp-"
 INLINE_SOURCES = "inline"  # jitops.load_inline's sources, one folder per content
 
 
@@ -392,31 +391,12 @@ def remove_orphans(entry: Entry) -> None:
     remove_dead_staging(entry.root, f"{TMP_PREFIX}{entry.name}-{entry.key}-")
 
 
-def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
-    """Remove the `<prefix><pid>-*` staging folders in folder whose process is gone (killed while
-    writing): nothing in one is ever read."""
-    try:
-        with os.scandir(folder) as found:
-            names = [f.name for f in found if f.name.startswith(prefix)]
-    except OSError:
-        return
-    for name in names:
-        if staging_is_dead(name, prefix):
-            shutil.rmtree(folder / name, ignore_errors=True)
-
-
-def staging_is_dead(name: str, prefix: str = TMP_PREFIX) -> bool:
-    """Whether the `<prefix><pid>-*` staging folder `name` belongs to a process that is gone."""
-    pid = name[len(prefix) :].partition("-")[0]
-    return pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}")
-
-
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:
     """Make `staging` the entry: manifest written last, then one atomic rename."""
     write_json_atomic(staging / MANIFEST_NAME, manifest)
     os.chmod(staging, 0o700)
     entry.discard()  # only a corrupt or stale entry can be here: the caller holds the entry's lock
-    os.rename(staging, entry.path)
+    publish_folder(staging, entry.path)
 
 
 def list_entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[tuple[Entry, dict | None]]:
@@ -436,14 +416,3 @@ def list_entries(root: Path, name: str | None = None, source_root: str | None = 
             manifest = None
         found.append((entry, manifest))
     return found
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a directory (or a file or link in its place) so that no reader sees it half deleted."""
-    # Not named after path: an entry's name may already be near the file system's 255 bytes.
-    trash = path.parent / f"{TMP_PREFIX}removing-{os.getpid()}-{time.monotonic_ns()}"
-    os.rename(path, trash)
-    if os.path.isdir(trash) and not os.path.islink(trash):
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.unlink(trash)

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import _cache
+from . import _cache, _folders
 from ._core import identity_or_none, mark_used, write_json_atomic
 from ._errors import BuildError, warn
 
@@ -88,12 +88,12 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
             shutil.copyfile(Path(variant.path, OBJECT_NAME), copy)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             warn(f"discarding the unreadable stored object {variant.path}: {err}")
-            _cache.remove_tree(Path(variant.path))
+            _folders.remove_tree(Path(variant.path))
             continue
         if _cache.sha256_file(copy) != record.get("object_sha256"):
             warn(f"discarding the stored object {variant.path}: it does not match its sha256 (truncated or modified)")
             copy.unlink()
-            _cache.remove_tree(Path(variant.path))
+            _folders.remove_tree(Path(variant.path))
             continue
         known.save()
         mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
@@ -144,7 +144,7 @@ def store(root: Path, unit, build_dir: Path) -> None:
     target = objects / unit.key / variant
     if target.exists():
         return
-    staging = Path(tempfile.mkdtemp(prefix=f"{_cache.TMP_PREFIX}{os.getpid()}-", dir=objects))
+    staging = Path(tempfile.mkdtemp(prefix=f"{_folders.TMP_PREFIX}{os.getpid()}-", dir=objects))
     try:
         shutil.copyfile(build_dir / unit.object, staging / OBJECT_NAME)
         record = {
@@ -158,6 +158,6 @@ def store(root: Path, unit, build_dir: Path) -> None:
         write_json_atomic(staging / RECORD_NAME, record)
         os.chmod(staging, 0o700)
         (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
-        os.rename(staging, target)
+        _folders.publish_folder(staging, target)  # one stored meanwhile by another build stays
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import _cache
+from . import _cache, _folders
 from ._core import configured_root, file_identity, write_json_atomic
 from ._errors import BuildError, CacheError
 
@@ -118,7 +118,7 @@ def find(root: Path, pch_key: str) -> str | None:
         from ._errors import warn
 
         warn(f"discarding the corrupt precompiled header {folder}: {err}")
-        _cache.remove_tree(folder)
+        _folders.remove_tree(folder)
         return None
     return str(folder / HEADER_NAME)
 
@@ -151,8 +151,8 @@ def build(spec: dict, blocking: bool) -> str | None:
         found = find(root, pch_key)
         if found is not None:
             return found
-        _cache.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
-        staging = Path(tempfile.mkdtemp(prefix=f"{_cache.TMP_PREFIX}{os.getpid()}-", dir=parent))
+        _folders.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
+        staging = Path(tempfile.mkdtemp(prefix=f"{_folders.TMP_PREFIX}{os.getpid()}-", dir=parent))
         try:
             header, gch, deps = staging / HEADER_NAME, staging / GCH_NAME, staging / "pch.d"
             header.write_text(spec["header"], encoding="utf-8")
@@ -174,7 +174,7 @@ def build(spec: dict, blocking: bool) -> str | None:
             write_json_atomic(staging / RECORD_NAME, record)
             deps.unlink()
             os.chmod(staging, 0o700)
-            os.rename(staging, parent / pch_key)
+            _folders.publish_folder(staging, parent / pch_key)
         except (OSError, ValueError):
             return None  # a full disk, or flags the shell cannot split: the units compile without it
         finally:

@@ -165,8 +165,9 @@ def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
     """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>).
     The files are checked against the text in hand at every call, and rewritten (atomically, each
     synced to disk first) where one is missing, truncated or changed."""
-    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir, remove_tree
+    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
     from ._errors import BuildError
+    from ._folders import publish_folder
 
     contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
@@ -182,9 +183,7 @@ def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
-        if os.path.lexists(folder):  # a damaged copy: never used again
-            remove_tree(folder)
-        os.rename(staging, folder)
+        publish_folder(staging, folder, replace=True)  # a copy there is damaged: never used again
     except OSError as err:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -19,7 +19,7 @@ import pytest
 import jitops.ops._framework
 from cache_tools import inventory
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _cache, _core, _lock
+from jitops import _core, _folders, _lock
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def cache(tmp_path, add2_entry) -> Path:
     corrupt = copy_entry(add2_entry, root, "1" * 16)
     (library,) = corrupt.glob("*.so")
     library.write_bytes(library.read_bytes()[:1000])  # corrupt: truncated
-    orphan = root / f"{_cache.TMP_PREFIX}jitops.add2-{'2' * 16}-abc"
+    orphan = root / f"{_folders.TMP_PREFIX}jitops.add2-{'2' * 16}-abc"
     orphan.mkdir()
     (orphan / "half.o").write_bytes(b"\0" * 5000)
     return root
@@ -135,7 +135,7 @@ def test_dir_names_the_root_and_why(tmp_path):
 def test_list_shows_every_status(cache, add2_entry):
     ok_key = add2_entry.name.rpartition("-")[2]
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
-        (cache / f"{_cache.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
+        (cache / f"{_folders.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = list_rows(cache)
     assert statuses(rows) == {
         ok_key: "ok",

@@ -22,7 +22,7 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _cache, _core
+from jitops import _cache, _core, _folders
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -41,7 +41,7 @@ def cold_wall_s(tmp_path_factory) -> float:
 
 
 def staging_dirs(cache: Path) -> list[Path]:
-    return list(cache.glob(f"{_cache.TMP_PREFIX}jitops_test.tiny-*"))
+    return list(cache.glob(f"{_folders.TMP_PREFIX}jitops_test.tiny-*"))
 
 
 def build_phase(cache: Path) -> str:
