@@ -133,6 +133,15 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factors"] == [3.0, 2.0] and shipped["spawned"] == 0
     assert not [p for p in (venv / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"
 
+    # A shipped prebuilt of other sources is refused, and the load says why, once, before it builds.
+    source = Path(cold["package"]).parent / "csrc" / "scale.cpp"
+    source.write_text(source.read_text() + "// edited after its prebuilt was made\n")
+    stale = run(venv, "-c", USE)
+    assert stale.returncode == 0, stale.stderr
+    assert json.loads(stale.stdout.strip().splitlines()[-1])["how"] == ["built", "prebuilt"]
+    assert stale.stderr.count("not loading the prebuilt demo_pkg.scale shipped in") == 1, stale.stderr
+    assert "other sources than these" in stale.stderr, stale.stderr
+
 
 def readme_blocks() -> list[str]:
     return re.findall(r"```\w*\n(.*?)```", (TESTS.parent / "README.md").read_text(), re.S)
