@@ -9,13 +9,16 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING
 
 from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
 
-PathLike = str | os.PathLike[str]
-Function = TypeVar("Function", bound=Callable[..., Any])
+if TYPE_CHECKING:  # for type checkers only: a warm start pays for every line this module runs
+    from collections.abc import Callable, Sequence
+    from typing import Any, Literal, TypeVar
+
+    PathLike = str | os.PathLike[str]
+    Function = TypeVar("Function", bound=Callable[..., Any])
 
 # auto: CUDA units are built where torch has CUDA and a toolkit is found; always: the library is
 # built with CUDA (include paths, libraries) even from C++ sources alone, else an error (torch's
@@ -169,16 +172,12 @@ class Extension:
         _load(self._token)  # under torch.compile, run eagerly while tracing (marked below); dynamo traces the read
         return self._library  # type: ignore[no-any-return]
 
-    @overload
-    def register_fake(self, op: str, fake: None = None) -> Callable[[Function], Function]: ...
-    @overload
-    def register_fake(self, op: str, fake: Function) -> Function: ...
-    def register_fake(self, op: str, fake: Function | None = None) -> Any:
-        """torch.library.register_fake for `<namespace>::<op>`, one of this library's ops, run when
-        the library loads (torch needs the op's schema, which the library defines). The op then
-        works under torch.compile and passes torch.library.opcheck's fake-tensor test. Used as a
-        decorator, or called with the function."""
-        return self._register("register_fake", op, fake)
+    def register_fake(self, op: str) -> Callable[[Function], Function]:
+        """A decorator: torch.library.register_fake for `<namespace>::<op>`, one of this library's
+        ops, run when the library loads (torch needs the op's schema, which the library defines).
+        The op then works under torch.compile and passes torch.library.opcheck's fake-tensor test.
+        (`ext.register_fake("op")(fake)` registers a function already written.)"""
+        return self._register("register_fake", op, None)  # type: ignore[no-any-return]
 
     def register_autograd(
         self, op: str, backward: Callable[..., Any], *, setup_context: Callable[..., Any] | None = None
