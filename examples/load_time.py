@@ -42,7 +42,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Runs first in every child: CUDA up, spawn and lock counters on, then the clock.
+# Runs first in every child: CUDA up, spawn and lock counters on, a collection, then the clock.
 CHILD_PRELUDE = """
 import json, sys, time, torch
 if torch.cuda.is_available():
@@ -57,6 +57,11 @@ def _counting_acquire(self, *args, **kwargs):
 filelock.BaseFileLock.acquire = _counting_acquire
 def report(seconds, **extra):
     print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED), "locks": len(LOCKS), **extra}))
+# Every child starts the clock from the same collector state. Otherwise the collection that torch's
+# import left due falls inside or outside the timed load by a few dozen objects (3-5 ms on the VM),
+# whichever loader or tree allocates them: BENCHMARKS.md, "a warm-start regression".
+import gc
+gc.freeze()
 """
 
 JITOPS_CHILD = (
