@@ -21,11 +21,11 @@ from .output import (
     print_table,
     when,
 )
-from .selection import check_package, configured_root, selected_rows
+from .selection import check_package, selected_rows
 
 
 def cmd_dir(args: argparse.Namespace) -> int:
-    root, reason = configured_root()
+    root, reason = _core.configured_root()
     emit(args, {"root": str(root), "reason": reason}, lambda: print(f"{root}  ({reason})"))
     return EXIT_OK
 
@@ -134,7 +134,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     root, rows = selected_rows([], args.package)
     store = inventory.store_rows(root) if args.package is None else []
-    reason = configured_root()[1]
+    reason = _core.configured_root()[1]
     by_status = {
         s: sum(1 for r in rows if r.status == s)
         for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)
@@ -209,7 +209,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
-    root, _ = configured_root()
+    root = Path(_core.configured_root()[0])
     if args.zero:
         _stats.zero_stats(root)
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
@@ -254,7 +254,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
-    roots = [Path(_core.torch_extensions_root()), configured_root()[0]]
+    roots = [Path(_core.torch_extensions_root()), Path(_core.configured_root()[0])]
     rows = inventory.lock_rows(roots)
     cleared = []
     if args.clear_stale:

@@ -12,17 +12,11 @@ from . import inventory, registry
 from .output import UsageError
 
 
-def configured_root() -> tuple[Path, str]:
-    """The cache root asked for, and why."""
-    root, reason = _core.configured_root()
-    return Path(root), reason
-
-
 def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, list[inventory.Row]]:
     """The cache's rows of the named ops (all rows for none), each named `op` or
     `<namespace>.<op>`, of one owner with --package. A name that is neither declared here nor
     one with entries in the cache is a typo: a usage error, not "0 entries"."""
-    root, _ = configured_root()
+    root = Path(_core.configured_root()[0])
     rows = inventory.entry_rows(root)
     check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
     check_package(package, {row.owner for row in rows})

@@ -122,7 +122,7 @@ def _build(planned: PlannedEntry) -> Path:
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        pch_root = _pch.root(extension.cache_dir)
+        pch_root = _cache.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
         _folders.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
         for unit in units:

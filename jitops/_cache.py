@@ -110,6 +110,23 @@ def usable_root(root: Path) -> Path:
     return root
 
 
+def shared_root(cache_dir: str | None) -> Path:
+    """The root of what every extension shares (precompiled headers): the cache
+    root; for an extension with a root of its own (build_directory), that root where the
+    configured one is unusable, without the warning (its caller chose a folder)."""
+    if cache_dir is None:
+        return cache_root()
+    try:
+        return usable_root(Path(configured_root()[0]))
+    except (OSError, CacheError):
+        return Path(cache_dir)
+
+
+def configured_roots() -> list[str]:
+    """Every root JITOPS_CACHE_DIR decides: the configured one and its fallbacks."""
+    return [configured_root()[0], str(fallback_root()), *([str(_fallback_root)] if _fallback_root else [])]
+
+
 # Keys and entries
 class RecordFile:
     """A JSON object in the cache root that only saves work: a lost, stale or unreadable record

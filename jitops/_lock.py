@@ -22,8 +22,7 @@ def setting_for(path: Path | str) -> str:
     """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
     configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
     path = os.path.realpath(path)
-    roots = [_cache.configured_root()[0], _cache.fallback_root(), *([_cache._fallback_root] if _cache._fallback_root else [])]
-    for root in map(os.path.realpath, roots):
+    for root in map(os.path.realpath, _cache.configured_roots()):
         if path == root or path.startswith(os.path.join(root, "")):
             return "JITOPS_CACHE_DIR"
     return "build_directory"

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from . import _cache, _folders
-from ._core import configured_root, file_identity, write_json_atomic
+from ._core import file_identity, write_json_atomic
 from ._errors import BuildError, CacheError
 
 PCH_DIR = "pch"
@@ -38,18 +38,6 @@ GCH_NAME = HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the 
 RECORD_NAME = "record.json"
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
-
-
-def root(cache_dir: str | None) -> Path:
-    """The root of what every extension shares (precompiled headers): the cache root; for an
-    extension with a root of its own (build_directory), that root where the configured one is
-    unusable, without the warning (its caller chose a folder)."""
-    if cache_dir is None:
-        return _cache.cache_root()
-    try:
-        return _cache.usable_root(Path(configured_root()[0]))
-    except (OSError, CacheError):
-        return Path(cache_dir)
 
 
 def mode() -> str:
@@ -206,7 +194,7 @@ def start_background(spec: dict) -> None:
                 close_fds=True,
             )
         threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while this process runs
-    except (OSError, _cache.CacheError):
+    except (OSError, CacheError):
         pass  # only a later build's speed depends on it
 
 
