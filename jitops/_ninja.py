@@ -64,15 +64,16 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     try:
         # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
         with _sigterm_raises(), open(log_path, "a") as log:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                cwd=build_dir,
-            )
+            with _held_while_starting():
+                proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    cwd=build_dir,
+                )
             watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
             watchdog.daemon = True
             watchdog.start()
@@ -135,6 +136,25 @@ def _sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _held_while_starting():
+    """On the main thread: SIGINT and SIGTERM that arrive while ninja starts are held, then
+    delivered once `proc` names it, so the handler above stops it. Raised inside Popen, they would
+    leave ninja and its compilers running with nobody to stop them."""
+    held = []
+    signals = [signal.SIGINT, signal.SIGTERM] if threading.current_thread() is threading.main_thread() else []
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in signals if signal.getsignal(sig) is not None
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in held:  # to the handler restored above: KeyboardInterrupt, BuildInterrupted or the program's
+            signal.raise_signal(sig)
 
 
 def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:

@@ -415,6 +415,34 @@ def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig)
     assert load_tiny(cache)["value"] == 42, "the next load builds normally"
 
 
+# Ctrl-C while subprocess.Popen is still starting ninja (inside its __init__), by which time
+# ninja has started its compilers.
+INTERRUPT_INSIDE_POPEN = """
+import os, signal, subprocess, time
+_execute_child = subprocess.Popen._execute_child
+def _interrupted_start(self, args, *rest, **kwargs):
+    _execute_child(self, args, *rest, **kwargs)
+    if os.path.basename(args[0]) == "ninja":
+        time.sleep(1.0)
+        signal.raise_signal(signal.SIGINT)
+subprocess.Popen._execute_child = _interrupted_start
+"""
+
+
+def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
+    cache = tmp_path / "cache"
+    compiler, token = hung_compiler(tmp_path)
+    proc = start_tiny(cache, prelude=INTERRUPT_INSIDE_POPEN, CXX=compiler)
+    try:
+        _, stderr = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == -signal.SIGINT, stderr
+        assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
+        assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+    finally:
+        for pid in processes_with(token):  # a failure leaves no hung compiler behind
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("size", ["16k", "64k"])
 def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
     # A tmpfs too small for the build: the cache's own files fit, the build does not (16k fails
