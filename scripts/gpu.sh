@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ops`-style parts, or `tests-ab`, `tests-c`, `tests-d`. Builds for the card only
@@ -43,6 +43,11 @@ case "$1" in
     done
     status=0; for pid in $pids; do wait $pid || status=1; done
     for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
+    exit $status ;;
+  tests-wide)  # all four parts at once, part d in 4 workers: for a host of 32 cores or more (nvidia-h100-x2)
+    part a $TESTS_A & pa=$!; part b $TESTS_B & pb=$!; part c $TESTS_C & pc=$!; part d -n 4 $TESTS_D & pd=$!
+    status=0; for pid in $pa $pb $pc $pd; do wait $pid || status=1; done
+    for name in a b c d; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
@@ -112,5 +117,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac
