@@ -375,6 +375,24 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+def signal_state(pid: int) -> str:
+    """A process's signal masks and state (/proc/PID/status), for a failure message."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as err:
+        return f"pid {pid}: {err}"
+    tasks = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            tasks.append(f"{task.name}:{(task / 'wchan').read_text()}:{(task / 'syscall').read_text().split()[0]}")
+        except (OSError, IndexError):
+            pass
+    masks = " ".join(
+        line for line in status.splitlines() if line.startswith(("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+    )
+    return f"{masks} tasks {' '.join(tasks)}"
+
+
 def wait_until(condition, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -406,7 +424,10 @@ def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig)
     proc = start_tiny(cache, CXX=compiler)
     assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
     proc.send_signal(sig)
-    proc.communicate(timeout=30)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the child did not end: {signal_state(proc.pid)}")
     # After the cleanup the process ends by the signal, as it would have without jitops (Python ends
     # an uncaught KeyboardInterrupt by SIGINT; load_op delivers SIGTERM again).
     assert proc.returncode == -sig
@@ -434,7 +455,10 @@ def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
     compiler, token = hung_compiler(tmp_path)
     proc = start_tiny(cache, prelude=INTERRUPT_INSIDE_POPEN, CXX=compiler)
     try:
-        _, stderr = proc.communicate(timeout=TIMEOUT_S)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the child did not end: {signal_state(proc.pid)}")
         assert proc.returncode == -signal.SIGINT, stderr
         assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
