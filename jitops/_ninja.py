@@ -141,8 +141,8 @@ def _sigterm_raises():
 @contextlib.contextmanager
 def _held_while_starting():
     """On the main thread: SIGINT and SIGTERM that arrive while ninja starts are held, then
-    delivered once `proc` names it, so the handler above stops it. Raised inside Popen, they would
-    leave ninja and its compilers running with nobody to stop them."""
+    delivered once `proc` names it, so run_ninja's cleanup stops it. Raised inside Popen, they
+    would leave ninja and its compilers running with nobody to stop them."""
     held = []
     signals = [signal.SIGINT, signal.SIGTERM] if threading.current_thread() is threading.main_thread() else []
     previous = {

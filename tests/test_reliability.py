@@ -417,11 +417,17 @@ def test_hung_compiler_hits_the_build_timeout_and_leaves_nothing(tmp_path):
     assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
+# A child that takes Ctrl-C as a program started from a terminal does. Python leaves SIGINT ignored
+# in a process that started with it ignored, as every command of a shell's background job (`make
+# test &`, nohup) does: there the tests below would wait for an interrupt that never comes.
+TAKES_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig):
     cache = tmp_path / "cache"
     compiler, token = hung_compiler(tmp_path)
-    proc = start_tiny(cache, CXX=compiler)
+    proc = start_tiny(cache, prelude=TAKES_CTRL_C, CXX=compiler)
     assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
     proc.send_signal(sig)
     try:
@@ -453,7 +459,7 @@ subprocess.Popen._execute_child = _interrupted_start
 def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
     cache = tmp_path / "cache"
     compiler, token = hung_compiler(tmp_path)
-    proc = start_tiny(cache, prelude=INTERRUPT_INSIDE_POPEN, CXX=compiler)
+    proc = start_tiny(cache, prelude=TAKES_CTRL_C + INTERRUPT_INSIDE_POPEN, CXX=compiler)
     try:
         try:
             _, stderr = proc.communicate(timeout=60)
