@@ -393,6 +393,14 @@ def signal_state(pid: int) -> str:
     return f"{masks} tasks {' '.join(tasks)}"
 
 
+def communicate_or_fail(proc: children.Process, timeout_s: float) -> tuple[str, str]:
+    """proc.communicate(), or a failure saying how the child that did not end stands."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the child did not end within {timeout_s:g} s: {signal_state(proc.pid)}")
+
+
 def wait_until(condition, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -430,10 +438,7 @@ def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig)
     proc = start_tiny(cache, prelude=TAKES_CTRL_C, CXX=compiler)
     assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
     proc.send_signal(sig)
-    try:
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the child did not end: {signal_state(proc.pid)}")
+    communicate_or_fail(proc, 30)
     # After the cleanup the process ends by the signal, as it would have without jitops (Python ends
     # an uncaught KeyboardInterrupt by SIGINT; load_op delivers SIGTERM again).
     assert proc.returncode == -sig
@@ -461,10 +466,7 @@ def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
     compiler, token = hung_compiler(tmp_path)
     proc = start_tiny(cache, prelude=TAKES_CTRL_C + INTERRUPT_INSIDE_POPEN, CXX=compiler)
     try:
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the child did not end: {signal_state(proc.pid)}")
+        _, stderr = communicate_or_fail(proc, 60)
         assert proc.returncode == -signal.SIGINT, stderr
         assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
