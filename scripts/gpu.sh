@@ -3,7 +3,8 @@
 #   bash scripts/gpu.sh tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
-# fits the 10 minutes beside the others: run `tests-ops`-style parts, or `tests-ab`, `tests-c`, `tests-d`. Builds for the card only
+# fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
+# (the same, part d in 4 workers) on a host of 32 cores. Builds for the card only
 # (TORCH_CUDA_ARCH_LIST=9.0) into caches kept between calls.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-gpu-logs}")
@@ -33,21 +34,17 @@ part() {  # part NAME FILES...: one part of the suite, with a cache of its own, 
   JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-$name pytest "$@" > "$OUT/pytest-$name.log" 2>&1
 }
 case "$1" in
-  tests|tests-ops|tests-ab|tests-cd)
+  tests|tests-wide|tests-ops|tests-ab|tests-cd)
     [ "$1" = tests-ops ] && tests_b=$TESTS_B_OPS || tests_b=$TESTS_B
+    [ "$1" = tests-wide ] && workers_d="-n 4" || workers_d=""  # tests-wide: a host of 32 cores or more
     case "$1" in tests-ab) names="a b";; tests-cd) names="c d";; tests-ops) names="a b c";; *) names="a b c d";; esac
     pids=""
     for name in $names; do
-      case $name in a) files=$TESTS_A;; b) files=$tests_b;; c) files=$TESTS_C;; d) files=$TESTS_D;; esac
+      case $name in a) files=$TESTS_A;; b) files=$tests_b;; c) files=$TESTS_C;; d) files="$workers_d $TESTS_D";; esac
       part $name $files & pids="$pids $!"
     done
     status=0; for pid in $pids; do wait $pid || status=1; done
     for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
-    exit $status ;;
-  tests-wide)  # all four parts at once, part d in 4 workers: for a host of 32 cores or more (nvidia-h100-x2)
-    part a $TESTS_A & pa=$!; part b $TESTS_B & pb=$!; part c $TESTS_C & pc=$!; part d -n 4 $TESTS_D & pd=$!
-    status=0; for pid in $pa $pb $pc $pd; do wait $pid || status=1; done
-    for name in a b c d; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
