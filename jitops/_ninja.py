@@ -104,15 +104,34 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
 
 def _stop_ninja(proc: subprocess.Popen) -> None:
     """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
-    runs (each in a process group of its own) and exits; SIGKILL if it has not within 5 s."""
+    runs (each in a process group of its own) and waits for them to end. A command that misses the
+    interrupt (one that ignores SIGINT, or a `sh -c` whose child was between fork and exec) keeps
+    ninja waiting: after 5 s its group is killed; ninja itself is killed only if it still waits."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    for stop in (_kill_command_groups, subprocess.Popen.kill):
+        try:
+            proc.wait(timeout=5.0)
+            return
+        except subprocess.TimeoutExpired:
+            stop(proc)
+    proc.wait()
+
+
+def _kill_command_groups(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of each command ninja still runs (Linux: read from /proc). ninja has
+    not reaped those commands, so their ids, and their groups', still name them."""
+    own_group = os.getpgid(0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+            ppid, pgrp = stat.read_text().rpartition(")")[2].split()[1:3]
+        except (OSError, ValueError):
+            continue  # ended meanwhile
+        if int(ppid) == proc.pid and int(pgrp) != own_group:  # a console-pool command shares ours
+            with contextlib.suppress(OSError):  # ended meanwhile
+                os.killpg(int(pgrp), signal.SIGKILL)
 
 
 class BuildInterrupted(BaseException):
