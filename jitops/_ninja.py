@@ -105,8 +105,8 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
 def _stop_ninja(proc: subprocess.Popen) -> None:
     """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
     runs (each in a process group of its own) and waits for them to end. A command that misses the
-    interrupt (one that ignores SIGINT, or a `sh -c` whose child was between fork and exec) keeps
-    ninja waiting: after 5 s its group is killed; ninja itself is killed only if it still waits."""
+    interrupt (one that ignores SIGINT, or one still starting when it came) keeps ninja waiting:
+    after 5 s its group is killed; ninja itself is killed only if it still waits."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)

@@ -432,8 +432,8 @@ def test_hung_compiler_hits_the_build_timeout_and_leaves_nothing(tmp_path):
 TAKES_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
-# ninja passes the interrupt on to its commands. One that misses it (it ignores SIGINT, or it is a
-# `sh -c` whose child was between fork and exec: a race CI met) is killed with its process group.
+# ninja passes the interrupt on to its commands. One that misses it (it ignores SIGINT, or it was
+# still starting when the interrupt came: a race CI met) is killed with its process group.
 @pytest.mark.parametrize(
     "sig, ignores_ctrl_c",
     [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
