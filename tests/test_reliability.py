@@ -355,7 +355,8 @@ def test_torchrun_four_ranks_build_each_op_once(tmp_path):
 
 def hung_compiler(directory: Path, ignores_ctrl_c: bool = False) -> tuple[str, str]:
     """A C++ compiler that sleeps (about) forever when asked to compile (it answers --version, which
-    the loader asks first), and the token on the sleeping process's command line."""
+    the loader asks first), and the token on the sleeping process's command line. ignores_ctrl_c:
+    the sleeping process ignores SIGINT."""
     token = f"3600.{random.randrange(10**6):06d}"
     wrapper = directory / "hung-c++"
     trap = "trap '' INT\n" if ignores_ctrl_c else ""
