@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_loader import TIMEOUT_S, entries, load_tiny
-from test_reliability import hung_compiler, processes_with
+from test_reliability import hung_compiler, kill_processes_with, processes_with
 
 import jitops
 from jitops import _build, _cache
@@ -152,38 +152,37 @@ def test_a_lost_building_rank_fails_the_others_clearly(tmp_path, how):
     # exchange without node 1's, must fail with an error that names the extension and the rank that
     # was building, and node 0's job must end. (The first rank of node 0 to fail ends the node:
     # torchrun then stops the other; every rank that reports gives the clear error.)
-    compiler, token = hung_compiler(tmp_path)
-    node0_env = {"JOB_EXTENSIONS": "tiny", **({"JOB_COLLECTIVE_TIMEOUT_S": "10"} if how == "timeout" else {})}
-    out, nodes = start_job(tmp_path, [node0_env, {"JOB_EXTENSIONS": "tiny", "CXX": compiler}], ops=[])
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not processes_with(token) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        sleepers = processes_with(token)
-        assert sleepers, "no build reached the hung compiler"
-        lost_at = time.monotonic()
-        if how == "killed":
-            os.kill(_python_ancestor(sleepers[0]), signal.SIGKILL)
+    with hung_compiler(tmp_path) as (compiler, token):
+        node0_env = {"JOB_EXTENSIONS": "tiny", **({"JOB_COLLECTIVE_TIMEOUT_S": "10"} if how == "timeout" else {})}
+        out, nodes = start_job(tmp_path, [node0_env, {"JOB_EXTENSIONS": "tiny", "CXX": compiler}], ops=[])
         try:
-            nodes[0].wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"node 0 still runs 120 s after node 1's building rank was {how}")
-        waited = time.monotonic() - lost_at
-    finally:
-        for pid in processes_with(token):
-            os.kill(pid, signal.SIGKILL)
-        for node in nodes:
-            node.kill()
-            node.communicate()
-    # Every rank of node 0 that reported names the extension it was exchanging and node 1's building
-    # rank (2 or 3: node 1 builds the extension of its own key).
-    reported = {rank: r["error"] for rank, r in rank_results(out).items() if rank < RANKS_PER_NODE}
-    assert reported, "no rank of node 0 reported"
-    for error in reported.values():
-        assert re.search(r"exchanging jitops_test\.tiny \(provided by rank \d\) failed", error), reported
-        assert re.search(r"the other ranks that were building: .*rank [23] \(building jitops_test\.tiny", error), reported
-    assert nodes[0].returncode != 0
-    assert waited < 60, f"node 0 took {waited:.0f} s to end"
+            deadline = time.monotonic() + TIMEOUT_S
+            while not processes_with(token) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            sleepers = processes_with(token)
+            assert sleepers, "no build reached the hung compiler"
+            lost_at = time.monotonic()
+            if how == "killed":
+                os.kill(_python_ancestor(sleepers[0]), signal.SIGKILL)
+            try:
+                nodes[0].wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"node 0 still runs 120 s after node 1's building rank was {how}")
+            waited = time.monotonic() - lost_at
+        finally:
+            kill_processes_with(token)  # first: a node's ranks wait for their ninja, which waits for it
+            for node in nodes:
+                node.kill()
+                node.communicate()
+        # Every rank of node 0 that reported names the extension it was exchanging and node 1's building
+        # rank (2 or 3: node 1 builds the extension of its own key).
+        reported = {rank: r["error"] for rank, r in rank_results(out).items() if rank < RANKS_PER_NODE}
+        assert reported, "no rank of node 0 reported"
+        for error in reported.values():
+            assert re.search(r"exchanging jitops_test\.tiny \(provided by rank \d\) failed", error), reported
+            assert re.search(r"the other ranks that were building: .*rank [23] \(building jitops_test\.tiny", error), reported
+        assert nodes[0].returncode != 0
+        assert waited < 60, f"node 0 took {waited:.0f} s to end"
 
 
 def _python_ancestor(pid: int) -> int:

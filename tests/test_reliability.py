@@ -5,6 +5,7 @@ read-only cache, a lock held past its timeout, and caches that are not ours. REL
 records the trials; JITOPS_KILL_TRIALS sets how many kills run (default 8: each kill point twice,
 about 30 s on the 2-core VM; RELIABILITY.md's recorded run used 20)."""
 
+import contextlib
 import json
 import os
 import random
@@ -353,16 +354,21 @@ def test_torchrun_four_ranks_build_each_op_once(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def hung_compiler(directory: Path, ignores_ctrl_c: bool = False) -> tuple[str, str]:
+@contextlib.contextmanager
+def hung_compiler(directory: Path, ignores_ctrl_c: bool = False):
     """A C++ compiler that sleeps (about) forever when asked to compile (it answers --version, which
     the loader asks first), and the token on the sleeping process's command line. ignores_ctrl_c:
-    the sleeping process ignores SIGINT."""
+    the sleeping process ignores SIGINT. On the way out, whatever still sleeps is killed, so a
+    failing test leaves no hour-long compiler behind."""
     token = f"3600.{random.randrange(10**6):06d}"
     wrapper = directory / "hung-c++"
     trap = "trap '' INT\n" if ignores_ctrl_c else ""
     wrapper.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec {shutil.which("c++")} "$@";; esac\n{trap}exec sleep {token}\n')
     wrapper.chmod(0o755)
-    return str(wrapper), token
+    try:
+        yield str(wrapper), token
+    finally:
+        kill_processes_with(token)
 
 
 def processes_with(token: str) -> list[int]:
@@ -375,6 +381,12 @@ def processes_with(token: str) -> list[int]:
             except OSError:
                 pass  # exited meanwhile
     return found
+
+
+def kill_processes_with(token: str) -> None:
+    for pid in processes_with(token):
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            os.kill(pid, signal.SIGKILL)
 
 
 def signal_state(pid: int) -> str:
@@ -414,17 +426,17 @@ def wait_until(condition, timeout_s: float) -> bool:
 
 def test_hung_compiler_hits_the_build_timeout_and_leaves_nothing(tmp_path):
     cache = tmp_path / "cache"
-    compiler, token = hung_compiler(tmp_path)
-    started = time.monotonic()
-    proc = start_tiny(cache, CXX=compiler, JITOPS_BUILD_TIMEOUT="2")
-    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    assert proc.returncode != 0 and time.monotonic() - started < 30, stderr
-    message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
-    assert message, stderr
-    assert "building jitops_test.tiny failed: it did not finish within 2 s (JITOPS_BUILD_TIMEOUT)" in message.group(1)
-    assert "JITOPS_BUILD_TIMEOUT" in Path(message.group(2)).read_text()
-    assert wait_until(lambda: not processes_with(token), 10), "the hung compiler was stopped"
-    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+    with hung_compiler(tmp_path) as (compiler, token):
+        started = time.monotonic()
+        proc = start_tiny(cache, CXX=compiler, JITOPS_BUILD_TIMEOUT="2")
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode != 0 and time.monotonic() - started < 30, stderr
+        message = re.search(r"BuildError: (.*)\nfull log: (\S+)", stderr)
+        assert message, stderr
+        assert "building jitops_test.tiny failed: it did not finish within 2 s (JITOPS_BUILD_TIMEOUT)" in message.group(1)
+        assert "JITOPS_BUILD_TIMEOUT" in Path(message.group(2)).read_text()
+        assert wait_until(lambda: not processes_with(token), 10), "the hung compiler was stopped"
+        assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
 # A child that takes Ctrl-C as a program started from a terminal does. Python leaves SIGINT ignored
@@ -442,17 +454,17 @@ TAKES_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_h
 )
 def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig, ignores_ctrl_c):
     cache = tmp_path / "cache"
-    compiler, token = hung_compiler(tmp_path, ignores_ctrl_c)
-    proc = start_tiny(cache, prelude=TAKES_CTRL_C, CXX=compiler)
-    assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
-    proc.send_signal(sig)
-    communicate_or_fail(proc, 30)
-    # After the cleanup the process ends by the signal, as it would have without jitops (Python ends
-    # an uncaught KeyboardInterrupt by SIGINT; load_op delivers SIGTERM again).
-    assert proc.returncode == -sig
-    assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
-    assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
-    assert load_tiny(cache)["value"] == 42, "the next load builds normally"
+    with hung_compiler(tmp_path, ignores_ctrl_c) as (compiler, token):
+        proc = start_tiny(cache, prelude=TAKES_CTRL_C, CXX=compiler)
+        assert wait_until(lambda: processes_with(token) or proc.poll() is not None, 60) and proc.poll() is None
+        proc.send_signal(sig)
+        communicate_or_fail(proc, 30)
+        # After the cleanup the process ends by the signal, as it would have without jitops (Python ends
+        # an uncaught KeyboardInterrupt by SIGINT; load_op delivers SIGTERM again).
+        assert proc.returncode == -sig
+        assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
+        assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
+        assert load_tiny(cache)["value"] == 42, "the next load builds normally"
 
 
 # Ctrl-C while subprocess.Popen is still starting ninja (inside its __init__), by which time
@@ -471,16 +483,12 @@ subprocess.Popen._execute_child = _interrupted_start
 
 def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
     cache = tmp_path / "cache"
-    compiler, token = hung_compiler(tmp_path)
-    proc = start_tiny(cache, prelude=TAKES_CTRL_C + INTERRUPT_INSIDE_POPEN, CXX=compiler)
-    try:
+    with hung_compiler(tmp_path) as (compiler, token):
+        proc = start_tiny(cache, prelude=TAKES_CTRL_C + INTERRUPT_INSIDE_POPEN, CXX=compiler)
         _, stderr = communicate_or_fail(proc, 60)
         assert proc.returncode == -signal.SIGINT, stderr
         assert wait_until(lambda: not processes_with(token), 10), "no compiler is left running"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
-    finally:
-        for pid in processes_with(token):  # a failure leaves no hung compiler behind
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("size", ["16k", "64k"])
