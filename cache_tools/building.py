@@ -8,11 +8,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import jitops
-from jitops import _core, _folders
+from jitops import _core, _layout, _store
+from jitops._errors import BuildError
 
 from . import registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
@@ -118,24 +118,42 @@ def beside(extension: jitops.Extension, out: Path) -> jitops.Extension:
 
 
 def export_prebuilt(entry_dir: Path, out: Path) -> Path:
-    """Copy a published entry (.so and manifest) into out/<namespace>.<name>-<key>/ for JITOPS_PREBUILT_DIR,
-    replacing an older copy in one rename, so a reader never sees half of it. Everything it
-    creates is readable by all and writable by its owner alone, whatever the umask: the loader
-    refuses a prebuilt entry that anyone else could write (_prebuilt.untrusted_prebuilt)."""
+    """Copy a published entry (.so and manifest) into out/<its folder name>/ for JITOPS_PREBUILT_DIR,
+    in one rename, so a reader never sees half of it. A copy there already (the same key and
+    headers) is kept, never replaced: a process may be loading it. Everything it creates is
+    readable by all and writable by its owner alone, whatever the umask: the loader refuses a
+    prebuilt entry that anyone else could write (_prebuilt.untrusted_prebuilt)."""
     if not out.exists():
         out.mkdir(parents=True)
         os.chmod(out, 0o755)
     target = out / entry_dir.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{entry_dir.name}-", dir=out))
+    manifest = json.loads((entry_dir / _layout.MANIFEST_NAME).read_text())
+    if os.path.lexists(target):
+        _check_exported(target)
+        return target
+    staging = _store.new_staging(out)
     try:
-        manifest = json.loads((entry_dir / _core.MANIFEST_NAME).read_text())
         shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
-        _core.write_json_atomic(staging / _core.MANIFEST_NAME, manifest)
+        _core.write_json_atomic(staging / _layout.MANIFEST_NAME, manifest)
         os.chmod(staging / manifest["library"], 0o755)
-        os.chmod(staging / _core.MANIFEST_NAME, 0o644)
+        os.chmod(staging / _layout.MANIFEST_NAME, 0o644)
         os.chmod(staging, 0o755)
-        _folders.publish_folder(staging, target, replace=True)
+        _store.publish_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if os.path.lexists(target):  # another export of the same entry won
+            _check_exported(target)
+            return target
         raise
     return target
+
+
+def _check_exported(target: Path) -> None:
+    """A copy exported earlier must still be sound: else an error naming it (it is never replaced)."""
+    try:
+        manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
+        sound = _store.sha256_file(target / manifest["library"]) == manifest["library_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        sound = False
+    if not sound:
+        raise BuildError(f"jitops: {target} is there already and damaged; remove it (`rm -r {target}`) and export again")

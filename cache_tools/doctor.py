@@ -10,7 +10,7 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _cache, _core
+from jitops import _core, _layout, _store
 from jitops._errors import CacheError
 
 from . import registry
@@ -35,7 +35,7 @@ def report(package: str | None = None) -> dict:
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
         nvcc_version = _key.tool_version(nvcc / "bin" / "nvcc")
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
-    root, root_reason = _core.configured_root()
+    root, root_reason = _layout.configured_root()
     root = Path(root)
     gpus = []
     if torch.cuda.is_available():
@@ -90,13 +90,17 @@ def _root_report(root, reason: str) -> dict:
         info["usable"] = os.access(_nearest_existing(root), os.W_OK)
         return info
     try:
-        _cache.ensure_private_dir(root)
+        _store.ensure_private_dir(root)
         info["mode"] = oct(stat.S_IMODE(root.stat().st_mode))
         info["usable"] = os.access(root, os.W_OK | os.X_OK)
         if not info["usable"]:
-            info["problem"] = f"not writable: builds go to the per-user fallback cache {_cache.fallback_root()}"
+            info["problem"] = f"not writable: builds go to the per-user fallback cache {_store.fallback_root()}"
     except (OSError, CacheError) as err:
-        info["problem"] = f"{err}; builds go to the per-user fallback cache {_cache.fallback_root()}"
+        info["problem"] = f"{err}; builds go to the per-user fallback cache {_store.fallback_root()}"
+        return info
+    parts = [p for part in _layout.OPTIONAL_PARTS if (p := _store.part_problem(root, part, create=False))]
+    if parts:  # the root is used without them: every build compiles more
+        info["problem"] = "; ".join(parts) + ": builds there go without it (more compiles); fix or remove it"
     return info
 
 
@@ -111,13 +115,10 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
 
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
-    entry = _cache.Entry(
-        Path(_core.extension_root(declared)), declared.qualified_name, _cache.compute_key(components), declared.root
+    entry = _store.Entry(
+        Path(_core.extension_root(declared)), declared.qualified_name, _store.compute_key(components), declared.root
     )
-    try:
-        cached = entry.verified_library(touch=False) is not None
-    except (CacheError, OSError):
-        cached = False
+    cached = _store.verified_or_discarded(entry, inspect=True) is not None
     prebuilt, manifest, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
     if cached:

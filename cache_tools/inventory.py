@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _cache, _core, _folders, _objects, _pch, _prebuilt, _stats
+from jitops import _core, _layout, _objects, _pch, _prebuilt, _stats, _store
 
 from . import registry
 
@@ -74,9 +73,18 @@ def running_components(name: str) -> dict | None:
 def entry_rows(root: Path) -> list[Row]:
     rows = []
     locations = _stats.read_locations(root)
-    for entry, _ in _cache.list_entries(root):
+    entries = _store.list_entries(root)
+    newest = {}  # by name: when its newest entry was built
+    for entry, manifest in entries:
+        built_at = (manifest or {}).get("built_at")
+        if isinstance(built_at, (int, float)):
+            newest[entry.name] = max(newest.get(entry.name, built_at), built_at)
+    for entry, manifest in entries:
         rows.append(_entry_row(entry))
         rows[-1].seen_in = locations.get(entry.path.name, [])
+        if rows[-1].status == OK and _superseded(entry, manifest, rows[-1].seen_in, newest.get(entry.name)):
+            rows[-1].status = STALE
+            rows[-1].reason = "superseded: a newer build of it exists, and its sources are in none of the trees it was loaded for"
     for old in older_layout_entries(root):
         op, _, key = old.name.rpartition("-")
         rows.append(
@@ -88,26 +96,28 @@ def entry_rows(root: Path) -> list[Row]:
                 STALE,
                 "left by an older jitops (entries are now <namespace>.<name>-<key>)",
                 str(old),
-                tree_size(old),
+                _store.tree_size(old),
             )
         )
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
-        name, _, rest = temporary.name[len(_folders.TMP_PREFIX) :].partition("-")
-        building = lock is not None and flock_is_held(lock)
+        name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
+        building = lock is not None and _store.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, op = name.rpartition(".")
-        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), tree_size(temporary)))
+        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), _store.tree_size(temporary)))
     return rows
 
 
-def _entry_row(entry: _cache.Entry) -> Row:
-    size = tree_size(entry.path)
+def _entry_row(entry: _store.Entry) -> Row:
+    size = _store.tree_size(entry.path)
     status, reason, manifest = OK, "", None
     try:
         entry.verified_library(touch=False)
         manifest = entry.read_manifest()
-    except (_cache.CacheError, OSError) as err:
+    except _store.StaleEntry as err:
+        status, reason = STALE, f"built from other headers ({err}): another tree's, or an older one's"
+    except (_store.CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
         wanted = running_components(entry.name)
@@ -116,7 +126,7 @@ def _entry_row(entry: _cache.Entry) -> Row:
             status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
             status, reason = STALE, "built for " + ", ".join(differences)
-    if flock_is_held(entry.lock_path):
+    if _store.flock_is_held(entry.lock_path):
         status, reason = BUILDING, "its lock is held: " + _holder(entry.lock_path)
     components = (manifest or {}).get("components", {})
     namespace, _, op = entry.name.partition(".")
@@ -139,7 +149,25 @@ def _entry_row(entry: _cache.Entry) -> Row:
     )
 
 
-def _last_used(entry: _cache.Entry) -> float | None:
+def _superseded(entry: _store.Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
+    """A jitops.load entry that a newer build of its name replaced: its sources (the manifest's
+    sha256 of each) are in none of the trees it was loaded for. Another clone may still use an
+    entry whose sources are somewhere, so only one matching none is stale."""
+    if registry.owner(entry.name) != registry.DROP_IN or not manifest or not seen_in:
+        return False
+    built_at, sources = manifest.get("built_at"), manifest.get("source_hashes")
+    if not isinstance(built_at, (int, float)) or newest is None or built_at >= newest or not isinstance(sources, dict):
+        return False
+    for tree in seen_in:
+        try:
+            if all(_store.sha256_file(os.path.join(tree, name)) == digest for name, digest in sources.items()):
+                return False
+        except (OSError, TypeError):
+            continue
+    return True
+
+
+def _last_used(entry: _store.Entry) -> float | None:
     try:
         return entry.last_used()
     except OSError:
@@ -149,7 +177,7 @@ def _last_used(entry: _cache.Entry) -> float | None:
 def _holder(lock_path: Path) -> str:
     """Who holds a jitops entry lock: the loader writes `<namespace>.<name>-<key>.owner` while it builds."""
     try:
-        return lock_path.with_suffix(".owner").read_text().strip()
+        return Path(_layout.owner_path(lock_path)).read_text().strip()
     except OSError:
         pids = pids_holding_open(lock_path)
         return f"pid {', '.join(map(str, pids))}" if pids else "holder unknown"
@@ -180,7 +208,7 @@ def lock_rows(roots: list[Path]) -> list[LockRow]:
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
             for name in files:
                 path = Path(parent, name)
-                if path in seen or not (name == "lock" or name.endswith(".lock")):
+                if path in seen or not (name == "lock" or name.endswith(_layout.LOCK_SUFFIX)):
                     continue
                 seen.add(path)
                 try:
@@ -193,53 +221,12 @@ def lock_rows(roots: list[Path]) -> list[LockRow]:
                     live = bool(pids) if pids is not None else age < BATON_STALE_AGE_S
                     rows.append(LockRow(str(path), "torch FileBaton", "live" if live else "stale", pids, age))
                 else:
-                    held = flock_is_held(path)
+                    held = _store.flock_is_held(path)
                     rows.append(LockRow(str(path), "jitops (flock)", "held" if held else "free", pids, age))
     return rows
 
 
-# ---------------------------------------------------------------------------------------------
-# Sizes, locks, orphans
-# ---------------------------------------------------------------------------------------------
-
-
-def tree_size(path: Path) -> int:
-    """Bytes of the regular files under path (symbolic links are not followed)."""
-    if path.is_file() and not path.is_symlink():
-        return path.stat().st_size
-    total = 0
-    for parent, _, files in os.walk(path):
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(parent, name))
-            except OSError:
-                continue  # removed while walking
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
-    return total
-
-
-def flock_is_held(lock_path: Path) -> bool:
-    """Whether some process holds the kernel lock on lock_path (filelock's kind), without waiting.
-
-    Taking the lock for an instant is the only portable test; a builder that asks in that instant
-    waits for it, as it would for any other process.
-    """
-    import fcntl
-
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the lock if it was taken here
-    return False
+# Locks, orphans
 
 
 def pids_holding_open(path: Path) -> list[int] | None:
@@ -280,16 +267,16 @@ def orphan_dirs(root: Path) -> list[Path]:
     """Temporary build directories left under root (by a killed or running build)."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.name.startswith(_folders.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
+    return sorted(p for p in root.iterdir() if p.name.startswith(_layout.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
 
 
 def dangling_warm_records(root: Path) -> list[Path]:
     """The warm records (jitops/_core.py) under root whose entry is gone, or that cannot be read:
     they only ever miss, so removing them loses nothing."""
     dangling = []
-    for record in sorted(root.glob(f"{_core.RECORD_PREFIX}*.json")) if root.is_dir() else []:
+    for record in sorted(root.glob(f"{_layout.RECORD_PREFIX}*.json")) if root.is_dir() else []:
         try:
-            entry = _core.record_entry(str(root), json.loads(record.read_bytes()))
+            entry = _layout.record_entry(str(root), json.loads(record.read_bytes()))
             if entry is not None and os.path.isdir(entry):
                 continue
         except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object
@@ -300,32 +287,31 @@ def dangling_warm_records(root: Path) -> list[Path]:
 
 def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
     """The entry lock a `.tmp-<namespace>.<name>-<key>-*` build directory was made under, if its name tells."""
-    for entry_lock in root.glob("*.lock"):
-        if temporary.name.startswith(f"{_folders.TMP_PREFIX}{entry_lock.stem}-"):
-            return entry_lock
-    return None
+    name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
+    lock = Path(_layout.lock_path(root, name, rest.partition("-")[0]))
+    return lock if _layout.parse_entry_name(_layout.key_name(name, rest.partition("-")[0])) and lock.exists() else None
 
 
 def store_rows(root: Path, check: bool = False) -> list[Row]:
     """The object store's objects and the precompiled headers, one row each (check: their sha256
     hashed in full, as `verify` does). Shared by every extension: no owner."""
     rows = []
-    objects, pch = root / _objects.OBJECTS_DIR, root / _pch.PCH_DIR
-    units = [unit for unit in _children(objects) if not unit.name.startswith(_folders.TMP_PREFIX)]
+    objects, pch = root / _layout.OBJECTS_DIR, root / _layout.PCH_DIR
+    units = [unit for unit in _children(objects) if not unit.name.startswith(_layout.TMP_PREFIX)]
     folders = [(folder, "object") for folder in _children(objects) if folder not in units]  # stores in progress
     folders += [(variant, "object") for unit in units for variant in _children(unit)]
     folders += [(folder, "pch") for folder in _children(pch)]
     for folder, kind in folders:
         last_used = folder.stat().st_mtime
-        if folder.name.startswith(_folders.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
-            dead = _folders.staging_is_dead(folder.name)
+        if folder.name.startswith(_layout.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
+            dead = _store.staging_is_dead(folder.name)
             status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
-            rows.append(Row("", "-", "-", "-", status, reason, str(folder), tree_size(folder), kind=kind))
+            rows.append(Row("", "-", "-", "-", status, reason, str(folder), _store.tree_size(folder), kind=kind))
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
             name, built_at, data, digest = (_objects if kind == "object" else _pch).describe(folder)
-            if check and _cache.sha256_file(data) != digest:
+            if check and _store.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:
             status, reason = CORRUPT, f"unreadable: {err}"
@@ -339,7 +325,7 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
                 status,
                 reason,
                 str(folder),
-                tree_size(folder),
+                _store.tree_size(folder),
                 built_at=built_at,
                 last_used=last_used,
                 kind=kind,

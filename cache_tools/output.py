@@ -11,6 +11,8 @@ import re
 import shutil
 import sys
 
+from jitops import _store
+
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 
@@ -51,16 +53,14 @@ def plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
-    number, unit = match.groups()
-    return int(float(number) * 1024 ** ["", "k", "m", "g", "t"].index(unit.lower()))
+    try:
+        return _store.parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_age(text: str) -> float:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _cache, _core, _stats
+from jitops import _core, _layout, _stats, _store
 from jitops._errors import BuildError, CacheError
 
 from . import inventory, registry
@@ -25,7 +25,7 @@ from .selection import check_package, selected_rows
 
 
 def cmd_dir(args: argparse.Namespace) -> int:
-    root, reason = _core.configured_root()
+    root, reason = _layout.configured_root()
     emit(args, {"root": str(root), "reason": reason}, lambda: print(f"{root}  ({reason})"))
     return EXIT_OK
 
@@ -91,9 +91,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                 print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
         print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
         print(store_summary(store))
+        print(budget_summary(data))
 
     store = inventory.store_rows(root) if not (args.ops or args.package) else []
     data = {"root": str(root), "entries": [r.as_dict() for r in rows], "store": [r.as_dict() for r in store]}
+    data.update(budget_data(root))
     emit(args, data, human)
     return EXIT_OK
 
@@ -101,6 +103,27 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _seen_in(roots: list[str]) -> str:
     """Where an entry's sources were seen: the newest tree, and how many others."""
     return "-" if not roots else roots[-1] + (f" (+{len(roots) - 1})" if len(roots) > 1 else "")
+
+
+def budget_data(root: Path) -> dict:
+    """The whole cache's size against the budget (JITOPS_CACHE_MAX_SIZE), and the parts of it that
+    cannot be used (objects/, pch/: each costs compiles)."""
+    try:
+        budget = _store.max_size()
+    except CacheError as err:
+        budget = str(err).removeprefix("jitops: ")
+    problems = [p for part in _layout.OPTIONAL_PARTS if (p := _store.part_problem(root, part, create=False))]
+    return {"total_bytes": _store.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
+
+
+def budget_summary(data: dict) -> str:
+    budget = data["budget_bytes"]
+    if isinstance(budget, str):
+        of = f"budget {budget}"
+    else:
+        of = f"of a budget of {human_size(budget)}" if budget else "no budget"
+    line = f"in all {human_size(data['total_bytes'])}, {of} (JITOPS_CACHE_MAX_SIZE)"
+    return "\n".join([line] + [f"  unusable: {problem} (costs compiles)" for problem in data["unusable_parts"]])
 
 
 def store_summary(store: list[inventory.Row]) -> str:
@@ -134,7 +157,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     root, rows = selected_rows([], args.package)
     store = inventory.store_rows(root) if args.package is None else []
-    reason = _core.configured_root()[1]
+    reason = _layout.configured_root()[1]
     by_status = {
         s: sum(1 for r in rows if r.status == s)
         for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)
@@ -150,6 +173,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "store_bytes": sum(r.size for r in store),
         "seen_in": {f"{r.namespace}.{r.op}-{r.key}": r.seen_in for r in rows},
+        **budget_data(root),
     }
 
     def human():
@@ -162,6 +186,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
         print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
         print(f"shared          {store_summary(store).partition(': ')[2]}")
+        print(f"cache size      {budget_summary(data)}")
         for name, roots in data["seen_in"].items():
             print(f"seen in         {name}: {', '.join(roots) or '-'}")
 
@@ -183,7 +208,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     chosen = {row.path for row in rows}
     results = []
-    for entry, _ in _cache.list_entries(root):
+    for entry, _ in _store.list_entries(root):
         if str(entry.path) not in chosen:
             continue
         try:
@@ -196,6 +221,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         results.append(
             {"name": f"{row.kind} {row.op}", "key": row.key, "path": row.path, "ok": ok, "problem": row.reason if not ok else ""}
         )
+    for part in _layout.OPTIONAL_PARTS:  # unusable, it costs compiles: a problem to fix, not a wrong load
+        problem = _store.part_problem(root, part, create=False)
+        if problem:
+            results.append({"name": f"{part}/", "key": "", "path": str(root / part), "ok": False, "problem": problem})
     bad = [r for r in results if not r["ok"]]
 
     def human():
@@ -209,7 +238,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
-    root = Path(_core.configured_root()[0])
+    root = Path(_layout.configured_root()[0])
     if args.zero:
         _stats.zero_stats(root)
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
@@ -254,7 +283,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
-    roots = [Path(_core.torch_extensions_root()), Path(_core.configured_root()[0])]
+    roots = [Path(_layout.torch_extensions_root()), Path(_layout.configured_root()[0])]
     rows = inventory.lock_rows(roots)
     cleared = []
     if args.clear_stale:

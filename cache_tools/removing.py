@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import sys
 from pathlib import Path
 
-from jitops import _cache, _folders
+from jitops import _store
 
 from . import inventory, registry
 from .output import (
@@ -37,7 +36,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
                     if not acquired:
                         skipped.append({"path": row.path, "why": "a build started"})
                         continue
-                    _folders.remove_tree(Path(row.path))
+                    _store.remove_tree(Path(row.path))
             except FileNotFoundError:
                 continue  # removed meanwhile
             except OSError as err:  # one entry that cannot go never stops the others
@@ -87,24 +86,13 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     return EXIT_PROBLEM if any(s["why"].startswith("cannot remove") for s in skipped) else EXIT_OK
 
 
-@contextlib.contextmanager
 def entry_lock_taken(root: Path, row: inventory.Row):
     """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
     Yields False when a build holds it. Orphans, and entries of the older layout (no namespace),
     have no entry lock that a build takes."""
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
-        yield True  # stored objects and PCHs are published whole and read without a lock
-        return
-    fd = os.open(_cache.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
+        return contextlib.nullcontext(True)  # stored objects and PCHs are published whole and read without a lock
+    return _store.flocked(_store.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, blocking=False)
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -124,36 +112,50 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print("nothing removed")
             return EXIT_PROBLEM
     status = remove_rows(args, root, rows)
-    inline = root / _cache.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
+    inline = root / _store.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
-            _folders.remove_tree(inline)
+            _store.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
     return status
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    if args.max_size is None and args.older_than is None:
-        raise UsageError("give --max-size SIZE, --older-than AGE, or both")
+    """Stale, corrupt and orphan entries first (superseded jitops.load builds among them), then the
+    least recently used until the cache is within --max-size (default: the budget,
+    JITOPS_CACHE_MAX_SIZE), never one a live process has loaded; --older-than AGE adds every
+    entry unused for that long."""
     import time
 
     root, rows = selected_rows([], args.package)
     rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]
-    # Stale, corrupt and orphan entries go first, then the least recently used.
+    live = _store.live_paths(root) or set()
+    in_use = [r for r in rows if any(path.startswith(os.path.join(os.path.realpath(r.path), "")) for path in live)]
+    rows = [r for r in rows if r not in in_use]
     useless = [r for r in rows if r.status != inventory.OK]
     usable = sorted((r for r in rows if r.status == inventory.OK), key=lambda r: r.last_used or 0)
     doomed = list(useless)
     if args.older_than is not None:
         cutoff = time.time() - args.older_than
         doomed += [r for r in usable if (r.last_used or 0) < cutoff]
-    if args.max_size is not None:
-        total = sum(r.size for r in rows) - sum(r.size for r in doomed)
+    limit = args.max_size if args.max_size is not None else budget()
+    if limit:
+        # The whole root counts (records and warm records too), as the budget does after builds.
+        total = _store.tree_size(root) - sum(r.size for r in doomed)
         for r in usable:
-            if total <= args.max_size:
+            if total <= limit:
                 break
             if r not in doomed:
                 doomed.append(r)
                 total -= r.size
     return remove_rows(args, root, doomed)
+
+
+def budget() -> int:
+    """JITOPS_CACHE_MAX_SIZE in bytes (0: none), or a usage error naming it."""
+    try:
+        return _store.max_size()
+    except _store.CacheError as err:
+        raise UsageError(str(err).removeprefix("jitops: ")) from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jitops import _core
+from jitops import _layout
 
 from . import inventory, registry
 from .output import UsageError
@@ -16,7 +16,7 @@ def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, lis
     """The cache's rows of the named ops (all rows for none), each named `op` or
     `<namespace>.<op>`, of one owner with --package. A name that is neither declared here nor
     one with entries in the cache is a typo: a usage error, not "0 entries"."""
-    root = Path(_core.configured_root()[0])
+    root = Path(_layout.configured_root()[0])
     rows = inventory.entry_rows(root)
     check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
     check_package(package, {row.owner for row in rows})

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _buildfile, _cache, _folders, _namespaces, _ninja, _objects, _pch, _prebuilt, _status
+from . import _buildfile, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
@@ -81,7 +81,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     return library, backends, "prebuilt"
 
 
-def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) -> Path:
+def publish_received(entry: _store.Entry, manifest: dict, library_bytes: bytes) -> Path:
     """Publish an entry built elsewhere (jitops.distributed) as a local build would: its sha256
     checked, a private staging folder, one atomic rename under the entry's lock. Returns the library."""
     if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
@@ -91,18 +91,18 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
         raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
-    if _cache.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
+    if _store.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
         raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
 
     def write() -> Path:
-        staging = _cache.new_build_dir(entry)
+        staging = _store.new_build_dir(entry)
         try:
             library = staging / name
             with open(library, "wb") as file:
                 file.write(library_bytes)
                 file.flush()
                 os.fsync(file.fileno())
-            _cache.publish(entry, staging, {**manifest, "library_identity": _cache.file_identity(library)})
+            _store.publish(entry, staging, {**manifest, "library_identity": _store.file_identity(library)})
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -113,7 +113,7 @@ def publish_received(entry: _cache.Entry, manifest: dict, library_bytes: bytes) 
 
 def _build(planned: PlannedEntry) -> Path:
     entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
-    staging = _cache.new_build_dir(entry)
+    staging = _store.new_build_dir(entry)
     published = False
     try:
         build_dir = staging / "build"
@@ -122,9 +122,9 @@ def _build(planned: PlannedEntry) -> Path:
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        pch_root = _cache.shared_root(extension.cache_dir)
+        pch_root = _store.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
-        _folders.remove_dead_staging(entry.root / _objects.OBJECTS_DIR)  # killed stores' staging folders
+        _objects.remove_dead_stores(entry.root)
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
             _objects.reuse(entry.root, unit, build_dir)
@@ -133,16 +133,17 @@ def _build(planned: PlannedEntry) -> Path:
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _status.why_built(components, planned.source_hashes, _status.newest_manifest(entry))
-        log_path = staging / _cache.BUILD_LOG_NAME
+        log_path = staging / _layout.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
         left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
         status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out)
-        known_before = dict(_cache.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
+        known_before = dict(_store.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
         try:
-            failure = _ninja.run_ninja(build_dir, log_path, status, verbose)
+            with _pch.in_use([unit.pch for unit in compiled if unit.pch]):  # not evicted while compiled with
+                failure = _ninja.run_ninja(build_dir, log_path, status, verbose)
             if failure is None:
                 # Before the load check: a library whose inputs changed is never opened (a second
                 # TORCH_LIBRARY block of its namespace, from the next attempt, would abort).
@@ -166,7 +167,7 @@ def _build(planned: PlannedEntry) -> Path:
             status.finish(ok=False)
             if "No space left on device" in log_path.read_text(errors="replace"):
                 raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (under_entry_lock says so)
-            failed_log = entry.root / f"{entry.name}-{entry.key}.failed.log"
+            failed_log = entry.failed_log_path
             shutil.copyfile(log_path, failed_log)
             raise BuildError(f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}")
         with_pch = sum(1 for unit in compiled if unit.pch)
@@ -184,7 +185,7 @@ def _build(planned: PlannedEntry) -> Path:
         unit_seconds = _ninja.unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
-        manifest = _cache.make_manifest(
+        manifest = _store.make_manifest(
             entry,
             components,
             library,
@@ -195,10 +196,11 @@ def _build(planned: PlannedEntry) -> Path:
             unit_seconds=unit_seconds,
             reused_units=[unit.relative for unit in units if unit.reused],
         )
-        _cache.publish(entry, staging, manifest)
+        _store.publish(entry, staging, manifest)
         published = True
         for spec in pch_jobs:
             _pch.start_background(spec)
+        _store.enforce_budget(entry.root)
         return entry.path / library.name
     finally:
         if not published:
@@ -286,7 +288,7 @@ def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None
     installs = [os.path.dirname(os.path.dirname(os.path.realpath(c))) for c in [cxx, *environment_tools(cuda)] if c]
     prefixes = [os.path.dirname(torch.__file__), "/usr/include", "/usr/lib", "/usr/lib64", cuda.cuda_home]
     prefixes += [install for install in installs if os.path.isdir(os.path.join(install, "include", "c++"))]
-    prefixes += [os.path.join(cache_root, _pch.PCH_DIR)] if cache_root else []
+    prefixes += [_layout.pch_dir(cache_root)] if cache_root else []
     return tuple(os.path.join(os.path.realpath(p), "") for p in prefixes if p and os.path.realpath(p) not in ("/", "/usr"))
 
 
@@ -300,7 +302,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     for files in _ninja.deps(build_dir, list(targets)).values():
         for path in files:
             if path not in sources and not path.startswith(ignored) and os.path.isfile(path):
-                headers[path[len(root) :] if path.startswith(root) else path] = _cache.sha256_file(path)
+                headers[path[len(root) :] if path.startswith(root) else path] = _store.sha256_file(path)
     return dict(sorted(headers.items()))
 
 

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache
+from . import _store
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan
@@ -67,7 +67,7 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
     made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
     made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
     key = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
-    record = _cache.torch_flags_record(extension.cache_dir)
+    record = _store.torch_flags_record(extension.cache_dir)
     known = record.records.get(key)
     if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):
         return TorchFlags(*known)

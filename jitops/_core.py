@@ -6,7 +6,7 @@ import (torch is imported inside the functions that need it).
 
 One module, not one per topic: a warm start's cost is mostly importing its Python code (each module
 a file to find, read and unmarshal), so all a warm start runs is here and in extension.py, and the
-long way's modules (_key, _cache, _prebuilt, _build, _loader) are imported only on a miss
+long way's modules (_key, _store, _prebuilt, _build, _loader) are imported only on a miss
 (BENCHMARKS.md).
 """
 
@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _layout
+from ._layout import MANIFEST_NAME, configured_root, is_identifier, record_entry
+
 if TYPE_CHECKING:
     from .extension import Extension
 
@@ -30,8 +33,6 @@ VERSION = "0.1.0"  # jitops.__version__
 # How jitops turns an Extension into a library (build file, added flags, manifest): in every key
 # instead of jitops' version, so a release that changes none of that keeps entries and prebuilts valid.
 RECIPE = 3  # 3: -fvisibility-inlines-hidden (_key.CFLAGS)
-MANIFEST_NAME = "manifest.json"  # in each cache entry
-KEY_LENGTH = 16  # hex digits of sha256 in entry names (<namespace>.<name>-<key>)
 # An entry's last-used time (its folder's mtime) is set at most once a minute: enough for pruning,
 # and 64 ranks that start together do not all write it.
 LAST_USED_RESOLUTION_S = 60.0
@@ -54,25 +55,7 @@ INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on eve
 DROP_IN_NAMESPACE = "jitops_load"
 
 
-# The cache root, and which directories may hold libraries we load
-def torch_extensions_root() -> str:
-    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions (as
-    torch's get_default_build_root says, without importing cpp_extension and setuptools)."""
-    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if configured:
-        return configured
-    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.realpath(os.path.join(user_cache, "torch_extensions"))
-
-
-def configured_root() -> tuple[str, str]:
-    """The cache root asked for, and why (for `jitops-cache dir`)."""
-    configured = os.environ.get("JITOPS_CACHE_DIR")
-    if configured:
-        return configured, "JITOPS_CACHE_DIR"
-    return os.path.join(torch_extensions_root(), "jitops"), "default: jitops/ under torch's extension root"
-
-
+# Which directories may hold libraries we load
 def private_dir_problem(path: str, info: os.stat_result | None = None) -> str | None:
     """Why `path` may not hold libraries we load (another user could write into it), or None."""
     return unsafe_path_problem(path, "cache directory", (os.getuid(),), directory=True, info=info)
@@ -105,24 +88,6 @@ def file_identity(path: str | Path) -> list[int]:
 
 
 IDENTITY_FIELDS = 5  # file_identity's length: a recorded identity of another length is no identity
-
-
-def is_identifier(text) -> bool:
-    """A C identifier (ASCII letters, digits, _; not starting with a digit)."""
-    return isinstance(text, str) and text.isidentifier() and text.isascii()
-
-
-def parse_entry_name(folder: str) -> tuple[str, str] | None:
-    """(qualified name, key) of a cache entry's folder name, <namespace>.<name>-<key>; None for
-    any other. (No regular expression: compiling one on import slows a warm start.)"""
-    name, _, key = folder.rpartition("-")
-    namespace, _, short = name.partition(".")
-    if is_identifier(namespace) and is_identifier(short) and len(key) == KEY_LENGTH and set(key) <= _HEX_DIGITS:
-        return name, key
-    return None
-
-
-_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 CUDA_SUFFIXES = (".cu",)  # sources built only with CUDA
@@ -289,7 +254,6 @@ loaded: dict[str, LoadedLibrary] = {}  # by Extension.qualified_name ("<namespac
 # was computed from, each read before the key. Where all still hold, the key would be the same, so
 # the library is loaded without computing it; anything else is a miss (docs/ARCHITECTURE.md).
 RECORD_FORMAT = 4  # bump when a record's meaning changes: older records then simply miss
-RECORD_PREFIX = "warm-"
 
 
 def already_loaded(extension) -> LoadedLibrary | None:
@@ -339,15 +303,7 @@ def extension_root(extension: Extension) -> str:
 
 def record_path(root: str, name: str, of_settings: str) -> str:
     digest = hashlib.blake2b(of_settings.encode(), digest_size=8).hexdigest()  # not sha256: a third of its first call
-    return os.path.join(root, f"{RECORD_PREFIX}{name}-{digest}.json")
-
-
-def record_entry(root: str, record: dict, name: str | None = None) -> str | None:
-    """The entry folder inside root a record names (never elsewhere), or None where it names none
-    (or, given name, another extension's)."""
-    entry = record.get("entry")
-    parsed = parse_entry_name(entry) if isinstance(entry, str) else None
-    return os.path.join(root, entry) if parsed and name in (None, parsed[0]) else None
+    return _layout.record_path(root, name, digest)
 
 
 _LIBRARY_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.+-")

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _cache, _core
+from . import _core, _store
 from ._core import (
     COMPILER_ENVIRONMENT,
     CUDA_BUILD_ENVIRONMENT,
@@ -128,8 +128,8 @@ PROBE_TIMEOUT_S = 60.0  # or JITOPS_BUILD_TIMEOUT where that is shorter
 def _tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
     """binary's resolved path and its version line (the key names both). A process is started only
     for a binary not probed before (in this cache root) with its current identity."""
-    resolved, identity = _cache.binary_identity(binary)
-    probes = _cache.toolchain_probes(root)
+    resolved, identity = _store.binary_identity(binary)
+    probes = _store.toolchain_probes(root)
     if not isinstance(probes.records.get(identity), str):
         import subprocess  # only for a binary not probed before
 
@@ -163,8 +163,8 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
     include). record_hashes=False: without the cache root's hash record. each: filled with every
     source's sha256, by its name relative to the root."""
-    known = _cache.known_file_hashes(extension.cache_dir) if record_hashes else None
-    return _cache.hash_files(extension.paths(), Path(extension.root), known, each)
+    known = _store.known_file_hashes(extension.cache_dir) if record_hashes else None
+    return _store.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
 def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> dict:
@@ -241,7 +241,7 @@ class PlannedEntry:
         self.extension = extension
         # The cache root first: creating it must not change a folder whose identity is read below.
         try:
-            root = _cache.cache_root(extension.cache_dir)
+            root = _store.cache_root(extension.cache_dir)
             self.read_only = None
         except CacheError as err:  # a read-only build_directory: what it holds still loads
             if extension.cache_dir is None or not os.path.isdir(extension.cache_dir) or private_dir_problem(extension.cache_dir):
@@ -256,5 +256,5 @@ class PlannedEntry:
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
         self.source_hashes: dict[str, str] = {}  # each source's sha256, as the key read it
         self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes)
-        key = _cache.compute_key(self.components)
-        self.entry = _cache.Entry(root, extension.qualified_name, key, source_root=extension.root)
+        key = _store.compute_key(self.components)
+        self.entry = _store.Entry(root, extension.qualified_name, key, source_root=extension.root)

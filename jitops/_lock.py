@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from . import _cache
+from . import _layout, _store
 from ._errors import BuildError
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
@@ -22,7 +22,7 @@ def setting_for(path: Path | str) -> str:
     """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
     configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
     path = os.path.realpath(path)
-    for root in map(os.path.realpath, _cache.configured_roots()):
+    for root in map(os.path.realpath, _store.configured_roots()):
         if path == root or path.startswith(os.path.join(root, "")):
             return "JITOPS_CACHE_DIR"
     return "build_directory"
@@ -70,7 +70,7 @@ class HeldLock:
     def __init__(self, path: Path, what: str, blocking: bool = True):
         import filelock  # only a build takes a lock
 
-        self.path, self.owner = path, path.with_suffix(".owner")
+        self.path, self.owner = path, Path(_layout.owner_path(path))
         timeout = lock_timeout() if blocking else 0
         self._lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)
         try:
@@ -113,16 +113,16 @@ class HeldLock:
 
 
 def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
-    """(library, "built") made by make(), which publishes the entry (a _cache.Entry), under the
+    """(library, "built") made by make(), which publishes the entry (a _store.Entry), under the
     entry's file lock; (library, "cache") where another process published it first. doing: make's
     work, for errors."""
     with HeldLock(entry.lock_path, entry.name):
         try:
             # Another process may have published the entry while this one waited for the lock.
-            library = _cache.verified_or_discarded(entry)
+            library = _store.verified_or_discarded(entry)
             if library is not None:
                 return library, "cache"
-            _cache.remove_orphans(entry)
+            _store.remove_orphans(entry)
             return make(), "built"
         except OSError as err:
             if err.errno != errno.ENOSPC:

@@ -13,21 +13,18 @@ Stored only when every input it was compiled from provably did not change while 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from . import _cache, _folders
+from . import _layout, _store
 from ._core import identity_or_none, mark_used, write_json_atomic
 from ._errors import BuildError, warn
 
-OBJECTS_DIR = "objects"
-RECORD_NAME = "record.json"
-OBJECT_NAME = "object.o"
 FORMAT = 1  # of a unit key and record: bump when their meaning changes
 # A file whose status changed less than this before a build started may have changed after it
 # (timestamps come from a clock this coarse): it is not trusted to be what the compiler read.
@@ -45,8 +42,9 @@ class InputsChanged(BuildError):
         super().__init__(f"jitops: {', '.join(paths)} changed while the build ran")
 
 
-def store_dir(root: Path) -> Path:
-    return _cache.ensure_private_dir(root / OBJECTS_DIR)
+def remove_dead_stores(root: Path) -> None:
+    """Remove the staging folders of stores that were killed."""
+    _store.remove_dead_staging(Path(_layout.objects_dir(root)))
 
 
 def toolchain(components: dict) -> dict:
@@ -70,30 +68,34 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
     """Copy the unit's object into build_dir from the variant whose headers all still match, its
     sha256 checked on the copy; set unit.headers. False where there is none (or only corrupt ones,
     which are removed, with a warning)."""
-    folder = store_dir(root) / unit.key
-    try:
-        variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
-    except FileNotFoundError:
+    objects = _store.usable_part(root, _layout.OBJECTS_DIR, write=False)
+    if objects is None:
         return False
-    known = _cache.known_file_hashes(root)
+    try:
+        variants = sorted(os.scandir(objects / unit.key), key=lambda v: v.stat().st_mtime, reverse=True)
+    except OSError:
+        return False
+    known = _store.known_file_hashes(root)
     for variant in variants:
         if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
             continue
         try:
-            record = json.loads(Path(variant.path, RECORD_NAME).read_text())
+            record = json.loads(Path(variant.path, _layout.RECORD_NAME).read_text())
             headers = record["headers"]
             if record.get("key") != unit.key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
                 continue
             copy = build_dir / unit.object
-            shutil.copyfile(Path(variant.path, OBJECT_NAME), copy)
+            shutil.copyfile(Path(variant.path, _layout.OBJECT_NAME), copy)
+        except FileNotFoundError:
+            continue  # evicted or cleared meanwhile: a miss
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             warn(f"discarding the unreadable stored object {variant.path}: {err}")
-            _folders.remove_tree(Path(variant.path))
+            _discard(Path(variant.path))
             continue
-        if _cache.sha256_file(copy) != record.get("object_sha256"):
+        if _store.sha256_file(copy) != record.get("object_sha256"):
             warn(f"discarding the stored object {variant.path}: it does not match its sha256 (truncated or modified)")
             copy.unlink()
-            _folders.remove_tree(Path(variant.path))
+            _discard(Path(variant.path))
             continue
         known.save()
         mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
@@ -103,7 +105,12 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
     return False
 
 
-def _sha256_or_none(known: _cache.KnownFileHashes, path: str) -> str | None:
+def _discard(variant: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only store: skipped, as before
+        _store.remove_tree(variant)
+
+
+def _sha256_or_none(known: _store.KnownFileHashes, path: str) -> str | None:
     try:
         return known.sha256(path)
     except OSError:
@@ -121,7 +128,7 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
         return record[1]
     if identity[2] < started_ns - TIMESTAMP_SLACK_NS:  # its ctime, which no one can set back
         try:
-            digest = _cache.sha256_file(path)
+            digest = _store.sha256_file(path)
         except OSError:
             return None
         return digest if identity_or_none(path) == identity else None
@@ -131,33 +138,35 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
 def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     """A stored variant, for the CLI: its source's file name, when it was stored, its object and the
     sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
-    record = json.loads((folder / RECORD_NAME).read_text())
-    return os.path.basename(record["source"]), record.get("stored_at"), folder / OBJECT_NAME, record["object_sha256"]
+    record = json.loads((folder / _layout.RECORD_NAME).read_text())
+    return os.path.basename(record["source"]), record.get("stored_at"), folder / _layout.OBJECT_NAME, record["object_sha256"]
 
 
 def store(root: Path, unit, build_dir: Path) -> None:
     """Keep a compiled unit's object (unit.headers set, all settled). Atomic: a private staging
     folder renamed into place; a variant already there (another build of the same inputs) stays.
-    A store that fails (a full disk) costs only a later compile."""
+    A store that fails (a full disk, a read-only or unusable objects/) costs only a later compile."""
     variant = hashlib.sha256(json.dumps(unit.headers, sort_keys=True).encode()).hexdigest()[:16]
-    objects = store_dir(root)
-    target = objects / unit.key / variant
-    if target.exists():
+    objects = _store.usable_part(root, _layout.OBJECTS_DIR)
+    target = objects / unit.key / variant if objects is not None else None
+    if target is None or target.exists():
         return
-    staging = Path(tempfile.mkdtemp(prefix=f"{_folders.TMP_PREFIX}{os.getpid()}-", dir=objects))
+    staging = None
     try:
-        shutil.copyfile(build_dir / unit.object, staging / OBJECT_NAME)
+        staging = _store.new_staging(objects)
+        shutil.copyfile(build_dir / unit.object, staging / _layout.OBJECT_NAME)
         record = {
             "key": unit.key,
             "source": unit.source,
             "command": unit.command,
             "headers": unit.headers,
-            "object_sha256": _cache.sha256_file(staging / OBJECT_NAME),
+            "object_sha256": _store.sha256_file(staging / _layout.OBJECT_NAME),
             "stored_at": time.time(),
         }
-        write_json_atomic(staging / RECORD_NAME, record)
+        write_json_atomic(staging / _layout.RECORD_NAME, record)
         os.chmod(staging, 0o700)
         (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
-        _folders.publish_folder(staging, target)  # one stored meanwhile by another build stays
+        _store.publish_folder(staging, target)  # one stored meanwhile by another build stays
     except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)

@@ -15,6 +15,7 @@ device code with a front end of its own, which cannot read gcc's .gch).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,19 +24,14 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from . import _cache, _folders
-from ._core import file_identity, write_json_atomic
+from . import _layout, _store
+from ._core import file_identity, mark_used, write_json_atomic
 from ._errors import BuildError, CacheError
 
-PCH_DIR = "pch"
-HEADER_NAME = "pch.h"
-GCH_NAME = HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the one -include names
-RECORD_NAME = "record.json"
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
 
@@ -94,11 +90,14 @@ def key(header: str, unit, flags: str, components: dict) -> str:
 def find(root: Path, pch_key: str) -> str | None:
     """The path to -include for a published, verified PCH (its .gch's sha256, hashed in full
     unless its identity is the one recorded), else None; a corrupt one is removed."""
-    folder = root / PCH_DIR / pch_key
+    parent = _store.usable_part(root, _layout.PCH_DIR, write=False)
+    if parent is None:
+        return None
+    folder = parent / pch_key
     try:
-        record = json.loads((folder / RECORD_NAME).read_text())
-        gch = folder / GCH_NAME
-        if file_identity(gch) != record["identity"] and _cache.sha256_file(gch) != record["sha256"]:
+        record = json.loads((folder / _layout.RECORD_NAME).read_text())
+        gch = folder / _layout.GCH_NAME
+        if file_identity(gch) != record["identity"] and _store.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:
         return None
@@ -106,17 +105,30 @@ def find(root: Path, pch_key: str) -> str | None:
         from ._errors import warn
 
         warn(f"discarding the corrupt precompiled header {folder}: {err}")
-        _folders.remove_tree(folder)
+        with contextlib.suppress(OSError):  # a read-only pch/: it stays, unused
+            _store.remove_tree(folder)
         return None
-    return str(folder / HEADER_NAME)
+    mark_used(str(folder), folder.stat().st_mtime)  # for the budget's least-recently-used order
+    return str(folder / _layout.PCH_HEADER_NAME)
+
+
+@contextlib.contextmanager
+def in_use(headers: list[str]):
+    """Hold a shared lock on each PCH (its -include path) while units compile with it: the budget
+    evicts no PCH whose lock it cannot take."""
+    with contextlib.ExitStack() as stack:
+        for header in sorted(set(headers)):
+            folder = os.path.dirname(header)
+            stack.enter_context(_store.flocked(_layout.pch_lock_path(folder), shared=True))
+        yield
 
 
 def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     """A published PCH folder, for the CLI: the header it holds, when it was built, its .gch and the
     sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
-    record = json.loads((folder / RECORD_NAME).read_text())
-    headers = " ".join(re.findall(r"<([^>]+)>", (folder / HEADER_NAME).read_text()))
-    return headers, record.get("built_at"), folder / GCH_NAME, record["sha256"]
+    record = json.loads((folder / _layout.RECORD_NAME).read_text())
+    headers = " ".join(re.findall(r"<([^>]+)>", (folder / _layout.PCH_HEADER_NAME).read_text()))
+    return headers, record.get("built_at"), folder / _layout.GCH_NAME, record["sha256"]
 
 
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
@@ -132,17 +144,20 @@ def build(spec: dict, blocking: bool) -> str | None:
     from ._lock import HeldLock
 
     root, pch_key = Path(spec["root"]), spec["key"]
-    parent = _cache.ensure_private_dir(root / PCH_DIR)
-    with HeldLock(parent / f"{pch_key}.lock", f"the precompiled header {pch_key}", blocking=blocking) as lock:
+    parent = _store.usable_part(root, _layout.PCH_DIR)
+    if parent is None:
+        return None
+    with HeldLock(Path(_layout.pch_lock_path(parent / pch_key)), f"the precompiled header {pch_key}", blocking=blocking) as lock:
         if not lock.acquired:
             return None
         found = find(root, pch_key)
         if found is not None:
             return found
-        _folders.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
-        staging = Path(tempfile.mkdtemp(prefix=f"{_folders.TMP_PREFIX}{os.getpid()}-", dir=parent))
+        _store.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
+        staging = None
         try:
-            header, gch, deps = staging / HEADER_NAME, staging / GCH_NAME, staging / "pch.d"
+            staging = _store.new_staging(parent)
+            header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
             header.write_text(spec["header"], encoding="utf-8")
             # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
             # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
@@ -154,19 +169,21 @@ def build(spec: dict, blocking: bool) -> str | None:
             if result.returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
                 return None
             record = {
-                "sha256": _cache.sha256_file(gch),
+                "sha256": _store.sha256_file(gch),
                 "identity": file_identity(gch),
                 "command": command,
                 "built_at": time.time(),
             }
-            write_json_atomic(staging / RECORD_NAME, record)
+            write_json_atomic(staging / _layout.RECORD_NAME, record)
             deps.unlink()
             os.chmod(staging, 0o700)
-            _folders.publish_folder(staging, parent / pch_key)
+            _store.publish_folder(staging, parent / pch_key)
         except (OSError, ValueError):
             return None  # a full disk, or flags the shell cannot split: the units compile without it
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+    _store.enforce_budget(root)
     return find(root, pch_key)
 
 
@@ -183,7 +200,10 @@ def start_background(spec: dict) -> None:
     """Build a PCH in a process of its own, detached, at low priority; its output goes to
     <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without."""
     try:
-        log_path = _cache.ensure_private_dir(Path(spec["root"]) / PCH_DIR) / f"{spec['key']}.log"
+        parent = _store.usable_part(spec["root"], _layout.PCH_DIR)
+        if parent is None:
+            return
+        log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jitops._pch", json.dumps(spec)],

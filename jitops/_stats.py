@@ -7,15 +7,13 @@ served). Only the long way writes them: a warm load writes nothing."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 
-from ._cache import Entry, RecordFile
 from ._core import write_json_atomic
+from ._layout import LOCATIONS_NAME, STATS_LOCK_NAME, STATS_NAME
+from ._store import Entry, RecordFile, flocked
 
-STATS_NAME = "stats.json"  # ccache-style counters: builds, cache and prebuilt loads, build seconds
-STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
 STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
 
 
@@ -33,22 +31,10 @@ def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:
     return counters, zeroed_at if isinstance(zeroed_at, (int, float)) else None
 
 
-@contextlib.contextmanager
 def _stats_locked(root: Path):
-    """The counters' lock (fcntl, not filelock: importing that would cost a cache load more than
-    the count itself). Yields False where the lock file cannot be opened."""
-    import fcntl
-
-    try:
-        fd = os.open(root / STATS_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield False
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read and a write: never long
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
+    """The counters' lock (a kernel lock, not filelock: importing that would cost a cache load
+    more than the count itself). Yields False where the lock file cannot be opened."""
+    return flocked(Path(root) / STATS_LOCK_NAME)  # held for a read and a write: never long
 
 
 def count(root: Path, name: str, **increments: float) -> None:
@@ -68,7 +54,6 @@ def count(root: Path, name: str, **increments: float) -> None:
             pass
 
 
-LOCATIONS_NAME = "locations.json"  # {entry folder: [the extension roots it was loaded for]}
 LOCATIONS_KEPT = 8  # per entry, the newest
 
 

@@ -240,7 +240,7 @@ def _link_into_build_directory(extension: Extension, library: str) -> None:
         pass
     except OSError:  # a file of torch's own build: never replaced (its next build would write through a link)
         return
-    staged = f"{link}.tmp-{os.getpid()}-{threading.get_ident()}"
+    staged = f"{link}.new-{os.getpid()}-{threading.get_ident()}"
     try:
         os.symlink(target, staged)
         os.replace(staged, link)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Literal, overload
 
+from . import _layout
 from ._core import DROP_IN_NAMESPACE
 from ._torch_load import Flags, declare, entries_dir, load_declared, refuse_unsupported
 from .extension import check_name
@@ -161,36 +161,48 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
 
 
+INLINE_COPIES = 8  # folders of one content tried, each found damaged, before an error
+
+
 def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
-    """A folder holding `files`, named after their content (<cache root>/inline/<name>-<sha256>).
-    The files are checked against the text in hand at every call, and rewritten (atomically, each
-    synced to disk first) where one is missing, truncated or changed."""
-    from ._cache import INLINE_SOURCES, cache_root, ensure_private_dir
+    """A folder holding `files`, named after their content (_layout.inline_dir: <name>-<sha256>).
+    The files are checked against the text in hand at every call. A folder found damaged (a file
+    missing, truncated or changed) is never rewritten, since a build may be reading it: the
+    content is written (atomically, each file synced first) into the next free name,
+    <name>-<sha256>-<n>."""
     from ._errors import BuildError
-    from ._folders import publish_folder
+    from ._store import cache_root, ensure_private_dir, new_staging, publish_folder
 
     contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    parent = ensure_private_dir(cache_root(cache_dir) / INLINE_SOURCES)
-    folder = parent / f"{name}-{digest}"
-    if _holds(folder, contents):
-        return str(folder)
-    staging = None
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent))
-        for file, data in contents.items():
-            with open(staging / file, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-        publish_folder(staging, folder, replace=True)  # a copy there is damaged: never used again
-    except OSError as err:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if _holds(folder, contents):  # another process wrote the same content first
+    parent = ensure_private_dir(Path(_layout.inline_dir(cache_root(cache_dir))))
+    for copy in range(INLINE_COPIES):
+        folder = parent / (f"{name}-{digest}" + (f"-{copy}" if copy else ""))
+        if _holds(folder, contents):
             return str(folder)
-        raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
-    return str(folder)
+        if os.path.lexists(folder):
+            continue  # damaged: left as it is
+        staging = None
+        try:
+            staging = new_staging(parent)
+            for file, data in contents.items():
+                with open(staging / file, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+            publish_folder(staging, folder)
+            return str(folder)
+        except OSError as err:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if _holds(folder, contents):  # another process wrote the same content first
+                return str(folder)
+            if not os.path.lexists(folder):
+                raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
+    raise BuildError(
+        f"jitops: load_inline's sources of {name} are damaged in {INLINE_COPIES} folders {parent}/{name}-{digest}*; "
+        "remove them (`jitops-cache clear --all` removes every folder of load_inline's sources)"
+    )
 
 
 def _holds(folder: Path, contents: dict[str, bytes]) -> bool:

@@ -17,9 +17,8 @@ import children
 import pytest
 
 import jitops.ops._framework
-from cache_tools import inventory
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _core, _folders, _lock
+from jitops import _core, _layout, _lock, _store
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -68,10 +67,10 @@ def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None
     op = source.name.rpartition("-")[0]
     target = cache / f"{op}-{key}"
     shutil.copytree(source, target)
-    manifest = json.loads((target / _core.MANIFEST_NAME).read_text())
+    manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
     manifest["key"] = key
     manifest["components"].update(edit_components or {})
-    _core.write_json_atomic(target / _core.MANIFEST_NAME, manifest)
+    _core.write_json_atomic(target / _layout.MANIFEST_NAME, manifest)
     return target
 
 
@@ -117,7 +116,7 @@ def cache(tmp_path, add2_entry) -> Path:
     corrupt = copy_entry(add2_entry, root, "1" * 16)
     (library,) = corrupt.glob("*.so")
     library.write_bytes(library.read_bytes()[:1000])  # corrupt: truncated
-    orphan = root / f"{_folders.TMP_PREFIX}jitops.add2-{'2' * 16}-abc"
+    orphan = root / f"{_layout.TMP_PREFIX}jitops.add2-{'2' * 16}-abc"
     orphan.mkdir()
     (orphan / "half.o").write_bytes(b"\0" * 5000)
     return root
@@ -135,7 +134,7 @@ def test_dir_names_the_root_and_why(tmp_path):
 def test_list_shows_every_status(cache, add2_entry):
     ok_key = add2_entry.name.rpartition("-")[2]
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
-        (cache / f"{_folders.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
+        (cache / f"{_layout.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = list_rows(cache)
     assert statuses(rows) == {
         ok_key: "ok",
@@ -187,7 +186,7 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
 
 def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
     def record(name: str, content: bytes) -> Path:
-        path = cache / f"{_core.RECORD_PREFIX}jitops.add2-{name}.json"
+        path = cache / f"{_layout.RECORD_PREFIX}jitops.add2-{name}.json"
         path.write_bytes(content)
         return path
 
@@ -240,7 +239,7 @@ def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     older = copy_entry(add2_entry, cache, "4" * 16)
     a_day_ago = time.time() - 86400
     os.utime(older, (a_day_ago, a_day_ago))  # an entry's folder's mtime is its last-used time
-    one_entry = inventory.tree_size(older)
+    one_entry = _store.tree_size(older)
     dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
     assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]
     assert dry["removed"][-1]["key"] == "4" * 16, "the least recently used usable entry goes next"

@@ -18,7 +18,7 @@ import pytest
 import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
-from jitops import _cache, _objects, _pch
+from jitops import _layout, _store
 from jitops._core import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -132,10 +132,10 @@ def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_pat
     load(cache, tree, CXX=compiler)
     (stored,) = [
         p
-        for p in (cache / _objects.OBJECTS_DIR).glob("*/*/record.json")
+        for p in (cache / _layout.OBJECTS_DIR).glob("*/*/record.json")
         if "tiny_second.cpp" in json.loads(p.read_text())["source"]
     ]
-    obj = stored.parent / _objects.OBJECT_NAME
+    obj = stored.parent / _layout.OBJECT_NAME
     data = bytearray(obj.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size: only the hash can tell
     obj.write_bytes(bytes(data))
@@ -146,7 +146,7 @@ def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_pat
     assert "does not match its sha256" in again["stderr"], again["stderr"]
     assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
     record = json.loads(stored.read_text())  # removed, compiled again, stored again: sound
-    assert _cache.sha256_file(obj) == record["object_sha256"]
+    assert _store.sha256_file(obj) == record["object_sha256"]
 
 
 @pytest.mark.parametrize("edited", ["source", "header"])
@@ -174,9 +174,9 @@ def test_a_killed_store_leaves_nothing_a_later_build_trusts(tmp_path, tree):
     dead = subprocess.Popen(["sleep", "60"])
     dead.kill()
     dead.wait()
-    staging = cache / _objects.OBJECTS_DIR / f".tmp-{dead.pid}-x"
+    staging = cache / _layout.OBJECTS_DIR / f".tmp-{dead.pid}-x"
     staging.mkdir()
-    (staging / _objects.OBJECT_NAME).write_bytes(b"\x7fELF partial")
+    (staging / _layout.OBJECT_NAME).write_bytes(b"\x7fELF partial")
     edit(tree / "kernels" / "cpu" / "tiny.cpp", "return TINY_VALUE;", "return TINY_VALUE + 1;")
     assert load(cache, tree)["value"] == 43
     assert not staging.exists()
@@ -218,7 +218,7 @@ def test_the_build_line_and_the_cli_know_the_store(tmp_path, tree):
         [sys.executable, "-m", "jitops", "clear", "--all", "--json"], env=env, capture_output=True, text=True
     )
     assert cleared.returncode == 0, cleared.stderr
-    assert not list((cache / _objects.OBJECTS_DIR).glob("*/*")), "clear --all removes the stored objects"
+    assert not list((cache / _layout.OBJECTS_DIR).glob("*/*")), "clear --all removes the stored objects"
 
 
 PCH_FIRST_LINE = "#include <c10/macros/Macros.h>\n"  # a torch header: precompiled in a second
@@ -259,8 +259,8 @@ def test_a_precompiled_header_is_built_once_for_eight_processes_and_used(tmp_pat
     lines = log.read_text().splitlines()
     assert sum("-x c++-header" in line for line in lines) == 1, "one PCH build for all eight"
     assert sum(" -include " in line and "bindings_tiny" in line for line in lines) == 8, "every binding uses it"
-    (pch,) = (cache / _pch.PCH_DIR).glob("*/record.json")
-    assert "Macros.h" in (pch.parent / _pch.HEADER_NAME).read_text()
+    (pch,) = (cache / _layout.PCH_DIR).glob("*/record.json")
+    assert "Macros.h" in (pch.parent / _layout.PCH_HEADER_NAME).read_text()
 
 
 def test_a_precompiled_header_of_other_defines_is_never_used_and_a_corrupt_one_never_trusted(tmp_path):
@@ -269,7 +269,7 @@ def test_a_precompiled_header_of_other_defines_is_never_used_and_a_corrupt_one_n
     cache = tmp_path / "cache"
     load(cache, root, cflags=["-DSOME_DEFINE=1"], CXX=compiler, JITOPS_PCH="wait")
     load(cache, root, cflags=["-DSOME_DEFINE=2", "-DINIT={0}"], CXX=compiler, JITOPS_PCH="wait")  # braces too
-    folders = sorted(p.parent for p in (cache / _pch.PCH_DIR).glob("*/record.json"))
+    folders = sorted(p.parent for p in (cache / _layout.PCH_DIR).glob("*/record.json"))
     assert len(folders) == 2, "another define, another PCH"
     used = [line.split(" -include ")[1].split()[0] for line in log.read_text().splitlines() if " -include " in line]
     assert [Path(u).parent.name for u in used] == sorted([f.name for f in folders], key=[Path(u).parent.name for u in used].index)
@@ -308,11 +308,11 @@ def test_a_pch_build_killed_midway_leaves_nothing_a_later_build_trusts(tmp_path)
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=TIMEOUT_S)
-    assert not list((cache / _pch.PCH_DIR).glob("*/record.json")), "no PCH is published by a killed build"
+    assert not list((cache / _layout.PCH_DIR).glob("*/record.json")), "no PCH is published by a killed build"
     again = load(cache, root, CXX=compiler, JITOPS_PCH="wait")
     assert again["value"] == 42
-    assert len(list((cache / _pch.PCH_DIR).glob("*/record.json"))) == 1
-    assert not list((cache / _pch.PCH_DIR).glob(".tmp-*")), "the killed build's staging folder is removed"
+    assert len(list((cache / _layout.PCH_DIR).glob("*/record.json"))) == 1
+    assert not list((cache / _layout.PCH_DIR).glob(".tmp-*")), "the killed build's staging folder is removed"
 
 
 def test_an_in_process_edit_loads_the_new_code(tmp_path):
@@ -392,7 +392,7 @@ def test_compile_commands_are_torchs(tmp_path, tree):
         if name in ("cflags", "post_cflags"):
             torch_flags[name] = value.split()
     (record,) = [
-        json.loads(p.read_text()) for p in (cache / _objects.OBJECTS_DIR).glob("*/*/record.json") if "bindings" in p.read_text()
+        json.loads(p.read_text()) for p in (cache / _layout.OBJECTS_DIR).glob("*/*/record.json") if "bindings" in p.read_text()
     ]
     compiler, flags, post_flags = record["command"]
     assert post_flags.split() == torch_flags["post_cflags"]
@@ -409,7 +409,7 @@ def test_a_missing_precompiled_header_is_built_in_the_background_after_a_first_b
     first = load(cache, root, CXX=compiler, JITOPS_PCH="1")
     assert first["value"] == 42 and " -include " not in log.read_text(), "a first build does not wait for a PCH"
     deadline = time.time() + TIMEOUT_S
-    while not list((cache / _pch.PCH_DIR).glob("*/record.json")) and time.time() < deadline:
+    while not list((cache / _layout.PCH_DIR).glob("*/record.json")) and time.time() < deadline:
         time.sleep(0.1)
     edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* edited */")
     since = log_lines(log)
@@ -437,4 +437,4 @@ for i, folder in enumerate(sys.argv[1:]):
     assert proc.returncode == 0 and proc.stdout.split() == ["0", "1"], proc.stderr
     lines = log.read_text().splitlines()
     assert sum("-x c++-header" in line for line in lines) == 1 and sum(" -include " in line for line in lines) == 2
-    assert len(list((tmp_path / "cache" / _pch.PCH_DIR).glob("*/record.json"))) == 1
+    assert len(list((tmp_path / "cache" / _layout.PCH_DIR).glob("*/record.json"))) == 1

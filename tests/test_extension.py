@@ -16,7 +16,7 @@ from tiny_extension import NAMESPACE, tiny_extension
 
 import jitops
 import jitops.ops._framework
-from jitops import _core, _errors
+from jitops import _errors, _layout
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ def imported_modules(path: Path, module: str, package: str) -> set[str]:
                 origin = node.module or ""
             if not origin.startswith("jitops"):
                 continue
-            for alias in node.names:  # `from . import _cache` names a module; `from ._core import X` does not
+            for alias in node.names:  # `from . import _store` names a module; `from ._core import X` does not
                 candidate = f"{origin}.{alias.name}"
                 found.add(candidate if candidate in MODULES else origin)
     return found - {module}
@@ -81,9 +81,9 @@ def test_jitops_modules_import_each_other_without_cycles():
     for name, path in MODULES.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         graph[name] = imported_modules(path, name, package) & set(MODULES)
-    # The core stands on nothing but two leaves: the errors, and the namespace guard (checked before
-    # a warm dlopen too).
-    leaves = {"jitops._errors", "jitops._namespaces"}
+    # The core stands on nothing but three leaves: the errors, the namespace guard (checked before
+    # a warm dlopen too) and the cache's layout (the warm path reads its records by those names).
+    leaves = {"jitops._errors", "jitops._namespaces", "jitops._layout"}
     assert graph["jitops._core"] <= leaves and all(graph[leaf] <= {"jitops._errors"} for leaf in leaves), (
         "the core stands on nothing"
     )
@@ -102,6 +102,47 @@ def test_jitops_modules_import_each_other_without_cycles():
         if node not in done:
             visit(node, [node])
     assert cycles == [], f"import cycles: {cycles}"
+
+
+# What names a path inside a cache root: its folders' and files' names, as string literals.
+CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
+CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "torch-flags.json", "stats.json", "stats.lck")
+CACHE_NAMES += ("locations.json", "objects", "pch", "inline")
+
+
+def test_only_the_store_names_a_path_inside_the_cache():
+    """The layout of a cache root has one owner: jitops/_layout.py names every folder and file in
+    it (the store, jitops/_store.py, and everything else ask it). A string literal elsewhere in the
+    package or the CLI that spells one of those names is a second owner."""
+    offenders = []
+    for path in sorted([*(REPO / "jitops").rglob("*.py"), *(REPO / "cache_tools").rglob("*.py")]):
+        if path.name == "_layout.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node) is not None
+        }
+        # A bare word ("pch") names a path where it is joined into one (`root / "pch"`, os.path.join).
+        in_path = {
+            id(part)
+            for node in ast.walk(tree)
+            for part in (
+                [node.left, node.right]
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                else node.args
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "join"
+                else []
+            )
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                words = node.value in CACHE_NAMES and ("." in node.value or id(node) in in_path)
+                words = words or any(n in node.value for n in CACHE_NAMES if "." in n or "-" in n)
+                if words:
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    assert offenders == [], "paths inside the cache named outside jitops/_layout.py:\n" + "\n".join(offenders)
 
 
 def test_the_errors_users_catch_are_public():
@@ -177,8 +218,12 @@ def test_declaring_is_frozen_and_checks_its_arguments():
 def test_only_namespace_name_key_is_an_entry_name():
     """Entry folders, warm records and prebuilt folders are all recognised by this one rule."""
     key = "0123456789abcdef"
-    assert _core.parse_entry_name(f"jitops.add2-{key}") == ("jitops.add2", key)
+    variant = "fedcba9876543210"
+    assert _layout.parse_entry_name(f"jitops.add2-{key}") == ("jitops.add2", key, None)  # a prebuilt folder
+    assert _layout.parse_entry_name(f"jitops.add2-{key}-{variant}") == ("jitops.add2", key, variant)  # a cache entry
     for name in [
+        f"jitops.add2-{key}-{variant[:-1]}",
+        f"jitops.add2-{key}-{variant}-{key}",
         f"add2-{key}",
         f"jitops.add2-{key.upper()}",
         f"jitops.add2-{key[:-1]}",
@@ -189,7 +234,7 @@ def test_only_namespace_name_key_is_an_entry_name():
         f".tmp-jitops.add2-{key}-12-x",
         "",
     ]:
-        assert _core.parse_entry_name(name) is None, name
+        assert _layout.parse_entry_name(name) is None, name
 
 
 def test_every_op_declares_one_extension_in_the_jitops_namespace():
@@ -230,7 +275,7 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
     ]
     assert sorted(p.name.rpartition("-")[0] for p in cache.glob("*.lock")) == [f"{NAMESPACE}.tiny", f"{NAMESPACE}_other.tiny"]
     for library in (first, second):
-        assert json.loads((library.parent / _core.MANIFEST_NAME).read_text())["name"] == library.parent.name.rpartition("-")[0]
+        assert json.loads((library.parent / _layout.MANIFEST_NAME).read_text())["name"] == _layout.parse_entry_name(library.parent.name)[0]
     warm = run_child(LOAD_IN_TWO_NAMESPACES, cache, str(TESTS / "tiny_ext"))
     assert warm["how"] == ["cache", "cache"] and warm["libraries"] == cold["libraries"]
 
@@ -357,6 +402,5 @@ def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     header.write_text(header.read_text() + "\n// edited\n")
     again = run_child(LOAD_TWO_OPS_FROM, cache, str(root))
     assert (again["add2"], again["bias_act"]) == ("cache", "built"), again["stderr"]
-    assert len([p for p in cache.glob("jitops.bias_act-*") if p.is_dir()]) == 1, (
-        "rebuilt in place: the key names the declared sources"
-    )
+    entries = [_layout.parse_entry_name(p.name) for p in cache.glob("jitops.bias_act-*") if p.is_dir()]
+    assert len(entries) == 2 and len({e[:2] for e in entries}) == 1, "one key (the declared sources), two variants"

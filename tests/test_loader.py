@@ -19,7 +19,7 @@ import torch
 from tiny_extension import tiny_extension
 
 import jitops.ops._framework
-from jitops import _buildfile, _cache, _core, _key, _loader
+from jitops import _buildfile, _core, _key, _layout, _loader, _store
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -160,7 +160,7 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
-def test_source_edit_builds_a_new_entry_and_header_edit_rebuilds_in_place(tmp_path, tiny_copy):
+def test_source_edit_builds_a_new_entry_and_header_edit_a_new_variant_beside_it(tmp_path, tiny_copy):
     cache = tmp_path / "cache"
     assert load_tiny(cache, tiny_copy)["value"] == 42
     # A declared source is part of the key: another entry.
@@ -170,12 +170,21 @@ def test_source_edit_builds_a_new_entry_and_header_edit_rebuilds_in_place(tmp_pa
     assert edited["how"] == "built" and edited["value"] == 43
     assert re.search(r"^\[\d+/\d+\] \S+ -MMD ", edited["stderr"], re.M), "JITOPS_VERBOSE=1 streams compiler commands"
     assert len(entries(cache)) == 2
-    # An included header is checked by the entry its build recorded it in: that entry is rebuilt.
+    # An included header is checked by the entry its build recorded it in: the same key gets a new
+    # variant (the headers it was built from), and the published one is left as it was.
     header = tiny_copy / "kernels" / "tiny.h"
+    before = Path(edited["library"]).read_bytes()
     header.write_text(header.read_text().replace("TINY_VALUE 42", "TINY_VALUE 50"))
     rebuilt = load_tiny(cache, tiny_copy)
-    assert rebuilt["how"] == "built" and rebuilt["value"] == 51 and rebuilt["library"] == edited["library"]
-    assert len(entries(cache)) == 2 and "discarding" not in rebuilt["stderr"], rebuilt["stderr"]
+    assert rebuilt["how"] == "built" and rebuilt["value"] == 51 and rebuilt["library"] != edited["library"]
+    old, new = (_layout.parse_entry_name(Path(e["library"]).parent.name) for e in (edited, rebuilt))
+    assert old[:2] == new[:2] and old[2] != new[2], "one key, two variants"
+    assert Path(edited["library"]).read_bytes() == before, "a published entry never changes"
+    assert len(entries(cache)) == 3 and "discarding" not in rebuilt["stderr"], rebuilt["stderr"]
+    # Back to the first header: its variant is found again, nothing is built.
+    header.write_text(header.read_text().replace("TINY_VALUE 50", "TINY_VALUE 42"))
+    back = load_tiny(cache, tiny_copy)
+    assert (back["how"], back["value"], back["library"]) == ("cache", 43, edited["library"])
 
 
 def test_cuda_arch_list_is_part_of_the_key():
@@ -185,7 +194,7 @@ def test_cuda_arch_list_is_part_of_the_key():
         pytest.skip("no CUDA toolkit")
     sources = tiny_extension(TINY_SOURCES)
     keys = {
-        _cache.compute_key(_key.key_components(sources, _key.find_cxx(), _key.CudaPlan(True, arch, cuda_home, "")))
+        _store.compute_key(_key.key_components(sources, _key.find_cxx(), _key.CudaPlan(True, arch, cuda_home, "")))
         for arch in ("8.0", "9.0", "8.0;9.0")
     }
     assert len(keys) == 3
@@ -307,14 +316,17 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
         assert recorded() == library, f"{description}: the new library is recorded"
         loaded.append(library)
 
-    # A header the build included is checked by its entry, which is rebuilt in place; one that no
-    # unit includes changes nothing.
+    # A header the build included is checked by its entry: the key gets a new variant beside it,
+    # which is recorded; one that no unit includes changes nothing.
     header = tiny_copy / "kernels" / "tiny.h"
     header.write_text(header.read_text() + "// edited\n")
     assert recorded() is None, "a header edited: the warm record must miss"
     before = _core.file_identity(first)
-    assert load() == first and _core.file_identity(first) != before, "a header edited: the entry is rebuilt"
+    first = load()
+    assert first != loaded[0] and _core.file_identity(loaded[0]) == before, "a header edited: a new variant"
+    assert _layout.parse_entry_name(first.parent.name)[:2] == _layout.parse_entry_name(loaded[0].parent.name)[:2]
     assert recorded() == first
+    loaded.append(first)
     (tiny_copy / "kernels" / "extra.h").write_text("// a new header\n")
     assert recorded() == first, "a header no unit includes changes nothing"
     _compiler_reporting(tmp_path / "c++", "c++ 2.0")  # the compiler replaced in place
@@ -371,7 +383,7 @@ def test_warm_start_imports_only_the_warm_path():
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
         "import sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
-        "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._cache', 'jitops._prebuilt', 'jitops._build', 'jitops._errors') if m in sys.modules))"
+        "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._store', 'jitops._prebuilt', 'jitops._build', 'jitops._errors') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
         proc = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -455,7 +467,7 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     library = Path(proc.stdout.split()[-1])
     assert "libstdc++.so.6" in needed_libraries(library)
     assert len(exported_symbols(library)) < 100, "only the op library's own symbols"
-    manifest = json.loads((library.parent / _core.MANIFEST_NAME).read_text())
+    manifest = json.loads((library.parent / _layout.MANIFEST_NAME).read_text())
     assert _core.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
 
 
@@ -477,7 +489,7 @@ def test_every_key_component_changes_the_key(change):
         changed["cxx"] = "/usr/bin/other-c++: 1.0"
     else:
         changed["python_soabi"] = "cpython-399"
-    assert _cache.compute_key(changed) != _cache.compute_key(base)
+    assert _store.compute_key(changed) != _store.compute_key(base)
 
 
 def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy):

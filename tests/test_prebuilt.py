@@ -13,7 +13,7 @@ from pathlib import Path
 import children
 import pytest
 
-from jitops import _cache, _core
+from jitops import _core, _layout, _store
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -59,8 +59,8 @@ def prebuilt_dir(tmp_path_factory) -> Path:
 
 def test_build_out_writes_library_and_manifest(prebuilt_dir):
     (entry,) = prebuilt_dir.glob("jitops.add2-*")
-    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
-    assert _cache.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
+    manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
+    assert _store.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
 
@@ -94,9 +94,9 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     mismatched = tmp_path / "mismatched"
     shutil.copytree(prebuilt_dir, mismatched)
     (entry,) = mismatched.glob("jitops.add2-*")
-    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
+    manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
-    _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
+    _core.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
     result = run_add2_without_tools(tmp_path, mismatched, python_without_ninja=python_without_ninja)
     assert result.returncode != 0
     assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
@@ -175,7 +175,7 @@ def chmod_library(entry: Path) -> None:
 
 
 def chmod_manifest(entry: Path) -> None:
-    (entry / _core.MANIFEST_NAME).chmod(0o664)
+    (entry / _layout.MANIFEST_NAME).chmod(0o664)
 
 
 def chown_entry_folder(entry: Path) -> None:
@@ -204,7 +204,7 @@ def test_a_prebuilt_entry_anyone_else_may_write_is_refused(tmp_path, prebuilt_di
     loosen(entry)
     result = run_add2_without_tools(tmp_path, copy)
     assert result.returncode != 0
-    library = json.loads((entry / _core.MANIFEST_NAME).read_text())["library"]
+    library = json.loads((entry / _layout.MANIFEST_NAME).read_text())["library"]
     assert message.format(entry=entry, library=library) in result.stderr, result.stderr
 
 
@@ -212,9 +212,9 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
     (entry,) = copy.glob("jitops.add2-*")
-    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
-    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
-    (entry / _core.MANIFEST_NAME).chmod(0o644)
+    manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
+    _core.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
+    (entry / _layout.MANIFEST_NAME).chmod(0o644)
     result = run_add2_without_tools(tmp_path, copy)
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr
 

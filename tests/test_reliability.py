@@ -23,7 +23,7 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _cache, _core, _folders
+from jitops import _core, _layout, _store
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -42,7 +42,7 @@ def cold_wall_s(tmp_path_factory) -> float:
 
 
 def staging_dirs(cache: Path) -> list[Path]:
-    return list(cache.glob(f"{_folders.TMP_PREFIX}jitops_test.tiny-*"))
+    return list(cache.glob(f"{_layout.TMP_PREFIX}jitops_test.tiny-*"))
 
 
 def build_phase(cache: Path) -> str:
@@ -89,12 +89,12 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
 
         # Whatever is published verifies; no loader can see anything else.
         for entry in entries(cache):
-            assert _cache.Entry(cache, "jitops_test.tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
+            assert _store.Entry(cache, "jitops_test.tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
         # Every leftover is listed, as an orphan (its build is dead): once no process holds its lock. A
         # kill that lands while the victim forks ninja leaves the child a copy of the lock's descriptor
         # until it execs (close_fds): microseconds, longer on a loaded machine.
         released = time.monotonic() + 10
-        while any(inventory.flock_is_held(lock) for lock in cache.glob("*.lock")) and time.monotonic() < released:
+        while any(_store.flock_is_held(lock) for lock in cache.glob("*.lock")) and time.monotonic() < released:
             time.sleep(0.01)
         rows = inventory.entry_rows(cache)
         leftovers = {str(p) for p in staging_dirs(cache)}
@@ -148,16 +148,16 @@ def corrupt_garbage(entry: Path) -> None:
 
 
 def corrupt_no_manifest(entry: Path) -> None:
-    (entry / _core.MANIFEST_NAME).unlink()
+    (entry / _layout.MANIFEST_NAME).unlink()
 
 
 def corrupt_malformed_manifest(entry: Path) -> None:
-    (entry / _core.MANIFEST_NAME).write_text('{"op": "tiny", "key": ')
+    (entry / _layout.MANIFEST_NAME).write_text('{"op": "tiny", "key": ')
 
 
 def corrupt_other_key(entry: Path) -> None:
-    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
-    _core.write_json_atomic(entry / _core.MANIFEST_NAME, {**manifest, "key": "0" * 16})
+    manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
+    _core.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "key": "0" * 16})
 
 
 @pytest.mark.parametrize(

@@ -271,8 +271,13 @@ def test_load_inline_sources_damaged_on_disk_are_written_again(tmp_path, damage)
     else:
         shutil.rmtree(folder)
         folder.write_text("not a folder")
+    damaged = sorted((p.name, p.is_dir()) for p in folder.parent.iterdir())
     assert value() == 3
-    assert (folder / "main.cpp").read_bytes() == written
+    # Never rewritten in place (a build may be reading it): a fresh copy beside it.
+    (copy,) = [p for p in (cache / "inline").glob("inline_value-*") if p != folder]
+    assert copy.name == folder.name + "-1" and (copy / "main.cpp").read_bytes() == written
+    assert sorted((p.name, p.is_dir()) for p in folder.parent.iterdir() if p != copy) == damaged
+    assert value() == 3 and len(list((cache / "inline").glob("inline_value-*"))) == 2, "the copy is used from now on"
 
 
 def test_load_inline_that_cannot_write_its_sources_says_so_and_leaves_nothing(tmp_path):

@@ -25,7 +25,7 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
-from jitops import _cache, _core, _key, _lock
+from jitops import _core, _key, _layout, _lock, _store
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -41,7 +41,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
 
 
 def warm_records(cache: Path) -> list[Path]:
-    return sorted(cache.glob(f"{_core.RECORD_PREFIX}jitops_test.tiny-*.json"))
+    return sorted(cache.glob(f"{_layout.RECORD_PREFIX}jitops_test.tiny-*.json"))
 
 
 def only_library(cache: Path) -> Path:
@@ -95,10 +95,10 @@ def test_a_library_changed_in_place_with_its_identity_kept_is_rehashed(tmp_path)
 def forge_manifest(entry: Path, **fields) -> None:
     """The manifest rewritten to vouch for the library as it is now (what a disk that changes
     bytes under an unchanged identity, or a forger, leaves)."""
-    manifest = json.loads((entry / _core.MANIFEST_NAME).read_text())
+    manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
     library = entry / manifest["library"]
     manifest.update({"library_identity": _core.file_identity(library), **fields})
-    _core.write_json_atomic(entry / _core.MANIFEST_NAME, manifest)
+    _core.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
 
 
 def test_a_corrupt_library_is_discarded_and_rebuilt(tmp_path):
@@ -127,7 +127,7 @@ def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path
     library = only_library(cache)
     garbage = random.Random(5).randbytes(1000)
     library.write_bytes(garbage)
-    forge_manifest(library.parent, library_sha256=_cache.sha256_bytes(garbage))
+    forge_manifest(library.parent, library_sha256=_store.sha256_bytes(garbage))
     for _ in range(2):
         stderr = load_tiny_failing(cache)
         assert f"the library {library} of the cache entry {library.parent} matches its sha256 but does not open" in stderr
@@ -197,12 +197,12 @@ def test_a_warm_record_never_points_outside_the_cache(tmp_path):
     # A library planted beside the cache root, with a manifest, and a record naming them through "..".
     evil = cache.parent / "evil.so"
     evil.write_bytes(library.read_bytes())
-    (cache.parent / _core.MANIFEST_NAME).write_bytes((library.parent / _core.MANIFEST_NAME).read_bytes())
+    (cache.parent / _layout.MANIFEST_NAME).write_bytes((library.parent / _layout.MANIFEST_NAME).read_bytes())
     record.update(
         entry="..",
         library="evil.so",
         library_identity=_core.file_identity(str(evil)),
-        manifest_identity=_core.file_identity(str(cache.parent / _core.MANIFEST_NAME)),
+        manifest_identity=_core.file_identity(str(cache.parent / _layout.MANIFEST_NAME)),
     )
     record_file.write_text(json.dumps(record))
     result = load_tiny(cache)
@@ -293,7 +293,7 @@ def cuda_plan() -> _key.CudaPlan:
 
 def key(cuda: _key.CudaPlan) -> str:
     sources = tiny_extension()
-    return _cache.compute_key(_key.key_components(sources, _key.find_cxx(), cuda))
+    return _store.compute_key(_key.key_components(sources, _key.find_cxx(), cuda))
 
 
 def host_compiler(path: Path, version: str) -> str:

@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: MIT
+"""The layout of a cache root: the one module that names a path inside one. The store (_store)
+owns what lives there; the warm path (_core) reads its records through these names without
+importing the store. Standard library only, and small: every warm start imports it.
+
+<root>/<namespace>.<name>-<key>-<variant>/   an entry (immutable once published): manifest.json, the .so, build.log
+<root>/<namespace>.<name>-<key>.lock         the key's build lock (.owner beside it while held)
+<root>/<namespace>.<name>-<key>.failed.log   the last failed build's log
+<root>/.tmp-<...>-<pid>-*                    a folder being written (staging), or a killed writer's
+<root>/warm-<namespace>.<name>-<hash>.json   a warm record
+<root>/objects/<unit key>/<variant>/         a stored object: object.o, record.json
+<root>/pch/<key>/, pch/<key>.lock, .log      a precompiled header: pch.h, pch.h.gch, record.json
+<root>/inline/<name>-<sha256>[-<n>]/         jitops.load_inline's sources
+<root>/*.json, stats.lck                     records that only save work or inform
+
+A key is what an entry was built from that is known before the build (declared sources, flags,
+toolchain); a variant is the set of headers the build included, with their sha256 (ccache's
+manifest mode): trees that differ in a header get entries of their own. Prebuilt folders (wheels,
+JITOPS_PREBUILT_DIR) name entries <namespace>.<name>-<key>, without a variant.
+"""
+
+from __future__ import annotations
+
+import os
+
+KEY_LENGTH = 16  # hex digits of sha256 in entry names
+VARIANT_LENGTH = 16
+MANIFEST_NAME = "manifest.json"  # in each entry, written last
+BUILD_LOG_NAME = "build.log"
+TMP_PREFIX = ".tmp-"  # a folder being written: <TMP_PREFIX>...<pid>-...
+RECORD_PREFIX = "warm-"
+
+OBJECTS_DIR = "objects"
+OBJECT_NAME = "object.o"
+PCH_DIR = "pch"
+PCH_HEADER_NAME = "pch.h"
+GCH_NAME = PCH_HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the one -include names
+RECORD_NAME = "record.json"  # of a stored object or a PCH
+INLINE_DIR = "inline"
+
+FILE_HASHES_NAME = "file-hashes.json"
+TOOLCHAIN_PROBES_NAME = "toolchain.json"
+TORCH_FLAGS_NAME = "torch-flags.json"
+STATS_NAME = "stats.json"
+LOCATIONS_NAME = "locations.json"
+STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
+
+# The parts of a root the store may lose (degraded to compiling more) without refusing the root.
+OPTIONAL_PARTS = (OBJECTS_DIR, PCH_DIR)
+
+
+# The root
+def torch_extensions_root() -> str:
+    """torch's extension root: TORCH_EXTENSIONS_DIR, else <user cache dir>/torch_extensions (as
+    torch's get_default_build_root says, without importing cpp_extension and setuptools)."""
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return configured
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.realpath(os.path.join(user_cache, "torch_extensions"))
+
+
+def configured_root() -> tuple[str, str]:
+    """The cache root asked for, and why (for `jitops-cache dir`)."""
+    configured = os.environ.get("JITOPS_CACHE_DIR")
+    if configured:
+        return configured, "JITOPS_CACHE_DIR"
+    return os.path.join(torch_extensions_root(), "jitops"), "default: jitops/ under torch's extension root"
+
+
+# Entries
+def is_identifier(text) -> bool:
+    """A C identifier (ASCII letters, digits, _; not starting with a digit)."""
+    return isinstance(text, str) and text.isidentifier() and text.isascii()
+
+
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and set(text) <= _HEX_DIGITS
+
+
+def key_name(name: str, key: str) -> str:
+    """<namespace>.<name>-<key>: what the key's lock, failed log and staging folders are named after."""
+    return f"{name}-{key}"
+
+
+def entry_name(name: str, key: str, variant: str | None) -> str:
+    return key_name(name, key) + (f"-{variant}" if variant else "")
+
+
+def parse_entry_name(folder: str) -> tuple[str, str, str | None] | None:
+    """(qualified name, key, variant or None) of an entry folder's name; None for any other.
+    (No regular expression: compiling one on import slows a warm start.)"""
+    rest, _, last = folder.rpartition("-")
+    variant = None
+    if _is_hex(last, VARIANT_LENGTH):
+        head, _, key = rest.rpartition("-")
+        if _is_hex(key, KEY_LENGTH) and "." in head:
+            rest, last, variant = head, key, last
+    namespace, _, short = rest.partition(".")
+    if is_identifier(namespace) and is_identifier(short) and _is_hex(last, KEY_LENGTH):
+        return rest, last, variant
+    return None
+
+
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(root, name: str, key: str) -> str:
+    return os.path.join(root, key_name(name, key) + LOCK_SUFFIX)
+
+
+def failed_log_path(root, name: str, key: str) -> str:
+    return os.path.join(root, key_name(name, key) + ".failed.log")
+
+
+def staging_prefix(name: str, key: str) -> str:
+    """A build's staging folder: <prefix><pid>-*, beside the entries (one rename publishes it)."""
+    return f"{TMP_PREFIX}{key_name(name, key)}-"
+
+
+def owner_path(lock) -> str:
+    """Beside a lock, naming its holder while held."""
+    return os.path.splitext(lock)[0] + ".owner"
+
+
+# Warm records
+def record_path(root: str, name: str, digest: str) -> str:
+    return os.path.join(root, f"{RECORD_PREFIX}{name}-{digest}.json")
+
+
+def record_entry(root: str, record: dict, name: str | None = None) -> str | None:
+    """The entry folder inside root a warm record names (never elsewhere), or None where it names
+    none (or, given name, another extension's)."""
+    entry = record.get("entry")
+    parsed = parse_entry_name(entry) if isinstance(entry, str) else None
+    return os.path.join(root, entry) if parsed and name in (None, parsed[0]) else None
+
+
+# Shared parts: stored objects, precompiled headers, inline sources
+def objects_dir(root) -> str:
+    return os.path.join(root, OBJECTS_DIR)
+
+
+def pch_dir(root) -> str:
+    return os.path.join(root, PCH_DIR)
+
+
+def pch_lock_path(folder) -> str:
+    """A PCH folder's lock: built under it held, compiled with under it shared."""
+    return f"{folder}{LOCK_SUFFIX}"
+
+
+def pch_log_path(folder) -> str:
+    return f"{folder}.log"
+
+
+def inline_dir(root) -> str:
+    return os.path.join(root, INLINE_DIR)
