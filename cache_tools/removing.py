@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from jitops import _store
+from jitops import _layout, _store
 
 from . import inventory, registry
 from .output import (
@@ -112,7 +112,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print("nothing removed")
             return EXIT_PROBLEM
     status = remove_rows(args, root, rows)
-    inline = root / _store.INLINE_SOURCES  # load_inline's sources: written again by the next call that needs them
+    inline = Path(_layout.inline_dir(root))  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
             _store.remove_tree(inline)
@@ -141,7 +141,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         cutoff = time.time() - args.older_than
         doomed += [r for r in usable if (r.last_used or 0) < cutoff]
     limit = args.max_size if args.max_size is not None else budget()
-    if limit:
+    if args.max_size is not None or limit:  # a budget of 0 is none; --max-size 0 empties the cache
         # The whole root counts (records and warm records too), as the budget does after builds.
         total = _store.tree_size(root) - sum(r.size for r in doomed)
         for r in usable:

@@ -15,6 +15,8 @@ build_directory, jitops' with an empty cache of its own):
   edit header   shared.h changed (every unit includes it)
   flag          -DSCALE1=4 added (extra_cuda_cflags with CUDA, extra_cflags without)
   2nd ext cold  a second extension (another name, another tree) built for the first time
+  -DSCALE1=<v>  with --flag-variants N, N more flag values (jitops alone), each with its PCH, and
+                the cache's size after each against its budget (JITOPS_CACHE_MAX_SIZE)
 
 The cold, warm, edit-k1 and edit-bind steps run --repeats times (default 3), the loaders taking
 turns, and report the median (each sample is printed): noise decides a single run of a short
@@ -173,11 +175,23 @@ def wait_for_background_pch(cache: Path, timeout: float = 900.0, settle: float =
     return time.time() - started
 
 
+def cache_size(cache: Path) -> int:
+    """Bytes of the regular files in a cache, as `du --apparent-size` counts them."""
+    return sum(p.lstat().st_size for p in cache.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the cold, warm and edit steps (median reported)")
+    parser.add_argument(
+        "--flag-variants",
+        type=int,
+        default=0,
+        help="then load jitops' extension with N more -DSCALE1 values, each making a precompiled header, and "
+        "print the cache's size after each (its budget is JITOPS_CACHE_MAX_SIZE's default)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -302,6 +316,20 @@ def main() -> None:
         step(which, "2nd ext cold", second, "edit_loop_second", build2)
         flags[which] = saved
 
+    sizes = [("after the steps", cache_size(work / "jitops" / "cache"))]
+    for value in range(5, 5 + args.flag_variants):  # a notebook sweeping a -D value: a PCH per value
+        flags["jitops"] = ([], [f"-DSCALE1={value}"]) if cuda else ([f"-DSCALE1={value}"], [])
+        trees["jitops"].scale1 = value
+        step("jitops", f"-DSCALE1={value}", trees["jitops"], "edit_loop", builds["jitops"])
+        time.sleep(0.5)
+        wait_for_background_pch(work / "jitops" / "cache")
+        sizes.append((f"-DSCALE1={value}, its PCH built", cache_size(work / "jitops" / "cache")))
+    from jitops import _store
+
+    print(f"\njitops' cache (budget {_store.max_size() / 2**30:.1f} GiB, JITOPS_CACHE_MAX_SIZE's default):")
+    for label, size in sizes:
+        print(f"  {label:<32} {size / 2**20:8.1f} MiB", flush=True)
+
     print()
     print("| step | torch `load()` | compiles | `jitops.load` | compiles | ratio | outside ninja: torch, jitops |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -334,6 +362,7 @@ def main() -> None:
         "repeats": args.repeats,
         "background_pch_wait_s": pch_wait,
         "steps": rows,
+        "jitops_cache_bytes": dict(sizes),
     }
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -66,6 +66,8 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         return *prebuilt, "prebuilt"
     try:
         library, how = under_entry_lock(entry, "building", lambda: _build(planned))
+        if how == "built":  # after the key's lock is released: its older variants may go too
+            _store.enforce_budget(entry.root)
         return library, cuda.backends, how
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
@@ -200,7 +202,6 @@ def _build(planned: PlannedEntry) -> Path:
         published = True
         for spec in pch_jobs:
             _pch.start_background(spec)
-        _store.enforce_budget(entry.root)
         return entry.path / library.name
     finally:
         if not published:

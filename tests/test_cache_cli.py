@@ -64,8 +64,8 @@ def list_rows(cache: Path, *args: str) -> list:
 def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None = None) -> Path:
     """A copy of a published entry under another key, its manifest rewritten to match (and with
     some key components changed, to stand for a build made under another torch, say)."""
-    op = source.name.rpartition("-")[0]
-    target = cache / f"{op}-{key}"
+    name, _, variant = _layout.parse_entry_name(source.name)
+    target = cache / _layout.entry_name(name, key, variant)
     shutil.copytree(source, target)
     manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
     manifest["key"] = key
@@ -132,7 +132,7 @@ def test_dir_names_the_root_and_why(tmp_path):
 
 
 def test_list_shows_every_status(cache, add2_entry):
-    ok_key = add2_entry.name.rpartition("-")[2]
+    ok_key = _layout.parse_entry_name(add2_entry.name)[1]
     with HeldLock(cache / f"jitops.add2-{'3' * 16}.lock", "flock"):
         (cache / f"{_layout.TMP_PREFIX}jitops.add2-{'3' * 16}-xyz").mkdir()  # a build in progress
         rows = list_rows(cache)
@@ -163,7 +163,7 @@ def test_verify_finds_the_corrupt_entry(cache):
     data = cli_json(cache, "verify", expect_rc=1)
     bad = [e for e in data["entries"] if not e["ok"]]
     assert [e["key"] for e in bad] == ["1" * 16] and "sha256" in bad[0]["problem"]
-    shutil.rmtree(cache / f"jitops.add2-{'1' * 16}")
+    shutil.rmtree(next(cache.glob(f"jitops.add2-{'1' * 16}-*")))
     assert cli_json(cache, "verify")["problems"] == 0
 
 
@@ -177,7 +177,7 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
     assert sorted(r["status"] for r in stale["removed"]) == ["corrupt", "orphan", "stale"]
     assert [r["status"] for r in list_rows(cache)] == ["ok"]
 
-    with HeldLock(cache / f"{add2_entry.name}.lock", "flock"):
+    with HeldLock(Path(_layout.lock_path(cache, *_layout.parse_entry_name(add2_entry.name)[:2])), "flock"):
         kept = cli_json(cache, "clear", "--all")
         assert kept["removed"] == [] and kept["skipped"], "an entry being built must survive clear --all"
     cleared = cli_json(cache, "clear", "add2")
@@ -192,7 +192,7 @@ def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_ent
 
     # What the CLI reads of a record is the entry folder it names (_loader._remember writes the rest).
     of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
-    of_stale = record("stale", json.dumps({"entry": f"jitops.add2-{'0' * 16}"}).encode())
+    of_stale = record("stale", json.dumps({"entry": next(cache.glob(f"jitops.add2-{'0' * 16}-*")).name}).encode())
     unreadable = record("unreadable", b"{not json")
     elsewhere = record("elsewhere", json.dumps({"entry": f"../jitops.add2-{'0' * 16}"}).encode())
 
@@ -212,7 +212,9 @@ def test_clear_without_a_selection_is_bad_usage(cache):
     assert result.returncode == 2 and "say what to clear" in result.stderr
 
 
-@pytest.mark.parametrize("args", [["frobnicate"], ["prune"], ["prune", "--max-size", "lots"], ["list", "--bogus"]])
+@pytest.mark.parametrize(
+    "args", [["frobnicate"], ["prune", "--older-than", "soon"], ["prune", "--max-size", "lots"], ["list", "--bogus"]]
+)
 def test_bad_usage_exits_2(cache, args):
     assert cli(cache, *args).returncode == 2
 

@@ -20,7 +20,7 @@ from test_loader import TIMEOUT_S, entries, load_tiny
 from test_reliability import hung_compiler, kill_processes_with, processes_with
 
 import jitops
-from jitops import _build, _store
+from jitops import _build, _layout, _store
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
 RANKS_PER_NODE = 2
@@ -231,8 +231,8 @@ def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
     # the one expected; published, and verified in full, when it is.
     load_tiny(tmp_path / "built")
     (built,) = entries(tmp_path / "built")
-    op, _, key = built.name.rpartition("-")
-    manifest = _store.Entry(tmp_path / "built", op, key).read_manifest()
+    op, key, variant = _layout.parse_entry_name(built.name)
+    manifest = _store.Entry(tmp_path / "built", op, key, variant=variant).read_manifest()
     library = (built / manifest["library"]).read_bytes()
     node = tmp_path / "node"
     node.mkdir(mode=0o700)

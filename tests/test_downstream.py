@@ -114,13 +114,15 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     assert len(cli(venv, "list", "--package", OWNER)["entries"]) == 2
     assert cli(venv, "verify", "--package", OWNER)["problems"] == 0
 
-    # An edit to a header scale includes rebuilds scale (in its entry: the key holds the declared
-    # inputs, the manifest the headers the compiler read), and not fused, which does not include it;
-    # the old library is never loaded.
+    # An edit to a header scale includes rebuilds scale (a new variant of its key: the key holds the
+    # declared inputs, the variant the headers the compiler read), and not fused, which does not
+    # include it; the old library is never loaded, and is listed as stale.
     header = Path(cold["package"]).parent / "csrc" / "include" / "demo" / "scale_factor.h"
     header.write_text(header.read_text().replace("2.0f", "3.0f"))
     edited = use(venv)
     assert edited["factors"] == [3.0, 2.0] and edited["scale_ok"] and edited["add_ok"] and edited["how"] == ["built", "cache"]
+    statuses = sorted((row["op"], row["status"]) for row in cli(venv, "list", "--package", OWNER)["entries"])
+    assert statuses == [("fused", "ok"), ("scale", "ok"), ("scale", "stale")], statuses
 
     # Prebuilts shipped inside the package (`jitops-cache build --package ... --out`) load before
     # any build: with the cache cleared, nothing compiles.
@@ -128,7 +130,7 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     built = cli(venv, "build", "--package", OWNER, "--out", str(prebuilt))["built"]
     assert sorted(b["op"] for b in built) == ["demo_pkg.fused", "demo_pkg.scale"]
     cleared = cli(venv, "clear", "--package", OWNER)
-    assert len(cleared["removed"]) == 2 and not [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
+    assert len(cleared["removed"]) == 3 and not [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     shipped = use(venv)
     assert shipped["how"] == ["prebuilt", "prebuilt"] and shipped["factors"] == [3.0, 2.0] and shipped["spawned"] == 0
     assert not [p for p in (venv / "cache").glob("demo_pkg.*") if p.is_dir()], "nothing built"

@@ -275,7 +275,10 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
     ]
     assert sorted(p.name.rpartition("-")[0] for p in cache.glob("*.lock")) == [f"{NAMESPACE}.tiny", f"{NAMESPACE}_other.tiny"]
     for library in (first, second):
-        assert json.loads((library.parent / _layout.MANIFEST_NAME).read_text())["name"] == _layout.parse_entry_name(library.parent.name)[0]
+        assert (
+            json.loads((library.parent / _layout.MANIFEST_NAME).read_text())["name"]
+            == _layout.parse_entry_name(library.parent.name)[0]
+        )
     warm = run_child(LOAD_IN_TWO_NAMESPACES, cache, str(TESTS / "tiny_ext"))
     assert warm["how"] == ["cache", "cache"] and warm["libraries"] == cold["libraries"]
 

@@ -206,7 +206,7 @@ def test_leftover_lock_files_do_not_block(tmp_path, cold_build):
     (entry,) = entries(cold_build["cache"])
     # What killed builds leave: our own lock file, a torch FileBaton `lock` in torch's default
     # build directory for the extension, and one inside an orphaned private build directory.
-    (cache / f"{entry.name}.lock").write_text("")
+    Path(_layout.lock_path(cache, *_layout.parse_entry_name(entry.name)[:2])).write_text("")
     torch_build_dir = tmp_path / "torch_ext" / "jitops_test_tiny"
     torch_build_dir.mkdir(parents=True)
     (torch_build_dir / "lock").write_text("")

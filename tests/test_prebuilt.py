@@ -148,7 +148,7 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     manifests = sorted(site.glob("jitops/prebuilt/*/manifest.json"))
-    assert [m.parent.name.rpartition("-")[0] for m in manifests] == ["jitops.add2"]
+    assert [_layout.parse_entry_name(m.parent.name)[0] for m in manifests] == ["jitops.add2"]
     # The installed package (on PYTHONPATH; run outside the checkout) with an empty cache: the
     # shipped library is loaded before building, with a toolchain or without one, and nothing compiles.
     for path in (no_tools_path(tmp_path), os.environ["PATH"]):

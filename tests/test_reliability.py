@@ -89,7 +89,9 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
 
         # Whatever is published verifies; no loader can see anything else.
         for entry in entries(cache):
-            assert _store.Entry(cache, "jitops_test.tiny", entry.name.rpartition("-")[2]).verified_library(touch=False)
+            assert _store.Entry(
+                cache, *_layout.parse_entry_name(entry.name)[:2], variant=_layout.parse_entry_name(entry.name)[2]
+            ).verified_library(touch=False)
         # Every leftover is listed, as an orphan (its build is dead): once no process holds its lock. A
         # kill that lands while the victim forks ninja leaves the child a copy of the lock's descriptor
         # until it execs (close_fds): microseconds, longer on a loaded machine.
@@ -127,14 +129,15 @@ def test_crowd_of_eight_builds_once(tmp_path):
 
 
 def test_crowd_of_two_trees_that_differ_in_a_header_each_gets_its_own_code(tmp_path):
-    # Same sources, one header different: one key (entries are keyed by content, and the header is
-    # not declared), so the entry is rebuilt for whichever tree loads after the other's build.
-    # Each process must get its own tree's value; a rebuild relinks stored objects.
+    # Same sources, one header different: one key (the header is not declared), and a variant of
+    # it per tree (the headers each build included). Each process gets its own tree's value, and
+    # each tree's entry is built once.
     cache = tmp_path / "cache"
     sources = [TINY_SOURCES, tiny_variant(tmp_path, 43)] * 4
     results = [finish(p) for p in [start_tiny(cache, s) for s in sources]]
     assert [r["value"] for r in results] == [42, 43] * 4
-    assert len(entries(cache)) == 1
+    assert len(entries(cache)) == 2 and len({_layout.parse_entry_name(e.name)[1] for e in entries(cache)}) == 1
+    assert Counter(r["how"] for r in results) == {"built": 2, "cache": 6}
 
 
 def corrupt_truncated(entry: Path) -> None:

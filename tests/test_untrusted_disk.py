@@ -254,7 +254,7 @@ def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
     (entry,) = entries(cold_build["cache"])  # the same key in any cache root
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    lock = cache / f"{entry.name}.lock"
+    lock = Path(_layout.lock_path(cache, *_layout.parse_entry_name(entry.name)[:2]))
     lock.mkdir()
     stderr = load_tiny_failing(cache)
     assert f"cannot take the lock {lock} to build jitops_test.tiny" in stderr and f"rm -r {lock}" in stderr, stderr
