@@ -76,8 +76,15 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     clear.add_argument("--all", action="store_true", help="every entry and leftover")
     clear.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask before --all on a terminal")
-    prune = command("prune", removing.cmd_prune, "evict least recently used entries (stale and orphan ones first)")
-    prune.add_argument("--max-size", type=parse_size, metavar="SIZE", help="evict until the cache is at most SIZE (e.g. 2G)")
+    prune = command(
+        "prune", removing.cmd_prune, "keep the cache within its budget: stale entries first, then least recently used"
+    )
+    prune.add_argument(
+        "--max-size",
+        type=parse_size,
+        metavar="SIZE",
+        help="evict until the cache is at most SIZE (default: JITOPS_CACHE_MAX_SIZE, 2G)",
+    )
     prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     locks = command("locks", reading.cmd_locks, "lock files under torch's extension root, live or stale", package=False)

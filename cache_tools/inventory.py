@@ -111,6 +111,8 @@ def entry_rows(root: Path) -> list[Row]:
 
 def _entry_row(entry: _store.Entry) -> Row:
     size = _store.tree_size(entry.path)
+    if entry.name in registry.declared():  # its headers are checked where its sources are
+        entry.source_root = registry.declared()[entry.name][1].root
     status, reason, manifest = OK, "", None
     try:
         entry.verified_library(touch=False)

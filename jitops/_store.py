@@ -479,7 +479,7 @@ class Entry:
             identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
-        self.checked_headers = self._check_headers(headers)
+        self.checked_headers = self._check_headers(headers, save=touch)
         moved = identity != manifest.get("library_identity")
         if (full_hash or moved) and sha256_file(library) != manifest.get("library_sha256"):
             raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
@@ -494,9 +494,10 @@ class Entry:
         self.verified_identities = (identity, manifest_identity)
         return library
 
-    def _check_headers(self, headers: dict) -> list[tuple[str, list[int] | None]]:
+    def _check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
         """Each header the build included (manifest "headers": name relative to the extension's
-        root, or absolute -> sha256), with the identity it had when found unchanged."""
+        root, or absolute -> sha256), with the identity it had when found unchanged. save=False
+        records no hash (the CLI's inspection writes nothing)."""
         if self.source_root is None or not headers:
             return []
         known, checked = known_file_hashes(self.root), []
@@ -508,10 +509,12 @@ class Entry:
             except OSError:
                 unchanged = False
             if not unchanged:
-                known.save()
+                if save:
+                    known.save()
                 raise StaleEntry(f"{os.path.basename(path)} changed")
             checked.append((path, identity))
-        known.save()
+        if save:
+            known.save()
         return checked
 
     def last_used(self) -> float:
