@@ -57,7 +57,8 @@ case "$1" in
     python3 examples/load_time.py --installed --repeats "${REPEATS:-11}" 2>&1 | tee "$OUT/load_time_installed.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   edit-loop)  # the edit loop (cold, warm, edit a .cu, the binding, a header, a flag, a 2nd extension) against torch's load()
-    python3 examples/edit_loop.py --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
+    # FLAG_VARIANTS=N: then N more -DSCALE1 values, each with its PCH, and the cache's size against its budget
+    python3 examples/edit_loop.py --flag-variants "${FLAG_VARIANTS:-0}" --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
   unmodified)  # an unmodified get_plugin program under `python -m jitops run` against torch's load(), installed as users have it
     python3 -m pip install -q . --no-deps --no-build-isolation
     (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
