@@ -295,29 +295,25 @@ def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
 
 
 def store_rows(root: Path, check: bool = False) -> list[Row]:
-    """The object store's objects and the precompiled headers, one row each (check: their sha256
-    hashed in full, as `verify` does). Shared by every extension: no owner."""
+    """The stored objects and precompiled headers the store lists, one row each (check: their
+    sha256 hashed in full, as `verify` does), and their stores in progress or left by killed ones.
+    Shared by every extension: no owner."""
     rows = []
-    objects, pch = root / _layout.OBJECTS_DIR, root / _layout.PCH_DIR
-    units = [unit for unit in _children(objects) if not unit.name.startswith(_layout.TMP_PREFIX)]
-    folders = [(folder, "object") for folder in _children(objects) if folder not in units]  # stores in progress
-    folders += [(variant, "object") for unit in units for variant in _children(unit)]
-    folders += [(folder, "pch") for folder in _children(pch)]
-    for folder, kind in folders:
-        last_used = folder.stat().st_mtime
-        if folder.name.startswith(_layout.TMP_PREFIX):  # .tmp-<pid>-*: a store in progress, or a killed one's
-            dead = _store.staging_is_dead(folder.name)
-            status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
-            rows.append(Row("", "-", "-", "-", status, reason, str(folder), _store.tree_size(folder), kind=kind))
+    for folder, kind in _store.staging_folders(root):
+        dead = _store.staging_is_dead(folder.name)
+        status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
+        rows.append(Row("", "-", "-", "-", status, reason, str(folder), _store.tree_size(folder), kind=kind))
+    for item in sorted(_store.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
+        if item.kind == "entry":
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
-            name, built_at, data, digest = (_objects if kind == "object" else _pch).describe(folder)
+            name, built_at, data, digest = (_objects if item.kind == "object" else _pch).describe(item.path)
             if check and _store.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:
             status, reason = CORRUPT, f"unreadable: {err}"
-        key = folder.parent.name[:16] if kind == "object" else folder.name[:16]
+        key = (item.path.parent if item.kind == "object" else item.path).name[:16]
         rows.append(
             Row(
                 "",
@@ -326,19 +322,11 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
                 key,
                 status,
                 reason,
-                str(folder),
-                _store.tree_size(folder),
+                str(item.path),
+                item.size,
                 built_at=built_at,
-                last_used=last_used,
-                kind=kind,
+                last_used=item.last_used,
+                kind=item.kind,
             )
         )
     return rows
-
-
-def _children(folder: Path) -> list[Path]:
-    """The folders in folder (links aside)."""
-    try:
-        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return []

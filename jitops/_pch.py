@@ -183,7 +183,9 @@ def build(spec: dict, blocking: bool) -> str | None:
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
-    _store.enforce_budget(root)
+        # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
+        # free finds the root within its budget.
+        _store.enforce_budget(root)
     return find(root, pch_key)
 
 

@@ -702,6 +702,20 @@ def items(root: Path) -> list[Item]:
     return found
 
 
+def staging_folders(root: Path) -> list[tuple[Path, str]]:
+    """The folders being written into objects/ and pch/ (or left by killed writers), by kind."""
+    found = []
+    for kind, parent in (("object", _layout.objects_dir(root)), ("pch", _layout.pch_dir(root))):
+        try:
+            with os.scandir(parent) as children:
+                found += [
+                    (Path(c.path), kind) for c in children if c.name.startswith(TMP_PREFIX) and c.is_dir(follow_symlinks=False)
+                ]
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def live_paths(root: Path) -> set[str] | None:
     """The files under root that a live process has mapped (loaded libraries, a PCH a compiler
     reads), from /proc/*/maps; None where that cannot be known (no /proc)."""
