@@ -33,7 +33,8 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     Raises _objects.InputsChanged where a source or header changed while it built (the loader
     plans again)."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
-    lock_timeout(), build_timeout(), _pch.mode()  # a bad setting is an error of its own, not a reason to fall back
+    # A bad setting is an error of its own before any build, not a reason to fall back.
+    lock_timeout(), build_timeout(), _pch.mode(), _store.max_size()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import children
 import pytest
-from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, start_tiny, tiny_env
+from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, load_tiny_failing, start_tiny, tiny_env
 
 from jitops import _layout, _store
 
@@ -270,6 +270,10 @@ def test_prune_without_arguments_removes_superseded_load_entries_and_keeps_the_b
 
 
 def test_a_bad_budget_is_an_error_naming_it(tmp_path):
+    """Before any build (not after one was published), and in the CLI, as a usage error."""
+    build = load_tiny_failing(tmp_path / "cache", JITOPS_CACHE_MAX_SIZE="lots")
+    assert "JITOPS_CACHE_MAX_SIZE must be a size" in build and "'lots'" in build, build
+    assert not list((tmp_path / "cache").glob("jitops_test.tiny-*")), "nothing built"
     bad = children.run(
         [sys.executable, "-m", "jitops", "prune"],
         env={**tiny_env(tmp_path / "cache"), "JITOPS_CACHE_MAX_SIZE": "lots"},
