@@ -86,9 +86,9 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
                 continue
             copy = build_dir / unit.object
             shutil.copyfile(Path(variant.path, _layout.OBJECT_NAME), copy)
-        except FileNotFoundError:
-            continue  # evicted or cleared meanwhile: a miss
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            if not os.path.isdir(variant.path):
+                continue  # evicted or cleared meanwhile: a miss
             warn(f"discarding the unreadable stored object {variant.path}: {err}")
             _discard(Path(variant.path))
             continue
