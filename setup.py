@@ -47,7 +47,7 @@ def ahead_of_time_build() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
     sys.path.insert(0, str(ROOT))
-    from jitops import _build, _core, _key, _store
+    from jitops import _build, _core, _entries, _key, _store
     from jitops.ops._framework import available_ops, extension
 
     cxx = _key.find_cxx()
@@ -83,11 +83,11 @@ def ahead_of_time_build() -> dict:
                 Path(self.build_temp), declared, cxx, cuda, targets=[os.path.abspath(o) for o in objects]
             )
             built = Path(self.get_ext_fullpath(ext.name))
-            entry = _store.Entry(built.parent, declared.qualified_name, _store.compute_key(components))
+            entry = _entries.Entry(built.parent, declared.qualified_name, _store.compute_key(components))
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
-            manifest = _store.make_manifest(
+            manifest = _entries.make_manifest(
                 entry,
                 components,
                 library,

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import jitops
-from jitops import _core, _layout, _store
-from jitops._errors import BuildError
+from jitops import _core, _entries, _layout, _store
+from jitops._errors import BuildError, CacheError
 
 from . import registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
@@ -149,11 +149,14 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
 
 
 def _check_exported(target: Path) -> None:
-    """A copy exported earlier must still be sound: else an error naming it (it is never replaced)."""
+    """A copy exported earlier must still be sound, as the loader reads a prebuilt (its sha256 in
+    full): else an error naming it (it is never replaced)."""
+    name, key, variant = _layout.parse_entry_name(target.name)
     try:
-        manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
-        sound = _store.sha256_file(target / manifest["library"]) == manifest["library_sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        sound = False
-    if not sound:
+        sound = _entries.Entry(target.parent, name, key, variant=variant).verified_library(
+            touch=False, private=False, full_hash=True
+        )
+    except (CacheError, OSError):
+        sound = None
+    if sound is None:
         raise BuildError(f"jitops: {target} is there already and damaged; remove it (`rm -r {target}`) and export again")

@@ -10,7 +10,7 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _core, _layout, _store
+from jitops import _core, _entries, _layout, _store
 from jitops._errors import CacheError
 
 from . import registry
@@ -115,10 +115,10 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
 
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
-    entry = _store.Entry(
+    entry = _entries.Entry(
         Path(_core.extension_root(declared)), declared.qualified_name, _store.compute_key(components), declared.root
     )
-    cached = _store.verified_or_discarded(entry, inspect=True) is not None
+    cached = _entries.verified_or_discarded(entry, inspect=True) is not None
     prebuilt, manifest, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
     if cached:

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _core, _layout, _objects, _pch, _prebuilt, _stats, _store
+from jitops import _budget, _core, _entries, _layout, _objects, _pch, _prebuilt, _stats, _store
 
 from . import registry
 
@@ -73,7 +73,7 @@ def running_components(name: str) -> dict | None:
 def entry_rows(root: Path) -> list[Row]:
     rows = []
     locations = _stats.read_locations(root)
-    entries = _store.list_entries(root)
+    entries = _entries.list_entries(root)
     newest = {}  # by name: when its newest entry was built
     for entry, manifest in entries:
         built_at = (manifest or {}).get("built_at")
@@ -109,7 +109,7 @@ def entry_rows(root: Path) -> list[Row]:
     return rows
 
 
-def _entry_row(entry: _store.Entry) -> Row:
+def _entry_row(entry: _entries.Entry) -> Row:
     size = _store.tree_size(entry.path)
     if entry.name in registry.declared():  # its headers are checked where its sources are
         entry.source_root = registry.declared()[entry.name][1].root
@@ -117,7 +117,7 @@ def _entry_row(entry: _store.Entry) -> Row:
     try:
         entry.verified_library(touch=False)
         manifest = entry.read_manifest()
-    except _store.StaleEntry as err:
+    except _entries.StaleEntry as err:
         status, reason = STALE, f"built from other headers ({err}): another tree's, or an older one's"
     except (_store.CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
@@ -151,7 +151,7 @@ def _entry_row(entry: _store.Entry) -> Row:
     )
 
 
-def _superseded(entry: _store.Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
+def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
     """A jitops.load entry that a newer build of its name replaced: its sources (the manifest's
     sha256 of each) are in none of the trees it was loaded for. Another clone may still use an
     entry whose sources are somewhere, so only one matching none is stale."""
@@ -169,7 +169,7 @@ def _superseded(entry: _store.Entry, manifest: dict | None, seen_in: list[str], 
     return True
 
 
-def _last_used(entry: _store.Entry) -> float | None:
+def _last_used(entry: _entries.Entry) -> float | None:
     try:
         return entry.last_used()
     except OSError:
@@ -299,11 +299,11 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     sha256 hashed in full, as `verify` does), and their stores in progress or left by killed ones.
     Shared by every extension: no owner."""
     rows = []
-    for folder, kind in _store.staging_folders(root):
+    for folder, kind in _budget.staging_folders(root):
         dead = _store.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
         rows.append(Row("", "-", "-", "-", status, reason, str(folder), _store.tree_size(folder), kind=kind))
-    for item in sorted(_store.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
+    for item in sorted(_budget.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
         if item.kind == "entry":
             continue
         status, reason, name, built_at = OK, "", "-", None

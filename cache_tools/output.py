@@ -11,7 +11,7 @@ import re
 import shutil
 import sys
 
-from jitops import _store
+from jitops import _budget
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -58,7 +58,7 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 
 def parse_size(text: str) -> int:
     try:
-        return _store.parse_size(text)
+        return _budget.parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

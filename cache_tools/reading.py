@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _core, _layout, _stats, _store
+from jitops import _budget, _core, _entries, _layout, _stats, _store
 from jitops._errors import BuildError, CacheError
 
 from . import inventory, registry
@@ -109,7 +109,7 @@ def budget_data(root: Path) -> dict:
     """The whole cache's size against the budget (JITOPS_CACHE_MAX_SIZE), and the parts of it that
     cannot be used (objects/, pch/: each costs compiles)."""
     try:
-        budget = _store.max_size()
+        budget = _budget.max_size()
     except CacheError as err:
         budget = str(err).removeprefix("jitops: ")
     problems = [p for part in _layout.OPTIONAL_PARTS if (p := _store.part_problem(root, part, create=False))]
@@ -208,7 +208,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     chosen = {row.path for row in rows}
     results = []
-    for entry, _ in _store.list_entries(root):
+    for entry, _ in _entries.list_entries(root):
         if str(entry.path) not in chosen:
             continue
         try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from pathlib import Path
 
-from jitops import _layout, _store
+from jitops import _budget, _entries, _layout, _store
+from jitops._errors import CacheError
 
 from . import inventory, registry
 from .output import (
@@ -92,7 +92,7 @@ def entry_lock_taken(root: Path, row: inventory.Row):
     have no entry lock that a build takes."""
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
         return contextlib.nullcontext(True)  # stored objects and PCHs are published whole and read without a lock
-    return _store.flocked(_store.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, blocking=False)
+    return _store.flocked(_entries.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, blocking=False)
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -131,8 +131,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]
-    live = _store.live_paths(root) or set()
-    in_use = [r for r in rows if any(path.startswith(os.path.join(os.path.realpath(r.path), "")) for path in live)]
+    live = _budget.live_paths(root) or set()
+    in_use = [r for r in rows if _budget.is_live(r.path, live)]
     rows = [r for r in rows if r not in in_use]
     useless = [r for r in rows if r.status != inventory.OK]
     usable = sorted((r for r in rows if r.status == inventory.OK), key=lambda r: r.last_used or 0)
@@ -156,6 +156,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
 def budget() -> int:
     """JITOPS_CACHE_MAX_SIZE in bytes (0: none), or a usage error naming it."""
     try:
-        return _store.max_size()
-    except _store.CacheError as err:
+        return _budget.max_size()
+    except CacheError as err:
         raise UsageError(str(err).removeprefix("jitops: ")) from None

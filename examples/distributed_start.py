@@ -66,10 +66,10 @@ def run_job(mode: str, ops: list[str], ranks_per_node: int, work: Path) -> dict:
     builds = sum(len(re.findall(r"jitops: built [\w.]+ \(", log)) for log in logs)
     moved = 0
     if mode == "collective":  # each op's entry went to the node that did not build it
-        from jitops import _store
+        from jitops import _entries
 
         for node, log in enumerate(logs):
-            for entry, manifest in _store.list_entries(out / f"cache-node{node}"):
+            for entry, manifest in _entries.list_entries(out / f"cache-node{node}"):
                 if f"jitops: built {entry.name} (" not in log:
                     moved += (entry.path / manifest["library"]).stat().st_size + len(json.dumps(manifest))
     return {"start_s": max(seconds), "builds": builds, "bytes_moved": moved}

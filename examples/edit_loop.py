@@ -108,7 +108,7 @@ def _wait(self, *rest, **kwargs):
 subprocess.Popen.__init__, subprocess.Popen.wait = _init, _wait
 started = time.perf_counter()
 if which == "jitops":
-    from jitops import load
+    from jitops import _budget, load
 else:
     from torch.utils.cpp_extension import load
 module = load(name, sources, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags, build_directory=build or None)
@@ -331,9 +331,8 @@ def main() -> None:
         time.sleep(0.5)
         wait_for_background_pch(work / "jitops" / "cache")
         sizes.append(sizes_now(f"-DSCALE1={value}, its PCH built"))
-    from jitops import _store
 
-    print(f"\njitops' roots, MiB (each kept within {_store.max_size() / 2**30:.1f} GiB, JITOPS_CACHE_MAX_SIZE's default):")
+    print(f"\njitops' roots, MiB (each kept within {_budget.max_size() / 2**30:.1f} GiB, JITOPS_CACHE_MAX_SIZE's default):")
     print(f"  {'':<32} {'cache root':>10} {'build_dir':>10} {'build2':>10} {'all':>10}")
     for label, each in sizes:
         print(f"  {label:<32} " + " ".join(f"{size / 2**20:10.1f}" for size in [*each, sum(each)]), flush=True)

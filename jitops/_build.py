@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _buildfile, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
+from . import _budget, _buildfile, _entries, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan, PlannedEntry, environment_tools
@@ -34,7 +34,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     plans again)."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
-    lock_timeout(), build_timeout(), _pch.mode(), _store.max_size()
+    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:
@@ -68,7 +68,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     try:
         library, how = under_entry_lock(entry, "building", lambda: _build(planned))
         if how == "built":  # after the key's lock is released: its older variants may go too
-            _store.enforce_budget(entry.root)
+            _budget.enforce_budget(entry.root)
         return library, cuda.backends, how
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
@@ -84,7 +84,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     return library, backends, "prebuilt"
 
 
-def publish_received(entry: _store.Entry, manifest: dict, library_bytes: bytes) -> Path:
+def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
     """Publish an entry built elsewhere (jitops.distributed) as a local build would: its sha256
     checked, a private staging folder, one atomic rename under the entry's lock. Returns the library."""
     if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
@@ -98,14 +98,14 @@ def publish_received(entry: _store.Entry, manifest: dict, library_bytes: bytes) 
         raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
 
     def write() -> Path:
-        staging = _store.new_build_dir(entry)
+        staging = _entries.new_build_dir(entry)
         try:
             library = staging / name
             with open(library, "wb") as file:
                 file.write(library_bytes)
                 file.flush()
                 os.fsync(file.fileno())
-            _store.publish(entry, staging, {**manifest, "library_identity": _store.file_identity(library)})
+            _entries.publish(entry, staging, {**manifest, "library_identity": _store.file_identity(library)})
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -116,7 +116,7 @@ def publish_received(entry: _store.Entry, manifest: dict, library_bytes: bytes) 
 
 def _build(planned: PlannedEntry) -> Path:
     entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
-    staging = _store.new_build_dir(entry)
+    staging = _entries.new_build_dir(entry)
     published = False
     try:
         build_dir = staging / "build"
@@ -188,7 +188,7 @@ def _build(planned: PlannedEntry) -> Path:
         unit_seconds = _ninja.unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
-        manifest = _store.make_manifest(
+        manifest = _entries.make_manifest(
             entry,
             components,
             library,
@@ -199,7 +199,7 @@ def _build(planned: PlannedEntry) -> Path:
             unit_seconds=unit_seconds,
             reused_units=[unit.relative for unit in units if unit.reused],
         )
-        _store.publish(entry, staging, manifest)
+        _entries.publish(entry, staging, manifest)
         published = True
         for spec in pch_jobs:
             _pch.start_background(spec)

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _core, _store
+from . import _core, _entries, _store
 from ._core import (
     COMPILER_ENVIRONMENT,
     CUDA_BUILD_ENVIRONMENT,
@@ -257,4 +257,4 @@ class PlannedEntry:
         self.source_hashes: dict[str, str] = {}  # each source's sha256, as the key read it
         self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes)
         key = _store.compute_key(self.components)
-        self.entry = _store.Entry(root, extension.qualified_name, key, source_root=extension.root)
+        self.entry = _entries.Entry(root, extension.qualified_name, key, source_root=extension.root)

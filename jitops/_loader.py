@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _core, _namespaces, _stats, _store
+from . import _core, _entries, _namespaces, _stats
 from ._core import LoadedLibrary, already_loaded, loaded
 from ._errors import CacheError
 from ._key import PlannedEntry
@@ -44,7 +44,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         return recalled
     planned = PlannedEntry(extension)
     for attempt in ("first", "again"):
-        library = _store.verified_or_discarded(planned.entry)
+        library = _entries.verified_or_discarded(planned.entry)
         how, backends = "cache", planned.cuda.backends
         if library is None and cached_only:
             return None
@@ -107,16 +107,16 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
                 ) from None
             BuildStatus.say(f"jitops: {changed} changed while {name} was built; building it again")
         planned = PlannedEntry(planned.extension)
-        library = _store.verified_or_discarded(planned.entry)
+        library = _entries.verified_or_discarded(planned.entry)
         if library is not None:
             return planned, (library, planned.cuda.backends, "cache")
     raise AssertionError("unreachable")
 
 
-def _worth_another_try(entry: _store.Entry, library: Path, err: OSError) -> bool:
+def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bool:
     """After a verified library failed to open: True where it was removed meanwhile or no longer
     matches its sha256 (then discarded, with a warning). A sound one that does not open is an error."""
-    if not library.exists() or _store.verified_or_discarded(entry, full_hash=True) is None:
+    if not library.exists() or _entries.verified_or_discarded(entry, full_hash=True) is None:
         return True
     raise CacheError(
         f"jitops: the library {library} of the cache entry {entry.path} matches its sha256 but does not open: "

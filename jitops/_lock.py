@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from . import _layout, _store
+from . import _entries, _layout, _store
 from ._errors import BuildError
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
@@ -113,16 +113,16 @@ class HeldLock:
 
 
 def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
-    """(library, "built") made by make(), which publishes the entry (a _store.Entry), under the
+    """(library, "built") made by make(), which publishes the entry (a _entries.Entry), under the
     entry's file lock; (library, "cache") where another process published it first. doing: make's
     work, for errors."""
     with HeldLock(entry.lock_path, entry.name):
         try:
             # Another process may have published the entry while this one waited for the lock.
-            library = _store.verified_or_discarded(entry)
+            library = _entries.verified_or_discarded(entry)
             if library is not None:
                 return library, "cache"
-            _store.remove_orphans(entry)
+            _entries.remove_orphans(entry)
             return make(), "built"
         except OSError as err:
             if err.errno != errno.ENOSPC:

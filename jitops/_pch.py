@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import _layout, _store
+from . import _budget, _layout, _store
 from ._core import file_identity, mark_used, write_json_atomic
 from ._errors import BuildError, CacheError
 
@@ -185,7 +185,7 @@ def build(spec: dict, blocking: bool) -> str | None:
                 shutil.rmtree(staging, ignore_errors=True)
         # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
         # free finds the root within its budget.
-        _store.enforce_budget(root)
+        _budget.enforce_budget(root)
     return find(root, pch_key)
 
 

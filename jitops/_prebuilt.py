@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _store
+from . import _entries
 from ._core import unsafe_path_problem
 from ._errors import BuildError, CacheError, warn
 
@@ -77,7 +77,7 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
     candidates = [
         e
         for d in prebuilt_dirs(extension, shipped_only)
-        for e, _ in _store.list_entries(d, extension.qualified_name, extension.root)
+        for e, _ in _entries.list_entries(d, extension.qualified_name, extension.root)
     ]
     for entry in candidates:
         try:
@@ -110,7 +110,7 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
     return library, manifest, refused
 
 
-def untrusted_prebuilt(entry: _store.Entry, library: Path, extension: Extension) -> str | None:
+def untrusted_prebuilt(entry: _entries.Entry, library: Path, extension: Extension) -> str | None:
     """Why someone other than this user or root could have put code into a prebuilt entry, or None.
     A package's own prebuilt folder is as trusted as the package's code beside it."""
     if extension.prebuilt_dir and entry.root == Path(extension.prebuilt_dir):

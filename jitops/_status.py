@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from . import _store
+from . import _entries
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
 
@@ -150,11 +150,11 @@ def why_built(components: dict, source_hashes: dict, previous: dict | None) -> s
     return ", ".join(reasons) or "key changed"
 
 
-def newest_manifest(entry: _store.Entry) -> dict | None:
+def newest_manifest(entry: _entries.Entry) -> dict | None:
     """The manifest of the newest other entry of entry's extension in its root (what the last build
     was made from: a new build says what changed since), or None."""
     newest, manifest = -1.0, None
-    for other, found in _store.list_entries(entry.root, entry.name):
+    for other, found in _entries.list_entries(entry.root, entry.name):
         built_at = found.get("built_at") if isinstance(found, dict) else None
         if other.key != entry.key and isinstance(built_at, (int, float)) and built_at > newest:
             newest, manifest = built_at, found

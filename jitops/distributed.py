@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import _build, _loader, _store
+from . import _build, _entries, _loader
 from ._errors import BuildError
 from ._key import PlannedEntry
 from .extension import Extension
@@ -41,7 +41,7 @@ def _local_state(entries: dict) -> dict:
     """What this rank tells the others: the extensions it loads in its order, its key for each and
     the node it builds into (host and that extension's cache root), and those its cache has."""
     host = socket.gethostname()
-    cached = [name for name, entry in entries.items() if _store.verified_or_discarded(entry) is not None]
+    cached = [name for name, entry in entries.items() if _entries.verified_or_discarded(entry) is not None]
     return {
         "names": list(entries),
         "keys": {name: entry.key for name, entry in entries.items()},
@@ -190,10 +190,10 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
         ) from err
 
 
-def _entry_payload(t: Transfer, entry: _store.Entry) -> tuple[dict, bytes]:
+def _entry_payload(t: Transfer, entry: _entries.Entry) -> tuple[dict, bytes]:
     """What the provider sends each receiver (pickled by torch.distributed, as all_gather_object
     does): the entry's manifest and its library's bytes."""
-    library = _store.verified_or_discarded(entry, inspect=True)  # the variant this rank built or found
+    library = _entries.verified_or_discarded(entry, inspect=True)  # the variant this rank built or found
     if library is None:
         raise BuildError(f"jitops.distributed.load_all: {t.name} is missing from rank {t.source}'s cache")
     return entry.read_manifest(), library.read_bytes()

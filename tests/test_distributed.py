@@ -20,7 +20,7 @@ from test_loader import TIMEOUT_S, entries, load_tiny
 from test_reliability import hung_compiler, kill_processes_with, processes_with
 
 import jitops
-from jitops import _build, _layout, _store
+from jitops import _build, _entries, _layout
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
 RANKS_PER_NODE = 2
@@ -74,7 +74,7 @@ def builds_in(logs: list[str]) -> dict[str, int]:
 def verified_entries(cache: Path) -> dict[str, dict]:
     """op -> manifest of every entry in cache, each re-hashed in full."""
     found = {}
-    for entry, manifest in _store.list_entries(cache):
+    for entry, manifest in _entries.list_entries(cache):
         assert entry.verified_library(touch=False, full_hash=True) is not None, entry
         found[entry.name.partition(".")[2]] = manifest
     return found
@@ -232,11 +232,11 @@ def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
     load_tiny(tmp_path / "built")
     (built,) = entries(tmp_path / "built")
     op, key, variant = _layout.parse_entry_name(built.name)
-    manifest = _store.Entry(tmp_path / "built", op, key, variant=variant).read_manifest()
+    manifest = _entries.Entry(tmp_path / "built", op, key, variant=variant).read_manifest()
     library = (built / manifest["library"]).read_bytes()
     node = tmp_path / "node"
     node.mkdir(mode=0o700)
-    entry = _store.Entry(node, op, key)
+    entry = _entries.Entry(node, op, key)
     tampered = bytearray(library)
     tampered[len(tampered) // 2] ^= 0xFF
     for bad_manifest, bad_library, message in [

@@ -23,7 +23,7 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _core, _layout, _store
+from jitops import _core, _entries, _layout, _store
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -89,7 +89,7 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
 
         # Whatever is published verifies; no loader can see anything else.
         for entry in entries(cache):
-            assert _store.Entry(
+            assert _entries.Entry(
                 cache, *_layout.parse_entry_name(entry.name)[:2], variant=_layout.parse_entry_name(entry.name)[2]
             ).verified_library(touch=False)
         # Every leftover is listed, as an orphan (its build is dead): once no process holds its lock. A

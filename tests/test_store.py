@@ -18,7 +18,7 @@ import children
 import pytest
 from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, load_tiny_failing, start_tiny, tiny_env
 
-from jitops import _layout, _store
+from jitops import _budget, _layout
 
 # The long way (no warm record), paused where the test says until the file `go` appears: a third
 # process acts in the window between the entry's check and its open.
@@ -216,7 +216,7 @@ def test_the_budget_evicts_the_least_recently_used_and_never_what_a_live_process
         assert not Path(old["library"]).exists(), "the least recently used entry is evicted"
         assert Path(held["library"]).exists(), "an entry a live process loaded is kept"
         assert Path(new["library"]).exists(), "the entry just built (and loaded) is kept"
-        assert not [item for item in _store.items(cache) if item.kind == "object"], "unused objects are evicted"
+        assert not [item for item in _budget.items(cache) if item.kind == "object"], "unused objects are evicted"
     finally:
         holder.stdin.close()
         holder.wait(timeout=TIMEOUT_S)
@@ -257,7 +257,7 @@ def test_prune_without_arguments_removes_superseded_load_entries_and_keeps_the_b
     assert load(here)[0] == 2
     listed = json.loads(cli(cache, "--json", "list").stdout)
     assert {e["status"] for e in listed["entries"]} == {"ok"}, "the clone still holds the first one's sources"
-    assert listed["budget_bytes"] == _store.DEFAULT_MAX_SIZE and listed["total_bytes"] > 0
+    assert listed["budget_bytes"] == _budget.DEFAULT_MAX_SIZE and listed["total_bytes"] > 0
     (clone / "sup.cpp").write_text('extern "C" int sup_value() { return 2; }\n')
     listed = json.loads(cli(cache, "--json", "list").stdout)
     stale = [e for e in listed["entries"] if e["status"] == "stale"]
@@ -282,4 +282,4 @@ def test_a_bad_budget_is_an_error_naming_it(tmp_path):
         timeout=TIMEOUT_S,
     )
     assert bad.returncode == 2 and "JITOPS_CACHE_MAX_SIZE" in bad.stderr and "'lots'" in bad.stderr, bad.stderr
-    assert [_store.parse_size(s) for s in ("4096", "2G", "1.5GiB", "500m")] == [4096, 2 << 30, 3 << 29, 500 << 20]
+    assert [_budget.parse_size(s) for s in ("4096", "2G", "1.5GiB", "500m")] == [4096, 2 << 30, 3 << 29, 500 << 20]

@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: MIT
+"""The store's budget: the whole cache root, precompiled headers and stored objects included,
+within JITOPS_CACHE_MAX_SIZE, least recently used evicted first, never what a live process has
+mapped or a lock holder holds. Run after every build and every background PCH build, and by
+`jitops-cache prune`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _layout
+from ._entries import entries
+from ._errors import CacheError
+from ._layout import TMP_PREFIX
+from ._store import flocked, remove_tree, tree_size
+
+DEFAULT_MAX_SIZE = 2 << 30  # holds an edit loop: one or two PCHs, its objects and entries (docs/cache.md)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '2G', '500M', '1.5GiB', '4096' (binary units). ValueError for anything else."""
+    import re  # only where a size is read
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, flags=re.I)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** ["", "k", "m", "g", "t"].index(unit.lower()))
+
+
+def max_size() -> int:
+    """JITOPS_CACHE_MAX_SIZE in bytes (0: no budget), else DEFAULT_MAX_SIZE."""
+    value = os.environ.get("JITOPS_CACHE_MAX_SIZE", "").strip()
+    if not value:
+        return DEFAULT_MAX_SIZE
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise CacheError(
+            f"jitops: JITOPS_CACHE_MAX_SIZE must be a size such as 2G, 500M or 0 (no budget), got {value!r}"
+        ) from None
+
+
+@dataclass
+class Item:
+    """What the budget can evict: an entry, a stored object (one variant) or a PCH."""
+
+    kind: str  # "entry", "object" or "pch"
+    path: Path
+    size: int
+    last_used: float
+    lock: Path | None  # taken (not blocking) while it is removed: a holder keeps it
+
+
+def _subfolders(folder: Path | str) -> list[os.DirEntry]:
+    """The published folders in folder (staging folders and links aside)."""
+    try:
+        with os.scandir(folder) as found:
+            return [f for f in found if f.is_dir(follow_symlinks=False) and not f.name.startswith(TMP_PREFIX)]
+    except OSError:
+        return []
+
+
+def items(root: Path) -> list[Item]:
+    """Every entry, stored object and PCH of root, with its size and last use."""
+    found = []
+    for entry in entries(root):  # by their names: no manifest is read
+        with contextlib.suppress(OSError):
+            found.append(Item("entry", entry.path, tree_size(entry.path), entry.last_used(), entry.lock_path))
+    for unit in _subfolders(_layout.objects_dir(root)):
+        for variant in _subfolders(unit.path):
+            with contextlib.suppress(OSError):
+                found.append(Item("object", Path(variant.path), tree_size(variant.path), variant.stat().st_mtime, None))
+    for pch in _subfolders(_layout.pch_dir(root)):
+        with contextlib.suppress(OSError):
+            lock = Path(_layout.pch_lock_path(pch.path))
+            found.append(Item("pch", Path(pch.path), tree_size(pch.path), pch.stat().st_mtime, lock))
+    return found
+
+
+def staging_folders(root: Path) -> list[tuple[Path, str]]:
+    """The folders being written into objects/ and pch/ (or left by killed writers), by kind."""
+    found = []
+    for kind, parent in (("object", _layout.objects_dir(root)), ("pch", _layout.pch_dir(root))):
+        try:
+            with os.scandir(parent) as children:
+                found += [
+                    (Path(c.path), kind) for c in children if c.name.startswith(TMP_PREFIX) and c.is_dir(follow_symlinks=False)
+                ]
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def live_paths(root: Path) -> set[str] | None:
+    """The files under root that a live process has mapped (loaded libraries, a PCH a compiler
+    reads), from /proc/*/maps; None where that cannot be known (no /proc)."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    prefix = os.path.join(os.path.realpath(root), "")
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as maps:
+                for line in maps:
+                    path = line.split(None, 5)[5:]
+                    if path and path[0].startswith(prefix.encode()):
+                        mapped.add(os.fsdecode(path[0].rstrip(b"\n")))
+        except OSError:
+            continue  # gone, or another user's
+    return mapped
+
+
+def is_live(folder: Path | str, live: set[str]) -> bool:
+    """Whether a file under folder is among live_paths()."""
+    inside = os.path.join(os.path.realpath(folder), "")
+    return any(path.startswith(inside) for path in live)
+
+
+def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
+    """Evict the least recently used entries, objects and PCHs of root until the whole root is
+    within limit (default max_size()). Never one a live process has mapped, one whose lock is
+    held (being built, or a PCH a build uses), or anything where /proc cannot say what is mapped.
+    Returns what was removed. Only saves disk: a failure to remove costs nothing else."""
+    limit = max_size() if limit is None else limit
+    if limit <= 0:
+        return []
+    total = tree_size(root)
+    if total <= limit:
+        return []
+    live = live_paths(root)
+    if live is None:
+        return []
+    removed = []
+    for item in sorted(items(root), key=lambda i: i.last_used):
+        if total <= limit:
+            break
+        if is_live(item.path, live):
+            continue
+        with flocked(item.lock, blocking=False) if item.lock else contextlib.nullcontext(True) as free:
+            if not free:
+                continue
+            try:
+                remove_tree(item.path)
+            except OSError:
+                continue
+        total -= item.size
+        removed.append(item)
+    return removed

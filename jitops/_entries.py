@@ -1,0 +1,279 @@
+# SPDX-License-Identifier: MIT
+"""The store's entries: one built library each, `<namespace>.<name>-<key>-<variant>` (_layout),
+where the key is what is known before a build and the variant the headers it included (ccache's
+manifest mode). A published entry never changes: a tree that differs in a header gets an entry of
+its own, so a process opens exactly the library it checked. Verified, published, listed here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from . import _layout
+from ._core import file_identity, identity_or_none, mark_used, write_json_atomic
+from ._errors import CacheError, warn
+from ._layout import MANIFEST_NAME, parse_entry_name
+from ._store import (
+    check_private_dir,
+    known_file_hashes,
+    new_staging,
+    publish_folder,
+    remove_dead_staging,
+    remove_tree,
+    sha256_file,
+)
+
+
+class StaleEntry(CacheError):
+    """A sound entry built from a header that has changed since: another variant may match."""
+
+
+def variant_of(headers: dict) -> str:
+    """An entry's variant: the headers its build included, each with its sha256 (names relative to
+    the extension's root, so two clones of one tree share it)."""
+    return hashlib.sha256(json.dumps(headers, sort_keys=True).encode()).hexdigest()[: _layout.VARIANT_LENGTH]
+
+
+class Entry:
+    """The entries of one key in a root: `<namespace>.<name>-<key>-<variant>` folders (which may
+    not exist yet), or the one `<namespace>.<name>-<key>` of a prebuilt folder (variant None).
+    variant: the one this object stands for, set by verified_or_discarded and publish.
+    source_root: the extension's root, for the manifest's header names (None: headers unchecked)."""
+
+    def __init__(self, root: Path, name: str, key: str, source_root: str | None = None, variant: str | None = None):
+        self.root = Path(root)
+        self.name = name  # Extension.qualified_name
+        self.key = key
+        self.source_root = source_root
+        self.variant = variant
+        self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
+        self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
+        self.stale_because = ""  # set where verified_or_discarded found a header changed: which
+
+    @property
+    def path(self) -> Path:
+        return self.root / _layout.entry_name(self.name, self.key, self.variant)
+
+    @property
+    def lock_path(self) -> Path:
+        return Path(_layout.lock_path(self.root, self.name, self.key))
+
+    @property
+    def failed_log_path(self) -> Path:
+        return Path(_layout.failed_log_path(self.root, self.name, self.key))
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST_NAME
+
+    def variants(self) -> list[str | None]:
+        """The variants published for this key, the most recently used first (None: a folder
+        without one, as prebuilt folders and older caches name it)."""
+        prefix = _layout.key_name(self.name, self.key)
+        found = []
+        try:
+            with os.scandir(self.root) as children:
+                for child in children:
+                    if child.name.startswith(prefix) and child.is_dir(follow_symlinks=False):
+                        parsed = parse_entry_name(child.name)
+                        if parsed and parsed[:2] == (self.name, self.key):
+                            found.append((child.stat(follow_symlinks=False).st_mtime, parsed[2]))
+        except OSError:
+            return []
+        return [variant for _, variant in sorted(found, key=lambda f: f[0], reverse=True)]
+
+    def read_manifest(self) -> dict | None:
+        """The manifest, or None if the entry is absent. Malformed manifests raise CacheError."""
+        try:
+            text = self.manifest_path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            manifest = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CacheError(f"{self.manifest_path} is not valid JSON: {err}") from None
+        if not isinstance(manifest, dict):
+            raise CacheError(f"{self.manifest_path} is not a JSON object")
+        return manifest
+
+    def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
+        """This variant's .so if its manifest matches this key and variant, the .so its sha256
+        (hashed in full unless its identity is the one recorded, or full_hash) and every header the
+        build included its recorded sha256; None where the entry is absent. Raises CacheError when
+        it is corrupt or (private: cache entries) not ours alone; StaleEntry when a header changed.
+        touch=False writes nothing. Sets verified_identities and checked_headers, for the warm record."""
+        if not self.path.is_dir():
+            return None
+        if self.path.is_symlink():
+            raise CacheError(f"{self.path} is a symbolic link; refusing to load from it")
+        if private:
+            check_private_dir(self.path)
+        manifest_identity = identity_or_none(str(self.manifest_path))  # read before its content
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise CacheError(f"{self.path} has no {MANIFEST_NAME}")
+        if manifest.get("key") != self.key or manifest.get("name") != self.name:
+            raise CacheError(
+                f"{self.manifest_path} describes another build ({manifest.get('name')!r} key {manifest.get('key')!r})"
+            )
+        headers = manifest.get("headers", {})
+        if not isinstance(headers, dict):
+            raise CacheError(f"{self.manifest_path} has no valid header list")
+        if self.variant is not None and variant_of(headers) != self.variant:
+            raise CacheError(f"{self.manifest_path} lists the headers of another variant")
+        library_name = manifest.get("library")
+        if not isinstance(library_name, str) or os.path.basename(library_name) != library_name:
+            raise CacheError(f"{self.manifest_path} names no valid library file")
+        library = self.path / library_name
+        try:
+            identity = file_identity(library)
+        except FileNotFoundError:
+            raise CacheError(f"{library} is missing") from None
+        self.checked_headers = self._check_headers(headers, save=touch)
+        moved = identity != manifest.get("library_identity")
+        if (full_hash or moved) and sha256_file(library) != manifest.get("library_sha256"):
+            raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
+        if touch and moved:  # the hash holds for the new identity too: record it
+            try:
+                write_json_atomic(self.manifest_path, {**manifest, "library_identity": identity})
+                manifest_identity = identity_or_none(str(self.manifest_path))  # the one just written
+            except OSError:
+                pass  # a read-only cache still loads (the manifest as read); it hashes the library again next time
+        if touch:
+            mark_used(str(self.path), self.last_used())
+        self.verified_identities = (identity, manifest_identity)
+        return library
+
+    def _check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
+        """Each header the build included (manifest "headers": name relative to the extension's
+        root, or absolute -> sha256), with the identity it had when found unchanged. save=False
+        records no hash (the CLI's inspection writes nothing)."""
+        if self.source_root is None or not headers:
+            return []
+        known, checked = known_file_hashes(self.root), []
+        for name, digest in sorted(headers.items()):
+            path = os.path.join(self.source_root, name)
+            identity = identity_or_none(path)
+            try:
+                unchanged = identity is not None and known.sha256(path) == digest
+            except OSError:
+                unchanged = False
+            if not unchanged:
+                if save:
+                    known.save()
+                raise StaleEntry(f"{os.path.basename(path)} changed")
+            checked.append((path, identity))
+        if save:
+            known.save()
+        return checked
+
+    def last_used(self) -> float:
+        """When the entry was last loaded (its folder's mtime: _core.mark_used), or else built."""
+        return os.stat(self.path).st_mtime
+
+    def discard(self) -> None:
+        """Remove a corrupt entry (renamed away first: no loader sees it half deleted)."""
+        if self.path.exists() or self.path.is_symlink():
+            remove_tree(self.path)
+
+
+def verified_or_discarded(entry: Entry, full_hash: bool = False, inspect: bool = False) -> Path | None:
+    """The library of the key's variant whose recorded headers all hold (the most recently used
+    first), with entry.variant set to it; else None, with entry.stale_because saying which header
+    changed where only stale variants are there. A corrupt variant is removed, with a warning;
+    a stale one stays (another tree may use it: the budget evicts it once unused).
+    inspect=True writes and removes nothing, and says nothing (the CLI's)."""
+    stale = ""
+    for variant in entry.variants():
+        entry.variant = variant
+        try:
+            library = entry.verified_library(touch=not inspect, full_hash=full_hash)
+        except StaleEntry as err:
+            stale = stale or str(err)
+            continue
+        except CacheError as err:
+            if not inspect:
+                warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
+                entry.discard()
+            continue
+        except OSError:
+            if not inspect:
+                raise
+            continue
+        if library is not None:
+            entry.stale_because = ""
+            return library
+    entry.variant = None
+    entry.stale_because = stale
+    return None
+
+
+def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
+    """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
+    for builds and ahead-of-time wheels. headers: see Entry._check_headers."""
+    return {
+        "name": entry.name,
+        "key": entry.key,
+        "components": components,
+        "library": library.name,
+        "library_sha256": sha256_file(library),
+        # Renaming the staging folder into place keeps the file's identity: loads can trust this hash.
+        "library_identity": file_identity(library),
+        "headers": headers,
+        **extra,
+    }
+
+
+def new_build_dir(entry: Entry) -> Path:
+    """A fresh private directory for one build attempt, named with this process's id so that a
+    later build can tell an orphan (remove_orphans)."""
+    return new_staging(entry.root, _layout.staging_prefix(entry.name, entry.key))
+
+
+def remove_orphans(entry: Entry) -> None:
+    """Remove the staging folders killed builds of this key left. Called under the key's lock,
+    which a build holds while its staging folder exists: a folder whose process is gone is no one's."""
+    remove_dead_staging(entry.root, _layout.staging_prefix(entry.name, entry.key))
+
+
+def publish(entry: Entry, staging: Path, manifest: dict) -> None:
+    """Make `staging` the entry of its key and headers (entry.variant is set to it): manifest
+    written last, then one atomic rename. Called under the key's lock, after verified_or_discarded
+    found no variant whose headers hold: a folder of this very variant there now is corrupt, or
+    was built from the same inputs, and is renamed away first (that alone is never a new tree's
+    code in an old place); every other variant stays as it was."""
+    entry.variant = variant_of(manifest.get("headers", {}))
+    write_json_atomic(staging / MANIFEST_NAME, manifest)
+    os.chmod(staging, 0o700)
+    entry.discard()
+    publish_folder(staging, entry.path)
+
+
+def entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[Entry]:
+    """Every published entry under root (of the extension `name` alone, if given), one per variant,
+    by its folder's name alone."""
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return []
+    found = []
+    for child in children:
+        parsed = parse_entry_name(child.name)
+        if parsed and name in (None, parsed[0]) and child.is_dir():
+            found.append(Entry(root, parsed[0], parsed[1], source_root=source_root, variant=parsed[2]))
+    return found
+
+
+def list_entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[tuple[Entry, dict | None]]:
+    """entries(), each with its manifest (None when unreadable)."""
+    found = []
+    for entry in entries(root, name, source_root):
+        try:
+            manifest = entry.read_manifest()
+        except CacheError:
+            manifest = None
+        found.append((entry, manifest))
+    return found
