@@ -17,7 +17,7 @@ import sys
 
 import jitops
 
-from . import building, reading, removing
+from . import building, reading, remote, removing
 from .output import EXIT_USAGE, UsageError, parse_age, parse_size
 
 
@@ -64,7 +64,9 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
         return p
 
     command("dir", reading.cmd_dir, "the cache root in use and why", package=False)
-    command("list", reading.cmd_list, "one row per cache entry, with its status").add_argument("ops", nargs="*", metavar="OP")
+    listing = command("list", reading.cmd_list, "one row per cache entry, with its status")
+    listing.add_argument("ops", nargs="*", metavar="OP")
+    listing.add_argument("--remote", action="store_true", help="the remote cache's entries (JITOPS_REMOTE_CACHE)")
     command("info", reading.cmd_info, "totals, the environment, the lock timeout")
     command(
         "stats", reading.cmd_stats, "builds, build seconds, cache and prebuilt loads per extension (as ccache -s)"
@@ -74,6 +76,9 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     clear.add_argument("ops", nargs="*", metavar="OP")
     clear.add_argument("--stale", action="store_true", help="only stale, corrupt and orphan entries")
     clear.add_argument("--all", action="store_true", help="every entry and leftover")
+    clear.add_argument(
+        "--signed-by", metavar="KEY", help="only entries fetched from the remote cache under this public key (ed25519:...)"
+    )
     clear.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask before --all on a terminal")
     prune = command(
@@ -87,6 +92,14 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     )
     prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    prune.add_argument(
+        "--remote", action="store_true", help="prune the remote cache instead (by push time; --older-than or --max-size)"
+    )
+    remote_cmd = command(
+        "remote", remote.cmd_remote, "the remote cache: status (server, hits, misses, bytes), push local entries, keygen"
+    )
+    remote_cmd.add_argument("action", choices=["status", "push", "keygen"])
+    remote_cmd.add_argument("ops", nargs="*", metavar="OP", help="push: only these ops; keygen: the private key's file")
     locks = command("locks", reading.cmd_locks, "lock files under torch's extension root, live or stale", package=False)
     locks.add_argument("--clear-stale", action="store_true", help="remove stale torch FileBaton locks")
     command("doctor", building.cmd_doctor, "environment report; exit 1 when an op cannot be had")

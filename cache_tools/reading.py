@@ -63,6 +63,10 @@ LIST_DROPPED_FIRST = [
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.remote:
+        from .remote import cmd_list_remote
+
+        return cmd_list_remote(args)
     root, rows = selected_rows(args.ops, args.package)
 
     def human():
@@ -255,7 +259,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     def human():
         print_table(
-            ["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "PREBUILT LOADS"],
+            ["EXTENSION", "OWNER", "BUILDS", "BUILD S", "FAILED", "CACHE LOADS", "REMOTE LOADS", "PREBUILT LOADS"],
             [
                 [
                     r["name"],
@@ -264,6 +268,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                     f"{r['build_seconds']:.1f}",
                     r["failed_builds"],
                     r["cache_loads"],
+                    r["remote_loads"],
                     r["prebuilt_loads"],
                 ]
                 for r in rows
@@ -273,6 +278,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{plural(int(totals['builds']), 'build', 'builds')} ({totals['build_seconds']:.1f} s), "
             f"{plural(int(totals['failed_builds']), 'failed build', 'failed builds')}, "
             f"{plural(int(totals['cache_loads']), 'cache load', 'cache loads')}, "
+            f"{plural(int(totals['remote_loads']), 'remote load', 'remote loads')}, "
             f"{plural(int(totals['prebuilt_loads']), 'prebuilt load', 'prebuilt loads')} since "
             f"{when(zeroed_at) if zeroed_at else 'the cache was made'}, in {root}"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -96,10 +97,12 @@ def entry_lock_taken(root: Path, row: inventory.Row):
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    if not (args.ops or args.stale or args.all or args.package):
-        raise UsageError("say what to clear: OP names, --package PKG, --stale or --all")
+    if not (args.ops or args.stale or args.all or args.package or args.signed_by):
+        raise UsageError("say what to clear: OP names, --package PKG, --stale, --signed-by KEY or --all")
     root, rows = selected_rows(args.ops, args.package)
-    if not (args.ops or args.package):  # stored objects and PCHs belong to no one extension
+    if args.signed_by:  # a key no longer trusted: what was fetched under it goes
+        rows = [r for r in rows if signed_by(r) == args.signed_by.strip()]
+    if not (args.ops or args.package or args.signed_by):  # stored objects and PCHs belong to no one extension
         rows += inventory.store_rows(root)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
@@ -121,6 +124,15 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return status
 
 
+def signed_by(row: inventory.Row) -> str | None:
+    """The public key the entry was fetched from the remote cache under (None: built here)."""
+    try:
+        manifest = json.loads((Path(row.path) / _layout.MANIFEST_NAME).read_text())
+        return manifest["remote"]["signed_by"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
     """Stale, corrupt and orphan entries first (superseded jitops.load builds among them), then the
     least recently used until the cache is within --max-size (default: the budget,
@@ -128,6 +140,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
     entry unused for that long."""
     import time
 
+    if args.remote:
+        from .remote import cmd_prune_remote
+
+        return cmd_prune_remote(args)
     root, rows = selected_rows([], args.package)
     rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]

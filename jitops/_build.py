@@ -34,12 +34,18 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     plans again)."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
-    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
+    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size(), _remote_tier()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:
         return library, list(manifest["components"].get("backends", [])), "prebuilt"
     _prebuilt.warn_refused_once(extension, refused)
+    # The remote tier next: a download is not a build (JITOPS_DISABLE_BUILD still takes it).
+    if (remote := _remote_tier()) is not None:
+        library, how = under_entry_lock(entry, "downloading", lambda: remote.fetch(planned))
+        if library is not None:
+            _budget.enforce_budget(entry.root)
+            return library, cuda.backends, "cache" if how == "cache" else "remote"
     if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
         library, backends = _prebuilt.prebuilt_or_error(
             extension,
@@ -66,8 +72,13 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     if toolkit_missing and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
         return *prebuilt, "prebuilt"
     try:
-        library, how = under_entry_lock(entry, "building", lambda: _build(planned))
-        if how == "built":  # after the key's lock is released: its older variants may go too
+        if remote is not None:  # one build per key in the fleet: another machine's may come meanwhile
+            fetched: list[bool] = []
+            library, how = under_entry_lock(entry, "building", lambda: _remote_or_built(remote, planned, fetched))
+            how = "remote" if fetched == [True] else how
+        else:
+            library, how = under_entry_lock(entry, "building", lambda: _build(planned))
+        if how in ("built", "remote"):  # after the key's lock is released: its older variants may go too
             _budget.enforce_budget(entry.root)
         return library, cuda.backends, how
     except _ninja.BuildInterrupted:
@@ -84,37 +95,36 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     return library, backends, "prebuilt"
 
 
+def _remote_tier():
+    """The remote cache (JITOPS_REMOTE_CACHE), or None. Imported only where one is set."""
+    if not os.environ.get("JITOPS_REMOTE_CACHE"):
+        return None
+    from . import _remote
+
+    return _remote.active()
+
+
+def _remote_or_built(remote, planned: PlannedEntry, fetched: list[bool]) -> Path:
+    """Under the key's lock: the library built here (and pushed), or fetched where another machine
+    built it meanwhile (fetched gets which)."""
+    library, how = remote.build_once(planned, lambda: _build(planned, remote))
+    fetched.append(how == "remote")
+    return library
+
+
 def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
-    """Publish an entry built elsewhere (jitops.distributed) as a local build would: its sha256
-    checked, a private staging folder, one atomic rename under the entry's lock. Returns the library."""
+    """Publish an entry built elsewhere (jitops.distributed) as a local build would, its sha256
+    checked, under the entry's lock. Returns the library."""
     if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
         raise BuildError(
             f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}"
         )
-    name = manifest.get("library")
-    if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
-        raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
     if _store.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
         raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
-
-    def write() -> Path:
-        staging = _entries.new_build_dir(entry)
-        try:
-            library = staging / name
-            with open(library, "wb") as file:
-                file.write(library_bytes)
-                file.flush()
-                os.fsync(file.fileno())
-            _entries.publish(entry, staging, {**manifest, "library_identity": _store.file_identity(library)})
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return entry.path / name
-
-    return under_entry_lock(entry, "receiving", write)[0]
+    return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, library_bytes))[0]
 
 
-def _build(planned: PlannedEntry) -> Path:
+def _build(planned: PlannedEntry, remote=None) -> Path:
     entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
     staging = _entries.new_build_dir(entry)
     published = False
@@ -130,7 +140,9 @@ def _build(planned: PlannedEntry) -> Path:
         _objects.remove_dead_stores(entry.root)
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
-            _objects.reuse(entry.root, unit, build_dir)
+            unit.portable_key = _objects.portable_key(unit, components, planned.source_hashes[unit.relative])
+            if not _objects.reuse(entry.root, unit, build_dir) and remote is not None:
+                _fetch_object(remote, entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
         pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored)
         library_file = f"{extension.library_name}.so"
@@ -198,6 +210,15 @@ def _build(planned: PlannedEntry) -> Path:
             build_seconds=round(seconds, 3),
             unit_seconds=unit_seconds,
             reused_units=[unit.relative for unit in units if unit.reused],
+            units=[
+                {
+                    "source": unit.relative,
+                    "object_key": unit.key,
+                    "object_variant": _objects.variant_of(unit.headers),
+                    "portable_key": unit.portable_key,
+                }
+                for unit in units
+            ],
         )
         _entries.publish(entry, staging, manifest)
         published = True
@@ -207,6 +228,17 @@ def _build(planned: PlannedEntry) -> Path:
     finally:
         if not published:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
+    """The unit's object from the remote cache, where it has one whose headers all hold here: kept
+    in the object store and reused, as a local one would be."""
+    found = remote.fetch_object(root, unit.portable_key)
+    if found is not None:
+        unit.headers, data = found
+        (build_dir / unit.object).write_bytes(data)
+        _objects.store(root, unit, build_dir)
+        unit.reused = True
 
 
 def _plan_pch(root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...]) -> list[dict]:

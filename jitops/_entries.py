@@ -132,7 +132,7 @@ class Entry:
             identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
-        self.checked_headers = self._check_headers(headers, save=touch)
+        self.checked_headers = self.check_headers(headers, save=touch)
         moved = identity != manifest.get("library_identity")
         if (full_hash or moved) and sha256_file(library) != manifest.get("library_sha256"):
             raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
@@ -147,7 +147,7 @@ class Entry:
         self.verified_identities = (identity, manifest_identity)
         return library
 
-    def _check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
+    def check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
         """Each header the build included (manifest "headers": name relative to the extension's
         root, or absolute -> sha256), with the identity it had when found unchanged. save=False
         records no hash (the CLI's inspection writes nothing)."""
@@ -213,7 +213,7 @@ def verified_or_discarded(entry: Entry, full_hash: bool = False, inspect: bool =
 
 def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
     """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
-    for builds and ahead-of-time wheels. headers: see Entry._check_headers."""
+    for builds and ahead-of-time wheels. headers: see Entry.check_headers."""
     return {
         "name": entry.name,
         "key": entry.key,
@@ -225,6 +225,27 @@ def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, 
         "headers": headers,
         **extra,
     }
+
+
+def publish_library(entry: Entry, manifest: dict, library_bytes: bytes) -> Path:
+    """Publish a library made elsewhere (another rank, the remote cache) as a local build would: a
+    private staging folder, the manifest (given without the library's sha256 and identity) last,
+    one atomic rename. Called under the key's lock. Returns the library."""
+    name = manifest.get("library")
+    if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
+        raise CacheError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
+    staging = new_build_dir(entry)
+    try:
+        library = staging / name
+        with open(library, "wb") as file:
+            file.write(library_bytes)
+            file.flush()
+            os.fsync(file.fileno())
+        publish(entry, staging, {**manifest, "library_sha256": sha256_file(library), "library_identity": file_identity(library)})
+    except BaseException:
+        remove_tree(staging)
+        raise
+    return entry.path / name
 
 
 def new_build_dir(entry: Entry) -> Path:

@@ -211,6 +211,23 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
     }
 
 
+# What identifies the machine's compilers rather than what they make: left out of the remote's key,
+# so that a pod with another compiler of the same ABI, or none, shares what a CI writer built.
+COMPILER_COMPONENTS = ("cxx", "nvcc", "environment_tools")
+COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
+
+
+def portable_components(components: dict) -> dict:
+    """The key components that decide whether a library runs on a machine, wherever it was built:
+    torch, Python and C++ ABI, CUDA version, sources and flags. Left out: the compilers, and the
+    archs (a record says which it has; a reader takes one that covers its GPUs). The C++ runtime
+    is linked by its file name."""
+    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}
+    portable["environment"] = {k: v for k, v in components.get("environment", {}).items() if k not in COMPILER_VARIABLES}
+    portable["ldflags"] = [os.path.basename(f) if os.path.isabs(f) else f for f in components.get("ldflags", [])]
+    return portable
+
+
 def _key_folders(extension: Extension) -> list[str]:
     """The folders whose contents decide which files the key reads: the sources', the include
     directories, every folder on PATH."""

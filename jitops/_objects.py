@@ -64,6 +64,43 @@ def unit_key(unit, components: dict, source_sha256: str) -> str:
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def portable_key(unit, components: dict, source_sha256: str) -> str:
+    """The remote's key of the object: unit_key without the compiler's identity (_key.
+    portable_components). It still holds the command line and the source's path, both absolute:
+    objects travel only between trees, torch installs and toolkits at the same paths."""
+    from ._key import portable_components
+
+    made_of = {"format": FORMAT, "toolchain": portable_components(toolchain(components))}
+    made_of |= {"command": unit.command, "source": unit.source, "source_sha256": source_sha256}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def variant_of(headers: dict) -> str:
+    """A stored object's variant: the headers it included, each with its sha256."""
+    return hashlib.sha256(json.dumps(headers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def headers_hold(root: Path, headers: dict) -> bool:
+    """Whether every header still has its recorded sha256 here."""
+    known = _store.known_file_hashes(root)
+    held = all(_sha256_or_none(known, path) == digest for path, digest in headers.items())
+    known.save()
+    return held
+
+
+def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
+    """The record and object of a stored variant, the object checked against its sha256; or None."""
+    folder = Path(_layout.objects_dir(root), key, variant)
+    try:
+        record = json.loads((folder / _layout.RECORD_NAME).read_text())
+        data = (folder / _layout.OBJECT_NAME).read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or _store.sha256_bytes(data) != record.get("object_sha256"):
+        return None
+    return record, data
+
+
 def reuse(root: Path, unit, build_dir: Path) -> bool:
     """Copy the unit's object into build_dir from the variant whose headers all still match, its
     sha256 checked on the copy; set unit.headers. False where there is none (or only corrupt ones,
@@ -146,7 +183,7 @@ def store(root: Path, unit, build_dir: Path) -> None:
     """Keep a compiled unit's object (unit.headers set, all settled). Atomic: a private staging
     folder renamed into place; a variant already there (another build of the same inputs) stays.
     A store that fails (a full disk, a read-only or unusable objects/) costs only a later compile."""
-    variant = hashlib.sha256(json.dumps(unit.headers, sort_keys=True).encode()).hexdigest()[:16]
+    variant = variant_of(unit.headers)
     objects = _store.usable_part(root, _layout.OBJECTS_DIR)
     target = objects / unit.key / variant if objects is not None else None
     if target is None or target.exists():

@@ -15,7 +15,7 @@ from ._entries import Entry
 from ._layout import LOCATIONS_NAME, STATS_LOCK_NAME, STATS_NAME
 from ._store import RecordFile, flocked
 
-STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads")
+STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads", "remote_loads")
 
 
 def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:

@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""The remote cache's commands (JITOPS_REMOTE_CACHE): remote status, push and keygen; list --remote
+and prune --remote."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from jitops import _entries, _layout, _signing
+from jitops._errors import CacheError
+
+from . import inventory
+from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
+from .selection import selected_rows
+
+
+def active_remote():
+    """The remote the settings name, or a usage error saying how to name one."""
+    from jitops import _remote
+
+    try:
+        remote = _remote.active()
+    except CacheError as err:
+        raise UsageError(str(err).removeprefix("jitops: ")) from None
+    if remote is None:
+        raise UsageError("no remote cache is set: JITOPS_REMOTE_CACHE=redis://host:6379/0 or file:///shared/folder")
+    return remote
+
+
+def cmd_remote(args: argparse.Namespace) -> int:
+    if args.action == "keygen":
+        return keygen(args)
+    remote = active_remote()
+    try:
+        if args.action == "status":
+            return status(args, remote)
+        return push(args, remote)
+    except Exception as err:  # the server's own failure, as one line
+        print(f"jitops-cache remote {args.action}: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
+        return EXIT_PROBLEM
+
+
+def keygen(args: argparse.Namespace) -> int:
+    if len(args.ops) != 1:
+        raise UsageError("remote keygen needs one argument: the file to write the private key to")
+    path = args.ops[0]
+    try:
+        public = _signing.keygen(Path(path))
+    except FileExistsError:
+        raise UsageError(f"{path} exists: a key is never overwritten") from None
+    except CacheError as err:
+        raise UsageError(str(err).removeprefix("jitops: ")) from None
+
+    def human():
+        print(f"private key: {path} (mode 0600): JITOPS_REMOTE_SIGNING_KEY={path} on the machines that push")
+        print(f"public key:  {public}")
+        print(f"readers: JITOPS_REMOTE_TRUSTED_KEYS={public}")
+
+    emit(args, {"private_key": path, "public_key": public}, human)
+    return EXIT_OK
+
+
+def status(args: argparse.Namespace, remote) -> int:
+    entries = remote.records("entries")
+    data = {
+        "server": remote.backend.describe(),
+        "mode": remote.mode,
+        "trust": "server" if remote.trust_server else f"{len(remote.trusted)} trusted key(s)",
+        "signing_key": remote.signer.public if remote.signer else None,
+        "entries": len(entries),
+        "untrusted_entries": sum(1 for r in entries if not r["trusted"]),
+        "bytes": remote.backend.size(),
+        **remote.counters(),
+    }
+
+    def human():
+        for name in ("server", "mode", "trust", "signing_key"):
+            print(f"{name + ':':13}{data[name] or '-'}")
+        print(f"{'entries:':13}{data['entries']} ({data['untrusted_entries']} not signed by a trusted key)")
+        print(f"{'size:':13}{human_size(data['bytes']) if data['bytes'] is not None else 'unknown'}")
+        print(
+            f"{'traffic:':13}{plural(data['hits'], 'hit', 'hits')}, {plural(data['misses'], 'miss', 'misses')}, "
+            f"{plural(data['object_hits'], 'object hit', 'object hits')}, {plural(data['pushes'], 'push', 'pushes')}; "
+            f"{human_size(data['bytes_down'])} down, {human_size(data['bytes_up'])} up"
+        )
+
+    emit(args, data, human)
+    return EXIT_OK
+
+
+def push(args: argparse.Namespace, remote) -> int:
+    """Seed the remote with the local entries built here (not those fetched from it)."""
+    if remote.read_only:
+        raise UsageError("JITOPS_REMOTE_MODE is read-only: nothing is pushed")
+    root, rows = selected_rows(args.ops, args.package)
+    pushed, skipped = [], 0
+    for row in rows:
+        parsed = _layout.parse_entry_name(Path(row.path).name)
+        # A stale entry (its headers changed here, or its extension is not declared here) is still a
+        # sound build of what its record names; push() checks its library against its sha256.
+        if row.kind != "entry" or not parsed or row.status not in (inventory.OK, inventory.STALE):
+            continue
+        name, key, variant = parsed
+        entry = _entries.Entry(root, name, key, variant=variant)
+        if remote.push(entry):
+            pushed.append(row.path)
+        else:
+            skipped += 1
+    if remote.disabled:
+        print(f"jitops-cache remote push: {remote.disabled}")
+        return EXIT_PROBLEM
+
+    def human():
+        for path in pushed:
+            print(f"pushed {path}")
+        print(
+            f"pushed {plural(len(pushed), 'entry', 'entries')} to {remote.backend.describe()}; {skipped} there already or fetched from it"
+        )
+
+    emit(args, {"pushed": pushed, "skipped": skipped}, human)
+    return EXIT_OK
+
+
+def rows(remote) -> list[dict]:
+    """One row per remote entry record."""
+    found = []
+    for record in remote.records("entries"):
+        body = record["body"] or {}
+        found.append(
+            {
+                "record": record["record"],
+                "name": body.get("name"),
+                "size": body.get("size", 0),
+                "archs": body.get("cuda_arch_list"),
+                "signed_by": record["signed_by"],
+                "trusted": record["trusted"],
+                "built_by": (body.get("built_by") or {}).get("cxx"),
+                "pushed_at": body.get("pushed_at"),
+            }
+        )
+    return found
+
+
+def cmd_list_remote(args: argparse.Namespace) -> int:
+    remote = active_remote()
+    try:
+        found = [r for r in rows(remote) if not args.ops or (r["name"] or "").split(".")[-1] in args.ops or r["name"] in args.ops]
+    except Exception as err:
+        print(f"jitops-cache list --remote: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
+        return EXIT_PROBLEM
+
+    def human():
+        print_table(
+            ["EXTENSION", "SIZE", "ARCHS", "SIGNED", "PUSHED", "RECORD"],
+            [
+                [
+                    r["name"] or "(malformed)",
+                    human_size(r["size"] or 0),
+                    r["archs"] or "-",
+                    ("trusted" if r["trusted"] else "UNTRUSTED") if r["signed_by"] else "unsigned",
+                    when(r["pushed_at"]),
+                    r["record"],
+                ]
+                for r in found
+            ],
+        )
+        print(f"{plural(len(found), 'entry', 'entries')} on {remote.backend.describe()}")
+
+    emit(args, {"server": remote.backend.describe(), "entries": found}, human)
+    return EXIT_OK
+
+
+def cmd_prune_remote(args: argparse.Namespace) -> int:
+    """Remove remote entries pushed before --older-than, then the oldest until --max-size holds, then
+    the blobs no record names. Untrusted and malformed records go first."""
+    if args.older_than is None and args.max_size is None:
+        raise UsageError("prune --remote needs --older-than AGE or --max-size SIZE")
+    remote = active_remote()
+    try:
+        found = sorted(rows(remote), key=lambda r: (r["trusted"], r["pushed_at"] or 0))
+        doomed = [r for r in found if not r["name"]]
+        if args.older_than is not None:
+            doomed += [r for r in found if r not in doomed and (r["pushed_at"] or 0) < time.time() - args.older_than]
+        if args.max_size is not None:
+            total = sum(r["size"] or 0 for r in found if r not in doomed)
+            for r in found:
+                if total <= args.max_size:
+                    break
+                if r not in doomed:
+                    doomed.append(r)
+                    total -= r["size"] or 0
+        freed = 0 if args.dry_run else remote.remove([r["record"] for r in doomed])
+    except Exception as err:
+        print(f"jitops-cache prune --remote: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
+        return EXIT_PROBLEM
+
+    def human():
+        verb = "would remove" if args.dry_run else "removed"
+        for r in doomed:
+            print(f"{verb} {r['name']} ({human_size(r['size'] or 0)})  {r['record']}")
+        print(
+            f"{verb} {plural(len(doomed), 'entry', 'entries')} from {remote.backend.describe()}"
+            + ("" if args.dry_run else f"; {human_size(freed)} of blobs freed")
+        )
+
+    emit(args, {"dry_run": args.dry_run, "removed": [r["record"] for r in doomed], "bytes_freed": freed}, human)
+    return EXIT_OK

@@ -1,0 +1,448 @@
+# SPDX-License-Identifier: MIT
+"""The remote tier behind the store (JITOPS_REMOTE_CACHE; docs/cache.md, "Remote cache"): a local
+miss asks it before building, and a local build is pushed to it, so a fresh machine loads what any
+machine of the fleet built. Imported only on a local miss.
+
+Its layout (a backend stores bytes by name, _remote_backends):
+  blobs/<sha256>                  a library or a compiled unit's object
+  entries/<lookup key>/<variant>  a signed record: a library, what it was built from and for
+  objects/<unit key>/<variant>    a signed record: one unit's object and the headers it included
+  leases/<lookup key>             held by the one machine building that key
+  stats/<counter>                 hits, misses, bytes
+Blobs go first and the record last, so a half-uploaded entry is never visible.
+
+The lookup key holds what decides whether a library runs here (_key.portable_components): torch,
+Python and C++ ABI, CUDA version, sources and flags; not the compiler (a pod without one still
+hits). The archs, the glibc a library needs and the headers it included are checked per record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from . import _entries, _prebuilt, _signing, _store
+from ._errors import CacheError, warn
+from ._key import PlannedEntry, portable_components
+from ._remote_backends import Backend, open_backend
+
+FORMAT = 1  # of the records and the lookup key: bump when their meaning changes
+DEFAULT_TIMEOUT_S = 5.0
+LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
+POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
+MODES = ("read-write", "read-only")
+COUNTERS = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")  # stats/<name> on the server
+
+
+def lookup_key(components: dict) -> str:
+    """The remote's key of a build: sha256 of its portable components."""
+    made_of = {"format": FORMAT, **portable_components(components)}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def record_variant(arch_list: str | None, headers: dict) -> str:
+    """A record's name under its key: the archs and the headers it was built with."""
+    made_of = {"cuda_arch_list": arch_list, "headers": headers}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def glibc_needed(library: bytes) -> str | None:
+    """The newest glibc symbol version a library needs ("2.34"), or None."""
+    versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", library)}
+    return ".".join(map(str, max(versions))) if versions else None
+
+
+def glibc_here() -> str | None:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.36"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
+
+
+class Fault(Exception):
+    """The remote failed (it is disabled now): the caller goes on without it."""
+
+
+class Remote:
+    """The remote of this process's settings, its trust, and what it did (for `remote status`)."""
+
+    def __init__(self, environ: dict):
+        self.setting = environ["JITOPS_REMOTE_CACHE"]
+        self.mode = environ.get("JITOPS_REMOTE_MODE", "read-write") or "read-write"
+        if self.mode not in MODES:
+            raise CacheError(f"jitops: JITOPS_REMOTE_MODE={self.mode!r}: use {' or '.join(MODES)}")
+        from ._lock import seconds_from_env
+
+        self.timeout = seconds_from_env("JITOPS_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_S)
+        trust = environ.get("JITOPS_REMOTE_TRUST", "keys") or "keys"
+        if trust not in ("keys", "server"):
+            raise CacheError(f"jitops: JITOPS_REMOTE_TRUST={trust!r}: use keys (the default) or server")
+        self.trust_server = trust == "server"
+        self.trusted = _signing.trusted_keys(environ.get("JITOPS_REMOTE_TRUSTED_KEYS", ""))
+        signing_key = environ.get("JITOPS_REMOTE_SIGNING_KEY", "")
+        self.signer = _signing.Signer(signing_key) if signing_key and self.mode == "read-write" else None
+        self.backend: Backend = open_backend(self.setting, self.timeout)
+        self.disabled = ""  # why, once a call failed
+        self.warned: set[str] = set()
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode == "read-only"
+
+    def call(self, doing: str, method, *args):
+        """backend.method(*args); any failure disables the remote for the process, with one warning."""
+        if self.disabled:
+            raise Fault(self.disabled)
+        try:
+            return method(*args)
+        except Exception as err:  # a third party's backend may raise anything: never a failed load
+            self.disabled = f"{doing} {self.backend.describe()} failed ({type(err).__name__}: {err})"
+            warn(f"the remote cache is off for this process: {self.disabled}; building locally")
+            raise Fault(self.disabled) from None
+
+    def warn_once(self, message: str) -> None:
+        if message not in self.warned:
+            self.warned.add(message)
+            warn(message)
+
+    def count(self, **amounts: int) -> None:
+        if self.read_only:
+            return
+        with contextlib.suppress(Fault):
+            for name, amount in amounts.items():
+                self.call("counting on", self.backend.add, f"stats/{name}", amount)
+
+    # Records: a body (canonical JSON) and its signature
+    def seal(self, body: dict) -> bytes:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        signature = self.signer.sign(text.encode()) if self.signer else None
+        return json.dumps({"body": text, "signature": signature, "key": self.signer.public if self.signer else None}).encode()
+
+    def inspect(self, data: bytes) -> tuple[dict, str | None, bool]:
+        """A record's body, its signer's public key (None: unsigned) and whether that signature
+        verifies under a trusted key. Raises ValueError where it is malformed."""
+        try:
+            envelope = json.loads(data)
+            text, signature, public = envelope["body"], envelope.get("signature"), envelope.get("key")
+            body = json.loads(text)
+        except (TypeError, KeyError) as err:
+            raise ValueError(f"no {err}") from None
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+        signed = isinstance(signature, str) and isinstance(public, str)
+        return body, public if signed else None, signed and _signing.verified(text.encode(), signature, public, self.trusted)
+
+    def opened(self, data: bytes | None, name: str, kind: str, key: str) -> dict | None:
+        """The body of the record `name` where it is well formed, of this kind and key, and signed
+        by a trusted key (or JITOPS_REMOTE_TRUST=server); else None, with one warning."""
+        if data is None:
+            return None
+        try:
+            body, signer, trusted = self.inspect(data)
+        except ValueError as err:
+            self.warn_once(f"ignoring the malformed remote record {name} ({err}): not loaded")
+            return None
+        if not (trusted or self.trust_server):
+            why = f"its signature does not verify under a trusted key ({signer})" if signer else "it is not signed"
+            self.warn_once(
+                f"ignoring the remote record {name}: {why}; not loaded. Trust its writer's public key in "
+                "JITOPS_REMOTE_TRUSTED_KEYS (or the server itself: JITOPS_REMOTE_TRUST=server)"
+            )
+            return None
+        if body.get("format") != FORMAT or body.get("kind") != kind or body.get("key") != key:
+            self.warn_once(f"ignoring the remote record {name}: it is for another {kind} or format; not loaded")
+            return None
+        return {**body, "signed_by": signer if trusted else None}
+
+    # The CLI's: listing, pruning, status (raise where the remote fails)
+    def records(self, kind: str = "entries") -> list[dict]:
+        """Every record of a kind ("entries", "objects"): its name, body (None: malformed), signer,
+        whether that is trusted, and its size."""
+        found = []
+        for key in self.backend.list(kind):
+            for variant in self.backend.list(f"{kind}/{key}"):
+                name = f"{kind}/{key}/{variant}"
+                data = self.backend.get(name)
+                if data is None:
+                    continue
+                try:
+                    body, signer, trusted = self.inspect(data)
+                except ValueError:
+                    body, signer, trusted = None, None, False
+                found.append({"record": name, "body": body, "signed_by": signer, "trusted": trusted})
+        return found
+
+    def remove(self, records: list[str]) -> int:
+        """Remove records, then every blob no remaining record names; returns the blobs' bytes freed.
+        (A writer pushing meanwhile may lose a blob: its record is then a miss, never a wrong load.)"""
+        for name in records:
+            self.backend.delete(name)
+        named = {
+            r["body"].get("library_sha256") or r["body"].get("object_sha256")
+            for kind in ("entries", "objects")
+            for r in self.records(kind)
+            if r["body"]
+        }
+        freed = 0
+        for digest in self.backend.list("blobs"):
+            if digest not in named:
+                freed += len(self.backend.get(f"blobs/{digest}") or b"")
+                self.backend.delete(f"blobs/{digest}")
+        return freed
+
+    def counters(self) -> dict:
+        return {name: self.backend.counter(f"stats/{name}") for name in COUNTERS}
+
+    def blob(self, digest: str, record: str) -> bytes | None:
+        """The blob of sha256 `digest`, checked; None (one warning) where it is missing or differs."""
+        data = self.call("downloading from", self.backend.get, f"blobs/{digest}")
+        if data is None or _store.sha256_bytes(data) != digest:
+            why = "missing" if data is None else "does not match its sha256"
+            self.warn_once(f"ignoring the remote record {record}: its blob {digest[:16]} {why}; not loaded")
+            return None
+        return data
+
+    def put_blob(self, data: bytes) -> str:
+        digest = _store.sha256_bytes(data)
+        self.call("uploading to", self.backend.put, f"blobs/{digest}", data, True)
+        return digest
+
+    # Libraries
+    def fetch(self, planned: PlannedEntry, count: bool = True) -> Path | None:
+        """The entry of this build from the remote, verified and published in the local store (under
+        the key's lock), or None. count=False: a miss is not counted (a machine waiting for a build)."""
+        components, entry = planned.components, planned.entry
+        key = lookup_key(components)
+        refused = []
+        try:
+            for variant in self.call("looking up in", self.backend.list, f"entries/{key}"):
+                name = f"entries/{key}/{variant}"
+                body = self.opened(self.call("downloading from", self.backend.get, name), name, "entry", key)
+                if body is None:
+                    continue
+                if why := unfit(body, planned):
+                    refused.append(why)
+                    continue
+                data = self.blob(body["library_sha256"], name)
+                if data is None:
+                    continue
+                library = _entries.publish_library(entry, local_manifest(self, planned, body, variant), data)
+                self.count(hits=1, bytes_down=len(data))
+                return library
+        except Fault:
+            return None
+        if refused:
+            self.warn_once(f"the remote cache has {entry.name} only for another machine: " + "; ".join(refused))
+        if count:
+            self.count(misses=1)
+        return None
+
+    def push(self, entry: _entries.Entry) -> bool:
+        """Upload a local entry (built here, not fetched): its objects, its library, then its record.
+        False where it was not pushed (read-only, off, or the remote has it)."""
+        if self.read_only or self.disabled:
+            return False
+        manifest = entry.read_manifest()
+        library = entry.path / manifest["library"] if manifest else None
+        if manifest is None or "remote" in manifest or library is None:
+            return False
+        components = manifest.get("components", {})
+        key = lookup_key(components)
+        variant = record_variant(components.get("cuda_arch_list"), manifest.get("headers", {}))
+        name = f"entries/{key}/{variant}"
+        try:
+            if self.call("looking up in", self.backend.get, name) is not None:
+                return False  # another writer's (harmless: the same inputs)
+            for unit in manifest.get("units", []):
+                self.push_object(entry.root, unit)
+            data = library.read_bytes()
+            if _store.sha256_bytes(data) != manifest.get("library_sha256"):
+                return False  # changed on disk: not ours to spread
+            body = {
+                "format": FORMAT,
+                "kind": "entry",
+                "key": key,
+                "name": entry.name,
+                "library": manifest["library"],
+                "library_sha256": self.put_blob(data),
+                "size": len(data),
+                "headers": manifest.get("headers", {}),
+                "cuda_arch_list": components.get("cuda_arch_list"),
+                "backends": components.get("backends"),
+                "glibc": glibc_needed(data),
+                "built_by": {"cxx": components.get("cxx"), "nvcc": components.get("nvcc"), "host": socket.gethostname()},
+                "built_at": manifest.get("built_at"),
+                "pushed_at": time.time(),
+            }
+            stored = self.call("uploading to", self.backend.put, name, self.seal(body), True)
+            if stored:
+                self.count(pushes=1, bytes_up=len(data))
+            return bool(stored)
+        except Fault:
+            return False
+
+    # Objects (only between trees at the same paths: an object's key holds its command line)
+    def push_object(self, root: Path, unit: dict) -> None:
+        from . import _objects
+
+        found = _objects.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
+        if found is None:
+            return
+        record, data = found
+        name = f"objects/{unit['portable_key']}/{unit['object_variant']}"
+        if self.call("looking up in", self.backend.get, name) is not None:
+            return
+        body = {
+            "format": FORMAT,
+            "kind": "object",
+            "key": unit["portable_key"],
+            "source": unit.get("source"),
+            "headers": record["headers"],
+            "object_sha256": self.put_blob(data),
+            "size": len(data),
+            "pushed_at": time.time(),
+        }
+        self.call("uploading to", self.backend.put, name, self.seal(body), True)
+
+    def fetch_object(self, root: Path, portable_key: str) -> tuple[dict, bytes] | None:
+        """A unit's object whose headers all still hold here, and its headers; or None."""
+        from . import _objects
+
+        try:
+            for variant in self.call("looking up in", self.backend.list, f"objects/{portable_key}"):
+                name = f"objects/{portable_key}/{variant}"
+                body = self.opened(self.call("downloading from", self.backend.get, name), name, "object", portable_key)
+                if body is None or not isinstance(body.get("headers"), dict) or not _objects.headers_hold(root, body["headers"]):
+                    continue
+                data = self.blob(body.get("object_sha256", ""), name)
+                if data is not None:
+                    self.count(object_hits=1, bytes_down=len(data))
+                    return body["headers"], data
+        except Fault:
+            pass
+        return None
+
+    # One build per key across machines
+    def build_once(self, planned: PlannedEntry, build) -> tuple[Path, str]:
+        """(library, "built") from build() while holding the key's lease, pushed before the lease
+        goes; or (library, "remote") where another machine built and pushed it meanwhile. Waits no
+        longer than JITOPS_BUILD_TIMEOUT; a lease whose holder died expires in LEASE_S."""
+        from ._lock import build_timeout
+
+        if self.read_only or self.disabled:
+            return build(), "built"
+        lease, owner = f"leases/{lookup_key(planned.components)}", f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        deadline = time.monotonic() + build_timeout()
+        try:
+            while not self.call("taking a lease on", self.backend.lease, lease, owner, LEASE_S):
+                time.sleep(POLL_S)
+                if (library := self.fetch(planned, count=False)) is not None:
+                    return library, "remote"
+                if time.monotonic() > deadline:
+                    self.warn_once(
+                        f"waited {build_timeout():g} s for another machine's build of {planned.entry.name}; building it here"
+                    )
+                    return self._build_and_push(planned, build), "built"
+        except Fault:
+            return build(), "built"
+        # Its holder may have pushed and let go between this machine's miss and its lease.
+        if (library := self.fetch(planned, count=False)) is not None:
+            with contextlib.suppress(Fault):
+                self.call("releasing a lease on", self.backend.release, lease, owner)
+            return library, "remote"
+        stop = threading.Event()
+        keeper = threading.Thread(target=self._keep, args=(lease, owner, stop), daemon=True)
+        keeper.start()
+        try:
+            return self._build_and_push(planned, build), "built"
+        finally:
+            stop.set()
+            keeper.join()
+            with contextlib.suppress(Fault):
+                self.call("releasing a lease on", self.backend.release, lease, owner)
+
+    def _build_and_push(self, planned: PlannedEntry, build) -> Path:
+        library = build()
+        self.push(planned.entry)
+        return library
+
+    def _keep(self, lease: str, owner: str, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_S / 3):
+            with contextlib.suppress(Fault):
+                self.call("renewing a lease on", self.backend.lease, lease, owner, LEASE_S)
+
+
+def unfit(body: dict, planned: PlannedEntry) -> str:
+    """Why a remote entry's library cannot run here ('' where it can): the glibc it needs, the GPUs
+    it has no code for, a header that differs here."""
+    needed, here = body.get("glibc"), glibc_here()
+    if needed and here and _version(needed) > _version(here):
+        return f"built against glibc {needed}, newer than this machine's {here}"
+    if "cuda" in (body.get("backends") or []):
+        wanted = _prebuilt.visible_capabilities() or [
+            tuple(map(int, arch[:3].split("."))) for arch in (planned.cuda.arch_list or "").replace(";", " ").split()
+        ]
+        if missing := _prebuilt.missing_archs(body.get("cuda_arch_list"), wanted):
+            return f"built for {body.get('cuda_arch_list')}, without code for compute capability {', '.join(missing)}"
+    if not isinstance(body.get("headers"), dict) or not isinstance(body.get("library"), str):
+        return "a record without its header list"
+    probe = _entries.Entry(planned.entry.root, planned.entry.name, planned.entry.key, planned.extension.root)
+    try:
+        probe.check_headers(body["headers"], save=True)
+    except _entries.StaleEntry as err:
+        return f"built from other headers ({err})"
+    return ""
+
+
+def local_manifest(remote: Remote, planned: PlannedEntry, body: dict, variant: str) -> dict:
+    """The local manifest of a fetched entry: this machine's key and components (with the archs the
+    library has), and where it came from (`jitops-cache clear --signed-by` reads signed_by)."""
+    return {
+        "name": planned.entry.name,
+        "key": planned.entry.key,
+        "components": {**planned.components, "cuda_arch_list": body.get("cuda_arch_list")},
+        "library": body["library"],
+        "headers": body["headers"],
+        "built_at": body.get("built_at"),
+        "remote": {
+            "server": remote.backend.describe(),
+            "key": body["key"],
+            "variant": variant,
+            "signed_by": body.get("signed_by"),
+            "built_by": body.get("built_by"),
+            "fetched_at": time.time(),
+        },
+    }
+
+
+_active: tuple[tuple, Remote | None] | None = None
+SETTINGS = (
+    "JITOPS_REMOTE_CACHE",
+    "JITOPS_REMOTE_MODE",
+    "JITOPS_REMOTE_TIMEOUT",
+    "JITOPS_REMOTE_TRUST",
+    "JITOPS_REMOTE_TRUSTED_KEYS",
+    "JITOPS_REMOTE_SIGNING_KEY",
+)
+
+
+def active() -> Remote | None:
+    """The remote this process's settings name (one per settings, kept with its failures), or None.
+    A bad setting raises CacheError naming it."""
+    global _active
+    values = tuple(os.environ.get(name, "") for name in SETTINGS)
+    if _active is None or _active[0] != values:
+        _active = (values, Remote(dict(zip(SETTINGS, values))) if values[0] else None)
+    return _active[1]

@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+"""The remote cache's backend interface, for a backend of one's own (an S3 bucket, an HTTP store):
+subclass Backend, implement its five methods, and set JITOPS_REMOTE_CACHE=module:Class
+(docs/cache.md, "Remote cache")."""
+
+from ._remote_backends import Backend, FolderBackend, RedisBackend
+
+__all__ = ["Backend", "FolderBackend", "RedisBackend"]

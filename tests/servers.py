@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: MIT
+"""Real servers for the remote cache's tests and benchmark: Debian's redis-server on a free port
+under a folder of its own, stopped by its PID; and a TCP proxy in front of it that adds latency,
+caps the rate, or cuts every connection at a chosen moment (mid-download, mid-upload)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+
+def redis_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RedisServer:
+    """redis-server on 127.0.0.1:port, its data in folder, without persistence (a restart empties it)."""
+
+    def __init__(self, folder: Path, port: int | None = None, *extra: str):
+        self.folder, self.port, self.extra = folder, port or free_port(), extra
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--dir", str(self.folder), *self.extra]
+        self.process = subprocess.Popen(args, stdout=open(self.folder / "redis.log", "ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not self.answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start: {(self.folder / 'redis.log').read_text()[-2000:]}")
+            time.sleep(0.02)
+
+    def answers(self) -> bool:
+        try:
+            return self.command("PING") == b"+PONG"
+        except OSError:
+            return False
+
+    def command(self, *words: str) -> bytes:
+        """One command in Redis' protocol; its reply's first line."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
+            encoded = [word.encode() for word in words]
+            conn.sendall(b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded))
+            return conn.recv(1 << 16).split(b"\r\n")[0]
+
+    def stop(self, sig: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class Proxy:
+    """127.0.0.1:port forwarding to target_port. delay_s: added before each reply chunk (a request's
+    round trip); rate: bytes per second each way (0: unlimited). watch: bytes whose appearance in
+    the client's traffic sets `seen` and holds that connection's traffic until `release` or `cut`."""
+
+    def __init__(self, target_port: int, delay_s: float = 0.0, rate: float = 0.0, watch: bytes = b""):
+        self.target_port, self.delay_s, self.rate, self.watch = target_port, delay_s, rate, watch
+        self.seen, self.release_event, self.cut_event = threading.Event(), threading.Event(), threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            self.connections += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        try:
+            while chunk := source.recv(1 << 16):
+                if from_client and self.watch and self.watch in chunk:
+                    self.seen.set()
+                    while not (self.release_event.is_set() or self.cut_event.is_set()):
+                        time.sleep(0.01)
+                if self.cut_event.is_set():
+                    break
+                if not from_client and self.delay_s:
+                    time.sleep(self.delay_s)
+                for start in range(0, len(chunk), 1 << 14):
+                    piece = chunk[start : start + (1 << 14)]
+                    if self.rate:
+                        time.sleep(len(piece) / self.rate)
+                    sink.sendall(piece)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """Drop every connection now, as a server that died would."""
+        self.cut_event.set()
+        for conn in self.connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()

@@ -1,0 +1,416 @@
+# SPDX-License-Identifier: MIT
+"""The remote tier (jitops/_remote.py) against a real redis-server on a free port, and a shared
+folder (file://): a fresh machine (a cache root of its own) loads what another built; signatures
+refuse every tampered part; machines that cannot run a library never share its entry; every
+server fault leaves a load that builds locally and a cache `verify` finds sound; 8 machines that
+miss one key together build it once. Real builds of tiny_ext, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import children
+import pytest
+from servers import Proxy, RedisServer, redis_binary
+from test_loader import TIMEOUT_S, TINY_SOURCES, finish, load_tiny, slow_compiler, start_tiny, tiny_env
+
+pytest.importorskip("cryptography", reason="the remote extra (pip install 'jitops[remote]')")
+pytest.importorskip("redis", reason="the remote extra (pip install 'jitops[remote]')")
+
+if redis_binary() is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must run the remote cache's tests: install redis-server (apt-get install redis-server)")
+    pytestmark = pytest.mark.skip(reason="no redis-server on PATH (Debian: apt-get install redis-server)")
+
+
+@pytest.fixture
+def server(tmp_path):
+    started = RedisServer(tmp_path / "redis")
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict:
+    """Two signing keys made by the CLI: the writer's, and another nobody trusts."""
+    folder = tmp_path_factory.mktemp("keys")
+    made = {}
+    for name in ("writer", "stranger"):
+        out = cli(folder / "unused", "remote", "keygen", str(folder / name), "--json")
+        assert out.returncode == 0, out.stderr
+        made[name] = (str(folder / name), json.loads(out.stdout)["public_key"])
+    assert (os.stat(folder / "writer").st_mode & 0o777) == 0o600
+    return made
+
+
+def remote_env(url: str, keys: dict, writer: bool = True, **extra: str) -> dict:
+    env = {"JITOPS_REMOTE_CACHE": url, "JITOPS_REMOTE_TRUSTED_KEYS": keys["writer"][1]}
+    if writer:
+        env["JITOPS_REMOTE_SIGNING_KEY"] = keys["writer"][0]
+    return {**env, **extra}
+
+
+def cli(cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return children.run(
+        [sys.executable, "-m", "jitops", *args], env=tiny_env(cache, **env), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def verify_sound(cache: Path) -> None:
+    """The local cache after a fault: every entry re-hashes against its manifest."""
+    out = cli(cache, "verify", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["problems"] == 0, out.stdout
+
+
+def copy_tree(tmp_path: Path, name: str = "src") -> Path:
+    copy = tmp_path / name
+    shutil.copytree(TINY_SOURCES, copy)
+    return copy
+
+
+def test_a_fresh_root_loads_what_another_machine_built_without_compiling(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    built = load_tiny(tmp_path / "a", sources, **remote_env(server.url, keys))
+    assert built["how"] == "built"
+    fetched = load_tiny(tmp_path / "b", sources, **remote_env(server.url, keys, writer=False))
+    assert (fetched["how"], fetched["value"]) == ("remote", built["value"]), fetched["stderr"]
+    assert not [s for s in fetched["spawned"] if "ninja" in s], fetched["spawned"]  # (a compiler's --version probe at most)
+    assert "warn" not in fetched["stderr"].lower(), fetched["stderr"]
+    warm = load_tiny(tmp_path / "b", sources, **remote_env(server.url, keys, writer=False))
+    assert warm["how"] in ("cache", "warm"), warm
+    verify_sound(tmp_path / "b")
+    # The fetched entry names where it came from; clear --signed-by removes it, and only it.
+    manifest = json.loads(next((tmp_path / "b").glob("jitops_test.tiny-*/manifest.json")).read_text())
+    assert manifest["remote"]["signed_by"] == keys["writer"][1]
+    assert cli(tmp_path / "a", "clear", "--signed-by", keys["writer"][1]).returncode == 0
+    assert list((tmp_path / "a").glob("jitops_test.tiny-*/manifest.json")), "a's own build was removed"
+    assert cli(tmp_path / "b", "clear", "--signed-by", keys["writer"][1]).returncode == 0
+    assert not list((tmp_path / "b").glob("jitops_test.tiny-*/manifest.json"))
+
+
+def test_the_folder_tier_shares_between_two_roots_and_disable_build_still_downloads(tmp_path, keys):
+    shared, sources = tmp_path / "shared", copy_tree(tmp_path)
+    shared.mkdir()
+    url = f"file://{shared}"
+    assert load_tiny(tmp_path / "a", sources, **remote_env(url, keys))["how"] == "built"
+    fetched = load_tiny(tmp_path / "b", sources, JITOPS_DISABLE_BUILD="1", **remote_env(url, keys, writer=False))
+    assert fetched["how"] == "remote", fetched["stderr"]
+    assert list((shared / "entries").iterdir()) and not list(shared.rglob(".tmp-*"))
+
+
+def test_an_extension_edited_in_one_unit_downloads_the_other_objects_and_compiles_one(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "a", sources, **remote_env(server.url, keys))["how"] == "built"
+    second = sources / "kernels" / "cpu" / "tiny_second.cpp"
+    second.write_text(second.read_text() + "\n// edited\n")
+    edited = load_tiny(tmp_path / "b", sources, **remote_env(server.url, keys))
+    assert edited["how"] == "built"
+    assert "compiled 1 of 3 units" in edited["stderr"], edited["stderr"]
+
+
+def test_untrusted_unsigned_and_tampered_entries_are_never_loaded(tmp_path, server, keys):
+    """Each tampering is a miss with one warning: the reader builds its own library."""
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "writer", sources, **remote_env(server.url, keys))["how"] == "built"
+    import redis
+
+    client = redis.Redis(port=server.port)
+    (record,) = [k for k in client.keys("jitops:entries/*") if not k.startswith(b"jitops:ls:")]
+    original = client.get(record)
+    envelope = json.loads(original)
+    body = json.loads(envelope["body"])
+    blob = f"jitops:blobs/{body['library_sha256']}".encode()
+    library = client.get(blob)
+
+    def reader(name: str, **extra: str) -> dict:
+        return load_tiny(tmp_path / name, sources, **remote_env(server.url, keys, writer=False, **extra))
+
+    # An untrusted reader: the writer's key is not in its list.
+    untrusted = reader("stranger", JITOPS_REMOTE_TRUSTED_KEYS=keys["stranger"][1])
+    assert untrusted["how"] == "built" and "does not verify under a trusted key" in untrusted["stderr"]
+    tampered = {
+        "blob": lambda: client.set(blob, library[:-1] + bytes([library[-1] ^ 1])),
+        "signature": lambda: client.set(record, json.dumps({**envelope, "signature": envelope["signature"][::-1]})),
+        "manifest": lambda: client.set(record, json.dumps({**envelope, "body": envelope["body"].replace('"size":', '"size":1')})),
+        "key": lambda: client.set(record, json.dumps({**envelope, "key": keys["stranger"][1]})),
+        "unsigned": lambda: client.set(record, json.dumps({**envelope, "signature": None, "key": None})),
+    }
+    for part, tamper in tampered.items():
+        tamper()
+        result = reader(f"reader-{part}")
+        assert result["how"] == "built", (part, result["stderr"])
+        assert result["stderr"].count("RuntimeWarning") == 1, (part, result["stderr"])
+        client.set(record, original)
+        client.set(blob, library)
+    # Replayed under another lookup key: the signature covers the key, so it is refused there.
+    other = copy_tree(tmp_path, "other")
+    (other / "kernels" / "cpu" / "tiny.cpp").write_text((other / "kernels" / "cpu" / "tiny.cpp").read_text() + "\n// other\n")
+    planned_key = other_key(other)
+    client.set(f"jitops:entries/{planned_key}/{record.decode().rsplit('/', 1)[1]}", original)
+    client.sadd(f"jitops:ls:entries/{planned_key}", record.decode().rsplit("/", 1)[1])
+    replayed = load_tiny(tmp_path / "replay", other, **remote_env(server.url, keys, writer=False))
+    assert replayed["how"] == "built" and "for another entry" in replayed["stderr"], replayed["stderr"]
+    # Trusting the server instead takes the unsigned record.
+    client.set(record, json.dumps({**envelope, "signature": None, "key": None}))
+    trusting = reader("trusting", JITOPS_REMOTE_TRUST="server", JITOPS_REMOTE_TRUSTED_KEYS="")
+    assert trusting["how"] == "remote", trusting["stderr"]
+
+
+def other_key(sources: Path) -> str:
+    """The remote lookup key of tiny built from `sources`, as the loader computes it."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from tiny_extension import tiny_extension; "
+        "from jitops._key import PlannedEntry; from jitops._remote import lookup_key; "
+        "print(lookup_key(PlannedEntry(tiny_extension(sys.argv[1])).components))"
+    )
+    out = children.run([sys.executable, "-c", code, str(sources), str(Path(__file__).parent)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_read_only_readers_take_entries_and_push_nothing(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    reader = load_tiny(tmp_path / "pod", sources, JITOPS_REMOTE_MODE="read-only", **remote_env(server.url, keys))
+    assert reader["how"] == "built"
+    out = cli(tmp_path / "pod", "list", "--remote", "--json", **remote_env(server.url, keys))
+    assert json.loads(out.stdout)["entries"] == [], out.stdout
+    assert load_tiny(tmp_path / "ci", sources, **remote_env(server.url, keys))["how"] == "built"
+    # A pod without a compiler at all.
+    env = remote_env(server.url, keys, writer=False, JITOPS_REMOTE_MODE="read-only", CXX=str(tmp_path / "no-compiler"))
+    pod = load_tiny(tmp_path / "pod2", sources, **env)
+    assert pod["how"] == "remote", pod["stderr"]
+
+
+def test_another_compiler_of_one_abi_shares_an_entry(tmp_path, server, keys):
+    """The pod's compiler (another path, another binary) is not in what it looks up: it hits."""
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "ci", sources, **remote_env(server.url, keys))["how"] == "built"
+    other = slow_compiler(tmp_path, 0)
+    pod = load_tiny(tmp_path / "pod", sources, CXX=other, **remote_env(server.url, keys))
+    assert pod["how"] == "remote", pod["stderr"]
+
+
+def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tmp_path):
+    """What is looked up holds torch, Python ABI and C++ ABI; a record for other archs, or a newer
+    glibc, is refused by the reader."""
+    from jitops import _remote
+    from jitops._key import portable_components
+
+    components = {
+        "name": "ns.op",
+        "recipe": 1,
+        "torch": "2.13.0+cpu",
+        "torch_git": "abc",
+        "torch_cuda": "13.0",
+        "python_soabi": "cpython-311-x86_64-linux-gnu",
+        "cxx11_abi": True,
+        "sources_sha256": "0" * 64,
+        "cxx": "/usr/bin/g++: g++ 12.2",
+        "nvcc": "/usr/local/cuda/bin/nvcc: release 13.0",
+        "cuda_arch_list": "9.0",
+        "environment": {"CC": "gcc"},
+        "environment_tools": ["/usr/bin/gcc: gcc 12.2"],
+        "ldflags": ["-Wl,--as-needed", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"],
+    }
+    key = _remote.lookup_key(components)
+    other_compiler = {**components, "cxx": "/opt/clang/bin/clang++: clang 18", "environment": {}, "environment_tools": []}
+    other_compiler["ldflags"] = ["-Wl,--as-needed", "/opt/conda/lib/libstdc++.so.6"]
+    assert _remote.lookup_key(other_compiler) == key
+    for field, value in [
+        ("torch", "2.14.1+cpu"),
+        ("torch_git", "def"),
+        ("python_soabi", "cpython-312-x86_64-linux-gnu"),
+        ("cxx11_abi", False),
+        ("torch_cuda", "12.8"),
+    ]:
+        assert _remote.lookup_key({**components, field: value}) != key, field
+    assert "cuda_arch_list" not in portable_components(components)
+    from jitops import _prebuilt
+
+    assert _prebuilt.missing_archs("8.0", [(9, 0)]) == ["9.0"]
+    assert _prebuilt.missing_archs("8.0;9.0", [(9, 0)]) == []
+    assert _remote.glibc_needed(b"\0GLIBC_2.17\0GLIBC_2.34\0GLIBC_2.4\0") == "2.34"
+    assert _remote._version("2.99") > _remote._version(_remote.glibc_here())
+
+
+def test_a_record_for_a_newer_glibc_is_a_miss(tmp_path, server, keys):
+    """The reader checks the signed record's glibc: a newer one is a miss with one warning, and
+    the reader builds."""
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "a", sources, **remote_env(server.url, keys))["how"] == "built"
+    import redis
+
+    from jitops import _remote
+
+    client = redis.Redis(port=server.port)
+    (record,) = [k for k in client.keys("jitops:entries/*") if not k.startswith(b"jitops:ls:")]
+    body = json.loads(json.loads(client.get(record))["body"])
+    writer = _remote.Remote({**remote_env(server.url, keys), "JITOPS_REMOTE_TRUST": "keys"})
+    client.set(record, writer.seal({**body, "glibc": "2.99"}))
+    result = load_tiny(tmp_path / "reader", sources, **remote_env(server.url, keys, writer=False))
+    assert result["how"] == "built" and "newer than this machine's" in result["stderr"], result["stderr"]
+    assert result["stderr"].count("RuntimeWarning") == 1, result["stderr"]
+
+
+def test_a_record_without_code_for_the_wanted_archs_is_refused():
+    """A reader takes an entry whose code covers its GPUs (or TORCH_CUDA_ARCH_LIST, without one)."""
+    from types import SimpleNamespace
+
+    from jitops import _remote
+
+    planned = SimpleNamespace(cuda=SimpleNamespace(arch_list="8.0;9.0"))
+    body = {"backends": ["cpu", "cuda"], "cuda_arch_list": "8.0", "glibc": None}
+    assert "without code for compute capability 9.0" in _remote.unfit(body, planned)
+    assert "without code" not in _remote.unfit({**body, "cuda_arch_list": "8.0;9.0"}, planned)
+
+
+def test_a_server_that_is_down_slow_full_or_cut_mid_transfer_costs_only_a_local_build(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    env = remote_env(server.url, keys, JITOPS_REMOTE_TIMEOUT="1")
+    # Down: connection refused.
+    server.stop()
+    down = load_tiny(tmp_path / "down", sources, **env)
+    assert down["how"] == "built" and down["stderr"].count("the remote cache is off") == 1, down["stderr"]
+    verify_sound(tmp_path / "down")
+    server.start()
+    # Slow: the server stops answering (SIGSTOP); each call gives up after JITOPS_REMOTE_TIMEOUT.
+    server.stop(signal.SIGSTOP)
+    started = time.monotonic()
+    slow = load_tiny(tmp_path / "slow", sources, **env)
+    server.stop(signal.SIGCONT)
+    assert slow["how"] == "built" and "TimeoutError" in slow["stderr"], slow["stderr"]
+    assert time.monotonic() - started < 30
+    verify_sound(tmp_path / "slow")
+    # Full: every write refused (maxmemory with noeviction); the load goes on.
+    server.command("CONFIG", "SET", "maxmemory", "1")
+    server.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    full = load_tiny(tmp_path / "full", sources, **env)
+    assert full["how"] == "built" and "OutOfMemoryError" in full["stderr"], full["stderr"]
+    verify_sound(tmp_path / "full")
+    server.command("CONFIG", "SET", "maxmemory", "0")
+    # Cut mid-upload (the connection drops while a blob is sent: nothing is half-visible), then,
+    # with an entry on the server, mid-download.
+    for moment in ("upload", "download"):
+        proxy = Proxy(server.port, watch=b"blobs/")
+        proc = start_tiny(tmp_path / moment, sources, **{**env, "JITOPS_REMOTE_CACHE": proxy.url})
+        assert proxy.seen.wait(TIMEOUT_S)
+        server.stop()
+        proxy.cut()
+        cut = finish(proc)
+        assert cut["how"] == "built" and cut["stderr"].count("the remote cache is off") == 1, (moment, cut["stderr"])
+        verify_sound(tmp_path / moment)
+        server.start()
+        if moment == "upload":
+            assert load_tiny(tmp_path / "a", sources, **env)["how"] == "built"
+    # Garbage where a record should be: a miss with one warning.
+    server.command("SET", "jitops:entries/x/y", "garbage")
+    assert load_tiny(tmp_path / "b", sources, **env)["how"] == "built"
+    key = json.loads(cli(tmp_path / "b", "list", "--remote", "--json", **env).stdout)["entries"][0]["record"].split("/")[1]
+    server.command("SET", f"jitops:entries/{key}/!bad", "{not json")  # listed first
+    server.command("SADD", f"jitops:ls:entries/{key}", "!bad")
+    garbage = load_tiny(tmp_path / "garbage", sources, **env)
+    assert garbage["how"] == "remote" and "malformed remote record" in garbage["stderr"], garbage["stderr"]
+    verify_sound(tmp_path / "garbage")
+
+
+RESTART_BETWEEN = """
+import sys, os, time
+sys.path.insert(0, sys.argv[2])
+from tiny_extension import tiny_extension
+from jitops import _loader
+first = _loader.load(tiny_extension(sys.argv[1], namespace="first_ns"))
+open(os.environ["MARK"], "w").close()
+while not os.path.exists(os.environ["MARK"] + ".go"):
+    time.sleep(0.05)
+second = _loader.load(tiny_extension(sys.argv[1], namespace="second_ns"))
+print(first.how, second.how)
+"""
+
+
+def test_a_server_restarted_between_two_loads_of_one_process(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    mark = tmp_path / "mark"
+    env = tiny_env(tmp_path / "cache", MARK=str(mark), **remote_env(server.url, keys))
+    proc = children.popen(
+        [sys.executable, "-c", RESTART_BETWEEN, str(sources), str(Path(__file__).parent)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    server.restart()
+    (tmp_path / "mark.go").touch()
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0 and stdout.split() == ["built", "built"], stdout + stderr
+    assert "the remote cache is off" not in stderr, stderr
+    out = cli(tmp_path / "x", "list", "--remote", "--json", **remote_env(server.url, keys))
+    assert [e["name"] for e in json.loads(out.stdout)["entries"]] == ["second_ns.tiny"], out.stdout
+
+
+def test_eight_machines_missing_one_key_build_it_once(tmp_path, server, keys):
+    """8 processes, each with a cache root of its own (8 machines: no local lock is shared), miss
+    one key together: one builds and pushes, the others download its entry."""
+    sources = copy_tree(tmp_path)
+    env = remote_env(server.url, keys, CXX=slow_compiler(tmp_path, 1))
+    procs = [start_tiny(tmp_path / f"machine{i}", sources, **env) for i in range(8)]
+    results = [finish(p) for p in procs]
+    hows = sorted(r["how"] for r in results)
+    assert hows == ["built"] + ["remote"] * 7, [r["stderr"] for r in results]
+    assert len({r["value"] for r in results}) == 1
+
+
+def test_cli_remote_status_push_list_and_prune(tmp_path, server, keys):
+    sources = copy_tree(tmp_path)
+    local_only = load_tiny(tmp_path / "cache", sources)  # built with no remote set
+    assert local_only["how"] == "built"
+    env = remote_env(server.url, keys)
+    pushed = cli(tmp_path / "cache", "remote", "push", "--json", **env)
+    assert pushed.returncode == 0 and len(json.loads(pushed.stdout)["pushed"]) == 1, pushed.stdout + pushed.stderr
+    status = json.loads(cli(tmp_path / "cache", "remote", "status", "--json", **env).stdout)
+    assert (status["entries"], status["untrusted_entries"], status["pushes"]) == (1, 0, 1), status
+    assert load_tiny(tmp_path / "pod", sources, **env)["how"] == "remote"
+    status = json.loads(cli(tmp_path / "cache", "remote", "status", "--json", **env).stdout)
+    assert status["hits"] == 1 and status["bytes_down"] > 0, status
+    listed = cli(tmp_path / "cache", "list", "--remote", **env)
+    assert "jitops_test.tiny" in listed.stdout and "trusted" in listed.stdout, listed.stdout
+    assert cli(tmp_path / "cache", "prune", "--remote", "--older-than", "1d", **env).stdout.count("removed 0 entries") == 1
+    pruned = cli(tmp_path / "cache", "prune", "--remote", "--max-size", "0", "--json", **env)
+    assert len(json.loads(pruned.stdout)["removed"]) == 1, pruned.stdout
+    status = json.loads(cli(tmp_path / "cache", "remote", "status", "--json", **env).stdout)
+    assert status["entries"] == 0
+    assert (
+        server.command("EXISTS", f"jitops:blobs/{_sha256(next((tmp_path / 'cache').glob('jitops_test.tiny-*/*.so')))}") == b":0"
+    )
+    # Bad settings name themselves.
+    bad = cli(tmp_path / "cache", "remote", "status", JITOPS_REMOTE_CACHE="ftp://x", JITOPS_REMOTE_TRUSTED_KEYS="")
+    assert bad.returncode == 2 and "JITOPS_REMOTE_CACHE" in bad.stderr, bad.stderr
+    bad = cli(tmp_path / "cache", "remote", "status", **{**env, "JITOPS_REMOTE_TRUSTED_KEYS": "ed25519:nope"})
+    assert bad.returncode == 2 and "JITOPS_REMOTE_TRUSTED_KEYS" in bad.stderr, bad.stderr
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_third_party_backend_plugs_in_as_module_class(tmp_path, keys):
+    """JITOPS_REMOTE_CACHE=module:Class (tests/remote_hook.py, a FolderBackend of its own)."""
+    (tmp_path / "shared").mkdir()
+    sources = copy_tree(tmp_path)
+    env = remote_env("remote_hook:SharedFolder", keys, HOOK_FOLDER=str(tmp_path / "shared"))
+    assert load_tiny(tmp_path / "a", sources, **env)["how"] == "built"
+    assert load_tiny(tmp_path / "b", sources, **env)["how"] == "remote"
+    assert list((tmp_path / "shared" / "entries").iterdir())
