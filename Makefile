@@ -27,9 +27,18 @@ demo: $(PYTHON)
 # one core each), sharing one cache. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist worksteal
-test: $(PYTHON)
+test: $(PYTHON) redis-server
 	$(PYTHON) -m pytest -q -rs $(XDIST) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# The remote cache's tests start a real redis-server (Debian's package): installed here where apt
+# can (as root, or with sudo); elsewhere those tests skip with the reason, except under CI=true.
+.PHONY: redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo -n); \
+		$$SUDO apt-get install -y -q redis-server >/dev/null 2>&1 \
+		|| { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q redis-server >/dev/null 2>&1; } \
+		|| echo "note: redis-server could not be installed: the remote cache's tests will skip"; }
 
 # The quick tier for the edit-run loop (about a minute on a 2-core VM): every op against its reference
 # and the loader's own tests, without torch.compile/opcheck, the reliability, untrusted-disk,

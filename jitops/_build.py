@@ -41,11 +41,10 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         return library, list(manifest["components"].get("backends", [])), "prebuilt"
     _prebuilt.warn_refused_once(extension, refused)
     # The remote tier next: a download is not a build (JITOPS_DISABLE_BUILD still takes it).
-    if (remote := _remote_tier()) is not None:
-        library, how = under_entry_lock(entry, "downloading", lambda: remote.fetch(planned))
-        if library is not None:
-            _budget.enforce_budget(entry.root)
-            return library, cuda.backends, "cache" if how == "cache" else "remote"
+    remote = _remote_tier()
+    library, how = fetch_remote(planned)
+    if library is not None:
+        return library, cuda.backends, how
     if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
         library, backends = _prebuilt.prebuilt_or_error(
             extension,
@@ -102,6 +101,20 @@ def _remote_tier():
     from . import _remote
 
     return _remote.active()
+
+
+def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
+    """The entry from the remote cache, where one is set and has it, published here under the key's
+    lock: (library, "remote"), or (library, "cache") where another process published it meanwhile;
+    else (None, "")."""
+    remote = _remote_tier()
+    if remote is None:
+        return None, ""
+    library, how = under_entry_lock(planned.entry, "downloading", lambda: remote.fetch(planned))
+    if library is None:
+        return None, ""
+    _budget.enforce_budget(planned.entry.root)
+    return library, "cache" if how == "cache" else "remote"
 
 
 def _remote_or_built(remote, planned: PlannedEntry, fetched: list[bool]) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import _layout
 from ._core import file_identity, identity_or_none, mark_used, write_json_atomic
-from ._errors import CacheError, warn
+from ._errors import BuildError, CacheError, warn
 from ._layout import MANIFEST_NAME, parse_entry_name
 from ._store import (
     check_private_dir,
@@ -233,7 +233,7 @@ def publish_library(entry: Entry, manifest: dict, library_bytes: bytes) -> Path:
     one atomic rename. Called under the key's lock. Returns the library."""
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
-        raise CacheError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
+        raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
     staging = new_build_dir(entry)
     try:
         library = staging / name

@@ -396,8 +396,9 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
         ]
         if missing := _prebuilt.missing_archs(body.get("cuda_arch_list"), wanted):
             return f"built for {body.get('cuda_arch_list')}, without code for compute capability {', '.join(missing)}"
-    if not isinstance(body.get("headers"), dict) or not isinstance(body.get("library"), str):
-        return "a record without its header list"
+    library = body.get("library")
+    if not isinstance(body.get("headers"), dict) or not isinstance(library, str) or os.path.basename(library) != library:
+        return "a record without its header list or library"
     probe = _entries.Entry(planned.entry.root, planned.entry.name, planned.entry.key, planned.extension.root)
     try:
         probe.check_headers(body["headers"], save=True)

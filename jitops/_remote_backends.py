@@ -117,7 +117,7 @@ class FolderBackend(Backend):
     def put(self, name: str, data: bytes, exclusive: bool = False) -> bool:
         path = self._path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)

@@ -5,7 +5,8 @@
     jitops.distributed.load_all()   # every rank calls it once; then the ops load from the local cache
     jitops.distributed.load_all(extensions=[mypkg.EXTENSION])   # a package's, without jitops' ops
 
-A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their
+With a remote cache set (JITOPS_REMOTE_CACHE), each rank first takes from it what its cache
+lacks. A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their
 keys and derive one plan (`plan`): for each (extension, key), one rank provides the entry (from its cache,
 or by building it: the builds spread over the nodes) and sends it to one rank of every other node
 that lacks it, which publishes it under the entry's lock as a local build would
@@ -104,7 +105,13 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     try:
         op_names, declared = _declared(ops, extensions)
-        entries = {name: PlannedEntry(e).entry for name, e in declared.items()}  # this rank's key for each
+        planned = {name: PlannedEntry(e) for name, e in declared.items()}  # this rank's key for each
+        entries = {name: p.entry for name, p in planned.items()}
+        # The remote cache first (JITOPS_REMOTE_CACHE): a node that hits has nothing to build. One
+        # that fails is off for this process within its timeouts, and the plan below builds instead.
+        for p in planned.values():
+            if _entries.verified_or_discarded(p.entry) is None:
+                _build.fetch_remote(p)
         state = _local_state(entries)
     except Exception as err:  # sent to the others, so that every rank raises it instead of waiting
         op_names, declared, state = [], {}, {"error": f"{type(err).__name__}: {err}"}

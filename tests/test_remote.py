@@ -103,7 +103,7 @@ def test_the_folder_tier_shares_between_two_roots_and_disable_build_still_downlo
     assert load_tiny(tmp_path / "a", sources, **remote_env(url, keys))["how"] == "built"
     fetched = load_tiny(tmp_path / "b", sources, JITOPS_DISABLE_BUILD="1", **remote_env(url, keys, writer=False))
     assert fetched["how"] == "remote", fetched["stderr"]
-    assert list((shared / "entries").iterdir()) and not list(shared.rglob(".tmp-*"))
+    assert list((shared / "entries").iterdir()) and not list(shared.rglob(".upload-*"))
 
 
 def test_an_extension_edited_in_one_unit_downloads_the_other_objects_and_compiles_one(tmp_path, server, keys):
@@ -414,3 +414,25 @@ def test_a_third_party_backend_plugs_in_as_module_class(tmp_path, keys):
     assert load_tiny(tmp_path / "a", sources, **env)["how"] == "built"
     assert load_tiny(tmp_path / "b", sources, **env)["how"] == "remote"
     assert list((tmp_path / "shared" / "entries").iterdir())
+
+
+def test_distributed_nodes_that_hit_the_remote_never_build_and_one_whose_remote_fails_still_loads(tmp_path, server, keys):
+    """jitops.distributed.load_all asks the remote first: two nodes (tests/test_distributed.py's
+    job), the entry on the server; node 1's remote is down, so it gets the entry from node 0 through
+    the job's own protocol. Nothing is built, and no rank waits."""
+    from test_distributed import builds_in, finish_job, rank_results, start_job
+
+    job_env = {"JOB_EXTENSIONS": "tiny", "JOB_TINY_ROOT": str(TINY_SOURCES)}
+    assert load_tiny(tmp_path / "ci", TINY_SOURCES, **remote_env(server.url, keys))["how"] == "built"
+    dead = RedisServer(tmp_path / "dead")
+    dead.stop()
+    node_env = [
+        {**job_env, **remote_env(server.url, keys, writer=False)},
+        {**job_env, **remote_env(dead.url, keys, writer=False, JITOPS_REMOTE_TIMEOUT="1")},
+    ]
+    out, nodes = start_job(tmp_path, node_env, ops=[])
+    logs = finish_job(nodes)
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert all(r["ok"] for r in rank_results(out).values()) and len(rank_results(out)) == 4
+    assert builds_in(logs) == {}, logs
+    assert "the remote cache is off" in logs[1] and "the remote cache is off" not in logs[0], logs

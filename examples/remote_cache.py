@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: MIT
+"""A fresh machine with a warm remote cache against building, side by side in one run:
+
+    python examples/remote_cache.py [--tier redis|file] [--repeats 5] [--json results.json]
+
+Every run is a fresh process with an empty local cache (a new container, CI runner or node). For
+each case, the first run builds it (with JITOPS_REMOTE_CACHE set: it builds and pushes, as a CI
+writer does); then --repeats runs download it, straight from the server and through a proxy that
+adds 20 ms to every reply and caps the rate at 100 MB/s (a server across a data centre). Records
+are signed and readers trust only the writer's key. JITOPS_PCH=0 throughout: no background
+precompiled header competes with the timed runs.
+
+The cases (each run times its own loading part, after `import torch` and CUDA's initialisation):
+  add2, bias_act   jitops' ops: jitops.load_all([op])
+  3-unit load      a user's 3-unit extension (bind.cpp with torch/extension.h, k1, k2) through
+                   jitops.load (examples/edit_loop.py's tree)
+  2 plugins (run)  a program loading two plugins as StyleGAN3's get_plugin does (each into its own
+                   build_directory), under `python -m jitops run` (examples/unmodified_program.py)
+  edit k1          k1 edited after the writer pushed: a fresh machine downloads the other two
+                   units' objects and compiles k1 alone (objects travel between identical paths)
+
+--tier redis starts Debian's redis-server on a free port (tests/servers.py); --tier file uses a
+shared folder (file://), for a host without a Redis server.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+from edit_loop import CHILD as LOAD_CHILD  # noqa: E402
+from edit_loop import Tree  # noqa: E402
+from unmodified_program import PROGRAM  # noqa: E402
+
+OP_CHILD = """
+import json, sys, time, torch
+if torch.cuda.is_available():
+    torch.zeros(1, device="cuda")
+started = time.perf_counter()
+import jitops
+jitops.load_all([sys.argv[1]])
+seconds = time.perf_counter() - started
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x, y = torch.randn(1 << 16, device=device), torch.randn(1 << 16, device=device)
+if sys.argv[1] == "add2":
+    ok = torch.equal(jitops.add2(x, y), x + y)
+else:
+    from jitops.ops.bias_act import bias_act_ref
+    x, b = x.view(-1, 256), torch.randn(256, device=device)
+    ok = torch.allclose(jitops.bias_act(x, b, act="lrelu"), bias_act_ref(x, b, act="lrelu"))
+print(json.dumps({"seconds": seconds, "ok": bool(ok)}))
+"""
+
+
+def counters(env: dict) -> dict:
+    out = subprocess.run([sys.executable, "-m", "jitops", "remote", "status", "--json"], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"remote status failed:\n{out.stdout}{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=["redis", "file"], default="redis")
+    parser.add_argument("--repeats", type=int, default=5, help="downloads of each case per path (median)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    with tempfile.TemporaryDirectory(prefix="jitops-remote-") as tmp:
+        work = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+        env["JITOPS_PCH"] = "0"
+        keygen = subprocess.run(
+            [sys.executable, "-m", "jitops", "remote", "keygen", str(work / "writer.key"), "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        public = json.loads(keygen.stdout)["public_key"]
+        env["JITOPS_REMOTE_TRUSTED_KEYS"] = public
+        paths = {}
+        if args.tier == "redis":
+            from servers import Proxy, RedisServer
+
+            server = RedisServer(work / "redis")
+            proxy = Proxy(server.port, delay_s=0.020, rate=100e6)
+            paths = {"remote": server.url, "remote +20ms 100MB/s": proxy.url}
+        else:
+            (work / "shared").mkdir()
+            paths = {"remote (file://)": f"file://{work / 'shared'}"}
+        writer_env = {
+            **env,
+            "JITOPS_REMOTE_CACHE": next(iter(paths.values())),
+            "JITOPS_REMOTE_SIGNING_KEY": str(work / "writer.key"),
+        }
+
+        tree = Tree(work / "tree", cuda)
+        tutorial = HERE / "baseline_add2"
+        plugin_sources = [str(tutorial / "add2.cpp"), str(tutorial / ("add2_kernel.cu" if cuda else "add2_cpu.cpp"))]
+        (work / "train.py").write_text(PROGRAM)
+        runs = 0
+
+        def command(case: str) -> list[str]:
+            nonlocal runs
+            runs += 1
+            if case in ("add2", "bias_act"):
+                return [sys.executable, "-c", OP_CHILD, case]
+            if case in ("3-unit load", "edit k1"):
+                return [sys.executable, "-c", LOAD_CHILD, "jitops", "remote_three", json.dumps(tree.sources), "", "[]", "[]"]
+            build_root = work / f"plugins-{runs}"  # a fresh machine: its build folders are new too
+            return [sys.executable, "-m", "jitops", "run", "train.py", "import", json.dumps(plugin_sources), str(build_root)]
+
+        def run(case: str, run_env: dict) -> dict:
+            run_env = {**run_env, "JITOPS_CACHE_DIR": str(work / f"cache-{runs}")}  # empty: a fresh machine
+            started = time.perf_counter()
+            out = subprocess.run(command(case), env=run_env, cwd=work, capture_output=True, text=True, timeout=3600)
+            wall = time.perf_counter() - started
+            if out.returncode != 0:
+                raise SystemExit(f"{case} failed:\n{out.stderr[-4000:]}")
+            report = json.loads(out.stdout.strip().splitlines()[-1])
+            if "k1" in report and abs(report["k1"] - tree.expected_k1(report["x0"])) > 1e-4:
+                raise SystemExit(f"{case}: k1 gave {report['k1']} (the old code?)")
+            if report.get("ok") is False:
+                raise SystemExit(f"{case}: a wrong result")
+            seconds = report.get("seconds", report.get("loading_s"))
+            status = [line for line in out.stderr.splitlines() if line.startswith("jitops: built")]
+            return {"seconds": seconds, "wall_s": wall, "status": status, "warnings": out.stderr.count("RuntimeWarning")}
+
+        results = {}
+        for case in ("add2", "bias_act", "3-unit load", "2 plugins (run)", "edit k1"):
+            if case == "edit k1":
+                tree.k1_edits += 1
+                tree.write()
+            row = {}
+            built = run(case, writer_env)
+            row["build"] = {"seconds": built["seconds"], "wall_s": built["wall_s"], "status": built["status"]}
+            print(f"{case:<16} build {built['seconds']:7.2f} s   {'; '.join(built['status'])}", flush=True)
+            if case == "edit k1":
+                # The writer's edit is pushed as a new entry; a reader of the edited tree must not just
+                # download that library: its record goes, so the reader builds, from remote objects.
+                subprocess.run(
+                    [sys.executable, "-m", "jitops", "prune", "--remote", "--max-size", "0"],
+                    env=writer_env,
+                    check=True,
+                    capture_output=True,
+                )
+                tree.k1_edits += 1
+                tree.write()
+            for label, url in paths.items():
+                reader_env = {**env, "JITOPS_REMOTE_CACHE": url, "JITOPS_REMOTE_MODE": "read-only"}
+                before = counters(reader_env) if args.tier == "redis" else None
+                samples = [run(case, reader_env) for _ in range(args.repeats if case != "edit k1" else 1)]
+                after = counters(reader_env) if args.tier == "redis" else None
+                seconds = statistics.median(s["seconds"] for s in samples)
+                moved = (after["bytes_down"] - before["bytes_down"]) / len(samples) if before else None
+                row[label] = {
+                    "seconds": seconds,
+                    "wall_s": statistics.median(s["wall_s"] for s in samples),
+                    "samples": [round(s["seconds"], 4) for s in samples],
+                    "bytes_per_load": moved,
+                    "status": samples[-1]["status"],
+                    "warnings": sum(s["warnings"] for s in samples),
+                }
+                extra = f"  {moved / 1e6:.2f} MB moved per load" if moved is not None else ""
+                print(
+                    f"{'':<16} {label:<22} {seconds:7.3f} s  ({built['seconds'] / seconds:5.1f}x faster than building)"
+                    f"{extra}  {'; '.join(samples[-1]['status'])}",
+                    flush=True,
+                )
+            results[case] = row
+        if args.tier == "redis":
+            proxy.close()
+            server.stop()
+    summary = {"tier": args.tier, "cuda": cuda, "torch": torch.__version__, "results": results}
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
