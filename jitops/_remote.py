@@ -118,11 +118,14 @@ class Remote:
             warn(message)
 
     def count(self, **amounts: int) -> None:
-        if self.read_only:
+        """Add to the server's counters (`remote status`). They only inform: a reader the server
+        does not let write (read-only ACLs) loses its counts, not its remote."""
+        if self.disabled:
             return
-        with contextlib.suppress(Fault):
-            for name, amount in amounts.items():
-                self.call("counting on", self.backend.add, f"stats/{name}", amount)
+        try:
+            self.backend.add_many({f"stats/{name}": amount for name, amount in amounts.items()})
+        except Exception:
+            pass
 
     # Records: a body (canonical JSON) and its signature
     def seal(self, body: dict) -> bytes:
@@ -227,9 +230,10 @@ class Remote:
         key = lookup_key(components)
         refused = []
         try:
-            for variant in self.call("looking up in", self.backend.list, f"entries/{key}"):
-                name = f"entries/{key}/{variant}"
-                body = self.opened(self.call("downloading from", self.backend.get, name), name, "entry", key)
+            names = [f"entries/{key}/{variant}" for variant in self.call("looking up in", self.backend.list, f"entries/{key}")]
+            for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
+                variant = name.rpartition("/")[2]
+                body = self.opened(data, name, "entry", key)
                 if body is None:
                     continue
                 if why := unfit(body, planned):
@@ -321,9 +325,11 @@ class Remote:
         from . import _objects
 
         try:
-            for variant in self.call("looking up in", self.backend.list, f"objects/{portable_key}"):
-                name = f"objects/{portable_key}/{variant}"
-                body = self.opened(self.call("downloading from", self.backend.get, name), name, "object", portable_key)
+            names = [
+                f"objects/{portable_key}/{v}" for v in self.call("looking up in", self.backend.list, f"objects/{portable_key}")
+            ]
+            for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
+                body = self.opened(data, name, "object", portable_key)
                 if body is None or not isinstance(body.get("headers"), dict) or not _objects.headers_hold(root, body["headers"]):
                     continue
                 data = self.blob(body.get("object_sha256", ""), name)

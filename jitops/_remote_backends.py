@@ -49,6 +49,14 @@ class Backend:
         """Bytes the backend holds (None: unknown)."""
         raise NotImplementedError
 
+    # Batches, over the methods above; a backend with round trips to save overrides them.
+    def get_many(self, names: list[str]) -> list[bytes | None]:
+        return [self.get(name) for name in names]
+
+    def add_many(self, amounts: dict[str, int]) -> None:
+        for name, amount in amounts.items():
+            self.add(name, amount)
+
     def describe(self) -> str:
         """The server or folder, for messages (no password)."""
         parsed = urllib.parse.urlsplit(self.url)
@@ -174,8 +182,14 @@ class RedisBackend(Backend):
             ) from None
         # One retry, on a new connection (a server restarted since the last call); no more: a failed
         # call disables the remote for the process, and each retry could cost a timeout.
+        # lib_name/lib_version None: no CLIENT SETINFO round trips on each new connection.
         self.client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 1)
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+            lib_name=None,
+            lib_version=None,
         )
 
     def _folder(self, name: str) -> tuple[str, str]:
@@ -219,6 +233,15 @@ class RedisBackend(Backend):
 
     def add(self, name: str, amount: int) -> None:
         self.client.incrby(self.PREFIX + name, amount)
+
+    def get_many(self, names: list[str]) -> list[bytes | None]:
+        return self.client.mget([self.PREFIX + name for name in names]) if names else []
+
+    def add_many(self, amounts: dict[str, int]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for name, amount in amounts.items():
+            pipe.incrby(self.PREFIX + name, amount)
+        pipe.execute()
 
 
 def open_backend(url: str, timeout: float) -> Backend:
