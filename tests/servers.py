@@ -73,13 +73,14 @@ class RedisServer:
 
 
 class Proxy:
-    """127.0.0.1:port forwarding to target_port. delay_s: added before each reply chunk (a request's
-    round trip); rate: bytes per second each way (0: unlimited). watch: bytes whose appearance in
-    the client's traffic sets `seen` and holds that connection's traffic until `release` or `cut`."""
+    """127.0.0.1:port forwarding to target_port. delay_s: added once to each reply (a request's
+    round trip: the first bytes the server sends after the client sent some); rate: bytes per
+    second each way (0: unlimited). watch: bytes whose appearance in the client's traffic sets
+    `seen` and holds that connection's traffic until `cut`."""
 
     def __init__(self, target_port: int, delay_s: float = 0.0, rate: float = 0.0, watch: bytes = b""):
         self.target_port, self.delay_s, self.rate, self.watch = target_port, delay_s, rate, watch
-        self.seen, self.release_event, self.cut_event = threading.Event(), threading.Event(), threading.Event()
+        self.seen, self.cut_event = threading.Event(), threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list[socket.socket] = []
@@ -101,25 +102,28 @@ class Proxy:
                 client.close()
                 continue
             self.connections += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            asked = threading.Event()  # the client sent a request the server has not begun to answer
+            threading.Thread(target=self._pump, args=(client, upstream, asked, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, asked, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, asked: threading.Event, from_client: bool) -> None:
+        started, sent = time.monotonic(), 0  # the rate cap: a token bucket over the connection's life
         try:
             while chunk := source.recv(1 << 16):
                 if from_client and self.watch and self.watch in chunk:
                     self.seen.set()
-                    while not (self.release_event.is_set() or self.cut_event.is_set()):
-                        time.sleep(0.01)
+                    self.cut_event.wait()
                 if self.cut_event.is_set():
                     break
-                if not from_client and self.delay_s:
+                if from_client:
+                    asked.set()
+                elif asked.is_set() and self.delay_s:
+                    asked.clear()
                     time.sleep(self.delay_s)
-                for start in range(0, len(chunk), 1 << 14):
-                    piece = chunk[start : start + (1 << 14)]
-                    if self.rate:
-                        time.sleep(len(piece) / self.rate)
-                    sink.sendall(piece)
+                sent += len(chunk)
+                if self.rate and (ahead := sent / self.rate - (time.monotonic() - started)) > 0:
+                    time.sleep(ahead)
+                sink.sendall(chunk)
         except OSError:
             pass
         finally:
