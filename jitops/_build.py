@@ -117,6 +117,15 @@ def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
     return library, "cache" if how == "cache" else "remote"
 
 
+def refuse_remote(planned: PlannedEntry, err: OSError) -> None:
+    """A library fetched from the remote cache that does not open here (a C++ runtime older than
+    its writer's, say): removed, with one warning, and its key not fetched again by this process."""
+    remote = _remote_tier()
+    if remote is not None:
+        remote.refuse(planned, f"{err.__cause__ or err}")
+    planned.entry.discard()
+
+
 def _remote_or_built(remote, planned: PlannedEntry, fetched: list[bool]) -> Path:
     """Under the key's lock: the library built here (and pushed), or fetched where another machine
     built it meanwhile (fetched gets which)."""

@@ -71,6 +71,11 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             torch.ops.load_library(str(library))  # runs the library's TORCH_LIBRARY registrations
             break
         except OSError as err:
+            if how == "remote" and attempt == "first":  # built elsewhere, it does not open here: build it here
+                from ._build import refuse_remote
+
+                refuse_remote(planned, err)
+                continue
             if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
                 raise
     if how != "built":

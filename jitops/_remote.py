@@ -96,6 +96,7 @@ class Remote:
         self.backend: Backend = open_backend(self.setting, self.timeout)
         self.disabled = ""  # why, once a call failed
         self.warned: set[str] = set()
+        self.refused: set[str] = set()  # lookup keys whose library did not open here
 
     @property
     def read_only(self) -> bool:
@@ -228,6 +229,8 @@ class Remote:
         the key's lock), or None. count=False: a miss is not counted (a machine waiting for a build)."""
         components, entry = planned.components, planned.entry
         key = lookup_key(components)
+        if key in self.refused:
+            return None
         refused = []
         try:
             names = [f"entries/{key}/{variant}" for variant in self.call("looking up in", self.backend.list, f"entries/{key}")]
@@ -296,6 +299,10 @@ class Remote:
             return bool(stored)
         except Fault:
             return False
+
+    def refuse(self, planned: PlannedEntry, why: str) -> None:
+        self.refused.add(lookup_key(planned.components))
+        self.warn_once(f"the library of {planned.entry.name} from the remote cache does not open here ({why}); building it here")
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
     def push_object(self, root: Path, unit: dict) -> None:

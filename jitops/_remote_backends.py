@@ -182,14 +182,15 @@ class RedisBackend(Backend):
             ) from None
         # One retry, on a new connection (a server restarted since the last call); no more: a failed
         # call disables the remote for the process, and each retry could cost a timeout.
-        # lib_name/lib_version None: no CLIENT SETINFO round trips on each new connection.
+        # No CLIENT SETINFO round trips on each new connection (driver_info since redis-py 7).
+        try:
+            import redis.driver_info  # noqa: F401
+
+            no_setinfo = {"driver_info": None}
+        except ImportError:
+            no_setinfo = {"lib_name": None, "lib_version": None}
         self.client = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=timeout,
-            socket_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-            lib_name=None,
-            lib_version=None,
+            url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 1), **no_setinfo
         )
 
     def _folder(self, name: str) -> tuple[str, str]:

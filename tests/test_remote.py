@@ -241,11 +241,9 @@ def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tm
     assert _remote._version("2.99") > _remote._version(_remote.glibc_here())
 
 
-def test_a_record_for_a_newer_glibc_is_a_miss(tmp_path, server, keys):
-    """The reader checks the signed record's glibc: a newer one is a miss with one warning, and
-    the reader builds."""
-    sources = copy_tree(tmp_path)
-    assert load_tiny(tmp_path / "a", sources, **remote_env(server.url, keys))["how"] == "built"
+def resigned_record(server: RedisServer, keys: dict, change) -> None:
+    """The server's one entry record replaced by change(writer, body), signed again by the writer:
+    a record the reader trusts, whose contents the test chose."""
     import redis
 
     from jitops import _remote
@@ -254,10 +252,28 @@ def test_a_record_for_a_newer_glibc_is_a_miss(tmp_path, server, keys):
     (record,) = [k for k in client.keys("jitops:entries/*") if not k.startswith(b"jitops:ls:")]
     body = json.loads(json.loads(client.get(record))["body"])
     writer = _remote.Remote({**remote_env(server.url, keys), "JITOPS_REMOTE_TRUST": "keys"})
-    client.set(record, writer.seal({**body, "glibc": "2.99"}))
+    client.set(record, writer.seal(change(writer, body)))
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        # The reader checks the record's glibc: a newer one than its own is a miss.
+        (lambda writer, body: {**body, "glibc": "2.99"}, "newer than this machine's"),
+        # A library that passes every check but does not dlopen here (not an ELF file at all): removed
+        # and built here, never a failed load.
+        (lambda writer, body: {**body, "library_sha256": writer.put_blob(b"not a library" * 100)}, "does not open here"),
+    ],
+    ids=["newer-glibc", "does-not-open"],
+)
+def test_a_trusted_record_that_cannot_run_here_is_built_here(tmp_path, server, keys, change, expected):
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "a", sources, **remote_env(server.url, keys))["how"] == "built"
+    resigned_record(server, keys, change)
     result = load_tiny(tmp_path / "reader", sources, **remote_env(server.url, keys, writer=False))
-    assert result["how"] == "built" and "newer than this machine's" in result["stderr"], result["stderr"]
+    assert result["how"] == "built" and expected in result["stderr"], result["stderr"]
     assert result["stderr"].count("RuntimeWarning") == 1, result["stderr"]
+    verify_sound(tmp_path / "reader")
 
 
 def test_a_record_without_code_for_the_wanted_archs_is_refused():
@@ -357,6 +373,30 @@ def test_a_server_restarted_between_two_loads_of_one_process(tmp_path, server, k
     assert "the remote cache is off" not in stderr, stderr
     out = cli(tmp_path / "x", "list", "--remote", "--json", **remote_env(server.url, keys))
     assert [e["name"] for e in json.loads(out.stdout)["entries"]] == ["second_ns.tiny"], out.stdout
+    verify_sound(tmp_path / "cache")
+
+
+def test_two_writers_of_one_key_at_once_are_harmless(tmp_path, server, keys):
+    """Two machines that built one key push it at the same moment: one record stays, whole, and a
+    reader loads it."""
+    sources = copy_tree(tmp_path)
+    for machine in ("a", "b"):
+        assert load_tiny(tmp_path / machine, sources)["how"] == "built"  # no remote yet
+    env = tiny_env(tmp_path / "a", **remote_env(server.url, keys))
+    pushes = [
+        children.popen(
+            [sys.executable, "-m", "jitops", "remote", "push", "--json"],
+            env={**env, "JITOPS_CACHE_DIR": str(tmp_path / m)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in ("a", "b")
+    ]
+    outputs = [p.communicate(timeout=TIMEOUT_S) for p in pushes]
+    assert [p.returncode for p in pushes] == [0, 0], outputs
+    assert sum(len(json.loads(out)["pushed"]) for out, _ in outputs) == 1, outputs
+    assert load_tiny(tmp_path / "reader", sources, **remote_env(server.url, keys, writer=False))["how"] == "remote"
 
 
 def test_eight_machines_missing_one_key_build_it_once(tmp_path, server, keys):
