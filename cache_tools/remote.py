@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from jitops import _entries, _layout, _signing
-from jitops._errors import CacheError
+from jitops._errors import BuildError, CacheError
 
 from . import inventory
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
@@ -22,7 +22,7 @@ def active_remote():
 
     try:
         remote = _remote.active()
-    except CacheError as err:
+    except (CacheError, BuildError) as err:  # a bad setting (BuildError: JITOPS_REMOTE_TIMEOUT's)
         raise UsageError(str(err).removeprefix("jitops: ")) from None
     if remote is None:
         raise UsageError("no remote cache is set: JITOPS_REMOTE_CACHE=redis://host:6379/0 or file:///shared/folder")

@@ -410,8 +410,10 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
         if missing := _prebuilt.missing_archs(body.get("cuda_arch_list"), wanted):
             return f"built for {body.get('cuda_arch_list')}, without code for compute capability {', '.join(missing)}"
     library = body.get("library")
-    if not isinstance(body.get("headers"), dict) or not isinstance(library, str) or os.path.basename(library) != library:
-        return "a record without its header list or library"
+    if not (isinstance(library, str) and os.path.basename(library) == library and library.endswith(".so")):
+        return f"a record naming no valid library ({library!r})"
+    if not isinstance(body.get("headers"), dict):
+        return "a record without its header list"
     probe = _entries.Entry(planned.entry.root, planned.entry.name, planned.entry.key, planned.extension.root)
     try:
         probe.check_headers(body["headers"], save=True)

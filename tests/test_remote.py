@@ -198,6 +198,29 @@ def test_another_compiler_of_one_abi_shares_an_entry(tmp_path, server, keys):
     assert pod["how"] == "remote", pod["stderr"]
 
 
+# Another machine's torch build or Python: the process's ABI as the key reads it, changed.
+OTHER_ABI = """
+import os, jitops._key
+_abi = jitops._key.process_abi
+jitops._key.process_abi = lambda: {{**_abi(), {field!r}: {value!r}}}
+"""
+
+
+@pytest.mark.parametrize("field, value", [("torch_git", "another-build"), ("python_soabi", "cpython-312-x86_64-linux-gnu")])
+def test_machines_with_another_torch_build_or_python_never_share_an_entry(tmp_path, server, keys, field, value):
+    sources = copy_tree(tmp_path)
+    assert load_tiny(tmp_path / "ci", sources, **remote_env(server.url, keys))["how"] == "built"
+    other = finish(
+        start_tiny(
+            tmp_path / "other", sources, prelude=OTHER_ABI.format(field=field, value=value), **remote_env(server.url, keys)
+        )
+    )
+    assert other["how"] == "built", other["stderr"]
+    assert "warn" not in other["stderr"].lower(), other["stderr"]  # a plain miss: another key
+    entries = json.loads(cli(tmp_path / "x", "list", "--remote", "--json", **remote_env(server.url, keys)).stdout)["entries"]
+    assert len({e["record"].split("/")[1] for e in entries}) == 2, entries  # two lookup keys, one entry each
+
+
 def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tmp_path):
     """What is looked up holds torch, Python ABI and C++ ABI; a record for other archs, or a newer
     glibc, is refused by the reader."""
