@@ -37,6 +37,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
         if args.action == "status":
             return status(args, remote)
         return push(args, remote)
+    except UsageError:
+        raise
     except Exception as err:  # the server's own failure, as one line
         print(f"jitops-cache remote {args.action}: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
         return EXIT_PROBLEM

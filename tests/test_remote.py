@@ -456,7 +456,9 @@ def test_cli_remote_status_push_list_and_prune(tmp_path, server, keys):
     assert (
         server.command("EXISTS", f"jitops:blobs/{_sha256(next((tmp_path / 'cache').glob('jitops_test.tiny-*/*.so')))}") == b":0"
     )
-    # Bad settings name themselves.
+    # A read-only consumer pushes nothing; bad settings name themselves.
+    refused = cli(tmp_path / "cache", "remote", "push", JITOPS_REMOTE_MODE="read-only", **env)
+    assert refused.returncode == 2 and "read-only" in refused.stderr, refused.stderr
     bad = cli(tmp_path / "cache", "remote", "status", JITOPS_REMOTE_CACHE="ftp://x", JITOPS_REMOTE_TRUSTED_KEYS="")
     assert bad.returncode == 2 and "JITOPS_REMOTE_CACHE" in bad.stderr, bad.stderr
     bad = cli(tmp_path / "cache", "remote", "status", **{**env, "JITOPS_REMOTE_TRUSTED_KEYS": "ed25519:nope"})
