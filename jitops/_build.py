@@ -44,7 +44,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     remote = _remote_tier()
     library, how = fetch_remote(planned)
     if library is not None:
-        return library, cuda.backends, how
+        return library, entry.backends or cuda.backends, how
     if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
         library, backends = _prebuilt.prebuilt_or_error(
             extension,
@@ -113,6 +113,7 @@ def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
     library, how = under_entry_lock(planned.entry, "downloading", lambda: remote.fetch(planned))
     if library is None:
         return None, ""
+    planned.entry.verified_library(touch=False)  # its backends: a fetched library may have CUDA kernels
     _budget.enforce_budget(planned.entry.root)
     return library, "cache" if how == "cache" else "remote"
 

@@ -52,6 +52,9 @@ class Entry:
         self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
         self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
         self.stale_because = ""  # set where verified_or_discarded found a header changed: which
+        # set by verified_library: the backends the library has (a library fetched from the remote
+        # cache may have CUDA kernels where this machine, without nvcc, would build without them)
+        self.backends: list[str] | None = None
 
     @property
     def path(self) -> Path:
@@ -145,6 +148,7 @@ class Entry:
         if touch:
             mark_used(str(self.path), self.last_used())
         self.verified_identities = (identity, manifest_identity)
+        self.backends = manifest.get("components", {}).get("backends")
         return library
 
     def check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:

@@ -45,7 +45,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     planned = PlannedEntry(extension)
     for attempt in ("first", "again"):
         library = _entries.verified_or_discarded(planned.entry)
-        how, backends = "cache", planned.cuda.backends
+        how, backends = "cache", planned.entry.backends or planned.cuda.backends
         if library is None and cached_only:
             return None
         if library is None and planned.read_only is not None:
@@ -114,7 +114,7 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
         planned = PlannedEntry(planned.extension)
         library = _entries.verified_or_discarded(planned.entry)
         if library is not None:
-            return planned, (library, planned.cuda.backends, "cache")
+            return planned, (library, planned.entry.backends or planned.cuda.backends, "cache")
     raise AssertionError("unreachable")
 
 

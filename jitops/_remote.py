@@ -227,27 +227,27 @@ class Remote:
     def fetch(self, planned: PlannedEntry, count: bool = True) -> Path | None:
         """The entry of this build from the remote, verified and published in the local store (under
         the key's lock), or None. count=False: a miss is not counted (a machine waiting for a build)."""
-        components, entry = planned.components, planned.entry
-        key = lookup_key(components)
-        if key in self.refused:
-            return None
-        refused = []
+        entry, refused = planned.entry, []
         try:
-            names = [f"entries/{key}/{variant}" for variant in self.call("looking up in", self.backend.list, f"entries/{key}")]
-            for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
-                variant = name.rpartition("/")[2]
-                body = self.opened(data, name, "entry", key)
-                if body is None:
+            for components in candidates(planned):
+                key = lookup_key(components)
+                if key in self.refused:
                     continue
-                if why := unfit(body, planned):
-                    refused.append(why)
-                    continue
-                data = self.blob(body["library_sha256"], name)
-                if data is None:
-                    continue
-                library = _entries.publish_library(entry, local_manifest(self, planned, body, variant), data)
-                self.count(hits=1, bytes_down=len(data))
-                return library
+                names = [f"entries/{key}/{v}" for v in self.call("looking up in", self.backend.list, f"entries/{key}")]
+                for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
+                    body = self.opened(data, name, "entry", key)
+                    if body is None:
+                        continue
+                    if why := unfit(body, planned):
+                        refused.append(why)
+                        continue
+                    data = self.blob(body["library_sha256"], name)
+                    if data is None:
+                        continue
+                    manifest = local_manifest(self, planned, body, name.rpartition("/")[2])
+                    library = _entries.publish_library(entry, manifest, data)
+                    self.count(hits=1, bytes_down=len(data))
+                    return library
         except Fault:
             return None
         if refused:
@@ -301,7 +301,7 @@ class Remote:
             return False
 
     def refuse(self, planned: PlannedEntry, why: str) -> None:
-        self.refused.add(lookup_key(planned.components))
+        self.refused.update(lookup_key(components) for components in candidates(planned))
         self.warn_once(f"the library of {planned.entry.name} from the remote cache does not open here ({why}); building it here")
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
@@ -397,6 +397,22 @@ class Remote:
                 self.call("renewing a lease on", self.backend.lease, lease, owner, LEASE_S)
 
 
+def candidates(planned: PlannedEntry) -> list[dict]:
+    """The key components to look up: this machine's, and where it has torch with CUDA but no
+    toolkit (a pod without nvcc, which would build for the CPU alone), those of a CUDA build for
+    its GPUs (or TORCH_CUDA_ARCH_LIST), first: what a writer with a toolkit built."""
+    from ._core import cuda_arch_list
+    from ._key import CudaPlan, key_components
+
+    cuda, extension = planned.cuda, planned.extension
+    toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
+    arch_list = (extension.cuda_archs or cuda_arch_list()) if toolkit_missing else ""
+    if not arch_list:
+        return [planned.components]
+    with_cuda = key_components(extension, planned.cxx, CudaPlan(True, arch_list, None, ""))
+    return [with_cuda, planned.components]
+
+
 def unfit(body: dict, planned: PlannedEntry) -> str:
     """Why a remote entry's library cannot run here ('' where it can): the glibc it needs, the GPUs
     it has no code for, a header that differs here."""
@@ -404,9 +420,8 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
     if needed and here and _version(needed) > _version(here):
         return f"built against glibc {needed}, newer than this machine's {here}"
     if "cuda" in (body.get("backends") or []):
-        wanted = _prebuilt.visible_capabilities() or [
-            tuple(map(int, arch[:3].split("."))) for arch in (planned.cuda.arch_list or "").replace(";", " ").split()
-        ]
+        arch_list = planned.cuda.arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+        wanted = _prebuilt.visible_capabilities() or [(int(a), int(b)) for a, b in re.findall(r"(\d+)\.(\d+)", arch_list)]
         if missing := _prebuilt.missing_archs(body.get("cuda_arch_list"), wanted):
             return f"built for {body.get('cuda_arch_list')}, without code for compute capability {', '.join(missing)}"
     library = body.get("library")
@@ -428,7 +443,7 @@ def local_manifest(remote: Remote, planned: PlannedEntry, body: dict, variant: s
     return {
         "name": planned.entry.name,
         "key": planned.entry.key,
-        "components": {**planned.components, "cuda_arch_list": body.get("cuda_arch_list")},
+        "components": {**planned.components, "cuda_arch_list": body.get("cuda_arch_list"), "backends": body.get("backends")},
         "library": body["library"],
         "headers": body["headers"],
         "built_at": body.get("built_at"),

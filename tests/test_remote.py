@@ -18,6 +18,7 @@ from pathlib import Path
 
 import children
 import pytest
+from conftest import needs_cuda
 from servers import Proxy, RedisServer, redis_binary
 from test_loader import TIMEOUT_S, TINY_SOURCES, finish, load_tiny, slow_compiler, start_tiny, tiny_env
 
@@ -297,6 +298,51 @@ def test_a_trusted_record_that_cannot_run_here_is_built_here(tmp_path, server, k
     assert result["how"] == "built" and expected in result["stderr"], result["stderr"]
     assert result["stderr"].count("RuntimeWarning") == 1, result["stderr"]
     verify_sound(tmp_path / "reader")
+
+
+def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(monkeypatch):
+    """A pod without a toolkit would build for the CPU alone: it looks up what a writer with nvcc
+    built for its GPUs (here TORCH_CUDA_ARCH_LIST) first, then its own CPU-only key."""
+    from jitops import _remote
+    from jitops._key import CudaPlan, PlannedEntry
+    from jitops.ops._framework import extension
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    planned = PlannedEntry(extension("add2"))
+    planned.cuda = CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
+    first, own = _remote.candidates(planned)
+    assert own is planned.components
+    assert first["backends"] == ["cpu", "cuda"] and any(s.endswith(".cu") for s in first["sources"])
+    assert _remote.lookup_key(first) != _remote.lookup_key(own)
+    planned.cuda = CudaPlan(False, None, None, "torch 2.13.0+cpu is a CPU-only build")
+    assert _remote.candidates(planned) == [planned.components]
+
+
+# A pod without nvcc: no toolkit is found.
+NO_TOOLKIT = "import jitops._key\njitops._key.find_cuda_home = lambda: None\n"
+LOAD_ADD2 = """
+import json, torch, jitops
+from jitops import _core
+x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+ok = torch.equal(jitops.add2(x, y), x + y)
+loaded = _core.loaded["jitops.add2"]
+print(json.dumps({"how": loaded.how, "with_cuda": loaded.with_cuda, "ok": bool(ok)}))
+"""
+
+
+@needs_cuda
+def test_a_pod_without_nvcc_runs_the_cuda_kernels_a_writer_built(tmp_path, server, keys):
+    def add2(cache: str, prelude: str = "", **env: str) -> dict:
+        out = children.run(
+            [sys.executable, "-c", prelude + LOAD_ADD2], env=tiny_env(tmp_path / cache, **env), capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    writer = add2("ci", **remote_env(server.url, keys))
+    assert writer == {"how": "built", "with_cuda": True, "ok": True}
+    pod = add2("pod", NO_TOOLKIT, **remote_env(server.url, keys, writer=False, JITOPS_REMOTE_MODE="read-only"))
+    assert pod == {"how": "remote", "with_cuda": True, "ok": True}
 
 
 def test_a_record_without_code_for_the_wanted_archs_is_refused():
