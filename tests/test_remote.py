@@ -207,7 +207,7 @@ jitops._key.process_abi = lambda: {{**_abi(), {field!r}: {value!r}}}
 """
 
 
-@pytest.mark.parametrize("field, value", [("torch_git", "another-build"), ("python_soabi", "cpython-312-x86_64-linux-gnu")])
+@pytest.mark.parametrize("field, value", [("torch_git", "another-build"), ("python_soabi", "cpython-399-x86_64-linux-gnu")])
 def test_machines_with_another_torch_build_or_python_never_share_an_entry(tmp_path, server, keys, field, value):
     sources = copy_tree(tmp_path)
     assert load_tiny(tmp_path / "ci", sources, **remote_env(server.url, keys))["how"] == "built"
@@ -304,12 +304,13 @@ def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(mon
     """A pod without a toolkit would build for the CPU alone: it looks up what a writer with nvcc
     built for its GPUs (here TORCH_CUDA_ARCH_LIST) first, then its own CPU-only key."""
     from jitops import _remote
-    from jitops._key import CudaPlan, PlannedEntry
+    from jitops._key import CudaPlan, PlannedEntry, key_components
     from jitops.ops._framework import extension
 
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    planned = PlannedEntry(extension("add2"))
+    planned = PlannedEntry(extension("add2"))  # then as planned on a machine without a toolkit:
     planned.cuda = CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
+    planned.components = key_components(planned.extension, planned.cxx, planned.cuda)
     first, own = _remote.candidates(planned)
     assert own is planned.components
     assert first["backends"] == ["cpu", "cuda"] and any(s.endswith(".cu") for s in first["sources"])
