@@ -34,14 +34,14 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     plans again)."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
-    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size(), _remote_tier()
+    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
+    remote = _remote_tier()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:
         return library, list(manifest["components"].get("backends", [])), "prebuilt"
     _prebuilt.warn_refused_once(extension, refused)
     # The remote tier next: a download is not a build (JITOPS_DISABLE_BUILD still takes it).
-    remote = _remote_tier()
     library, how = fetch_remote(planned)
     if library is not None:
         return library, entry.backends or cuda.backends, how
@@ -79,7 +79,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
             library, how = under_entry_lock(entry, "building", lambda: _build(planned))
         if how in ("built", "remote"):  # after the key's lock is released: its older variants may go too
             _budget.enforce_budget(entry.root)
-        return library, cuda.backends, how
+        return library, entry.backends or cuda.backends, how
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
         raise
@@ -113,7 +113,6 @@ def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
     library, how = under_entry_lock(planned.entry, "downloading", lambda: remote.fetch(planned))
     if library is None:
         return None, ""
-    planned.entry.verified_library(touch=False)  # its backends: a fetched library may have CUDA kernels
     _budget.enforce_budget(planned.entry.root)
     return library, "cache" if how == "cache" else "remote"
 
@@ -163,7 +162,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _objects.remove_dead_stores(entry.root)
         for unit in units:
             unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
-            unit.portable_key = _objects.portable_key(unit, components, planned.source_hashes[unit.relative])
+            unit.portable_key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative], portable=True)
             if not _objects.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]

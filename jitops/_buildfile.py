@@ -6,8 +6,6 @@ compiler launcher where one is configured, and the link."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shlex
@@ -66,7 +64,7 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
     made_of = {k: v for k, v in components.items() if k != "sources_sha256"}
     made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
     made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
-    key = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
+    key = _store.json_digest(made_of)
     record = _store.torch_flags_record(extension.cache_dir)
     known = record.records.get(key)
     if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):

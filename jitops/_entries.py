@@ -7,7 +7,6 @@ its own, so a process opens exactly the library it checked. Verified, published,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,6 +17,7 @@ from ._errors import BuildError, CacheError, warn
 from ._layout import MANIFEST_NAME, parse_entry_name
 from ._store import (
     check_private_dir,
+    json_digest,
     known_file_hashes,
     new_staging,
     publish_folder,
@@ -34,7 +34,7 @@ class StaleEntry(CacheError):
 def variant_of(headers: dict) -> str:
     """An entry's variant: the headers its build included, each with its sha256 (names relative to
     the extension's root, so two clones of one tree share it)."""
-    return hashlib.sha256(json.dumps(headers, sort_keys=True).encode()).hexdigest()[: _layout.VARIANT_LENGTH]
+    return json_digest(headers, _layout.VARIANT_LENGTH)
 
 
 class Entry:

@@ -14,7 +14,6 @@ Stored only when every input it was compiled from provably did not change while 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -23,7 +22,9 @@ from pathlib import Path
 
 from . import _layout, _store
 from ._core import identity_or_none, mark_used, write_json_atomic
+from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._errors import BuildError, warn
+from ._key import portable_components
 
 FORMAT = 1  # of a unit key and record: bump when their meaning changes
 # A file whose status changed less than this before a build started may have changed after it
@@ -52,32 +53,19 @@ def toolchain(components: dict) -> dict:
     return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
 
 
-def unit_key(unit, components: dict, source_sha256: str) -> str:
-    """The object's key: what made it, apart from the headers it included (the variants')."""
+def unit_key(unit, components: dict, source_sha256: str, portable: bool = False) -> str:
+    """The object's key: what made it, apart from the headers it included (the variants').
+    portable=True: the remote's key, without the compiler's identity (_key.portable_components).
+    It still holds the command line and the source's path, both absolute: objects travel only
+    between trees, torch installs and toolkits at the same paths."""
     made_of = {
         "format": FORMAT,
-        "toolchain": toolchain(components),
+        "toolchain": portable_components(toolchain(components)) if portable else toolchain(components),
         "command": unit.command,
         "source": unit.source,
         "source_sha256": source_sha256,
     }
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def portable_key(unit, components: dict, source_sha256: str) -> str:
-    """The remote's key of the object: unit_key without the compiler's identity (_key.
-    portable_components). It still holds the command line and the source's path, both absolute:
-    objects travel only between trees, torch installs and toolkits at the same paths."""
-    from ._key import portable_components
-
-    made_of = {"format": FORMAT, "toolchain": portable_components(toolchain(components))}
-    made_of |= {"command": unit.command, "source": unit.source, "source_sha256": source_sha256}
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def variant_of(headers: dict) -> str:
-    """A stored object's variant: the headers it included, each with its sha256."""
-    return hashlib.sha256(json.dumps(headers, sort_keys=True).encode()).hexdigest()[:16]
+    return _store.json_digest(made_of, 32)
 
 
 def headers_hold(root: Path, headers: dict) -> bool:

@@ -16,7 +16,6 @@ device code with a front end of its own, which cannot read gcc's .gch).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -84,7 +83,7 @@ def key(header: str, unit, flags: str, components: dict) -> str:
         "post_flags": unit.post_flags,
         "toolchain": toolchain(components),
     }
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+    return _store.json_digest(made_of, 32)
 
 
 def find(root: Path, pch_key: str) -> str | None:

@@ -11,64 +11,32 @@ Its layout (a backend stores bytes by name, _remote_backends):
   stats/<counter>                 hits, misses, bytes
 Blobs go first and the record last, so a half-uploaded entry is never visible.
 
-The lookup key holds what decides whether a library runs here (_key.portable_components): torch,
-Python and C++ ABI, CUDA version, sources and flags; not the compiler (a pod without one still
-hits). The archs, the glibc a library needs and the headers it included are checked per record.
+What a machine looks up, what a record holds, and whether its library can run here:
+_remote_records. What is said once: a warning per problem; any failed call turns the remote off
+for the process (`call`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
 import socket
 import threading
 import time
 import uuid
 from pathlib import Path
 
-from . import _entries, _prebuilt, _signing, _store
+from . import _entries, _signing, _store
 from ._errors import CacheError, warn
-from ._key import PlannedEntry, portable_components
+from ._key import PlannedEntry
 from ._remote_backends import Backend, open_backend
+from ._remote_records import FORMAT, candidates, glibc_needed, inspect, local_manifest, lookup_key, record_variant, seal, unfit
 
-FORMAT = 1  # of the records and the lookup key: bump when their meaning changes
 DEFAULT_TIMEOUT_S = 5.0
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
 MODES = ("read-write", "read-only")
 COUNTERS = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")  # stats/<name> on the server
-
-
-def lookup_key(components: dict) -> str:
-    """The remote's key of a build: sha256 of its portable components."""
-    made_of = {"format": FORMAT, **portable_components(components)}
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def record_variant(arch_list: str | None, headers: dict) -> str:
-    """A record's name under its key: the archs and the headers it was built with."""
-    made_of = {"cuda_arch_list": arch_list, "headers": headers}
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def glibc_needed(library: bytes) -> str | None:
-    """The newest glibc symbol version a library needs ("2.34"), or None."""
-    versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", library)}
-    return ".".join(map(str, max(versions))) if versions else None
-
-
-def glibc_here() -> str | None:
-    try:
-        return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.36"
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _version(text: str | None) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
 
 
 class Fault(Exception):
@@ -128,25 +96,8 @@ class Remote:
         except Exception:
             pass
 
-    # Records: a body (canonical JSON) and its signature
     def seal(self, body: dict) -> bytes:
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        signature = self.signer.sign(text.encode()) if self.signer else None
-        return json.dumps({"body": text, "signature": signature, "key": self.signer.public if self.signer else None}).encode()
-
-    def inspect(self, data: bytes) -> tuple[dict, str | None, bool]:
-        """A record's body, its signer's public key (None: unsigned) and whether that signature
-        verifies under a trusted key. Raises ValueError where it is malformed."""
-        try:
-            envelope = json.loads(data)
-            text, signature, public = envelope["body"], envelope.get("signature"), envelope.get("key")
-            body = json.loads(text)
-        except (TypeError, KeyError) as err:
-            raise ValueError(f"no {err}") from None
-        if not isinstance(body, dict):
-            raise ValueError("not an object")
-        signed = isinstance(signature, str) and isinstance(public, str)
-        return body, public if signed else None, signed and _signing.verified(text.encode(), signature, public, self.trusted)
+        return seal(body, self.signer)
 
     def opened(self, data: bytes | None, name: str, kind: str, key: str) -> dict | None:
         """The body of the record `name` where it is well formed, of this kind and key, and signed
@@ -154,7 +105,7 @@ class Remote:
         if data is None:
             return None
         try:
-            body, signer, trusted = self.inspect(data)
+            body, signer, trusted = inspect(data, self.trusted)
         except ValueError as err:
             self.warn_once(f"ignoring the malformed remote record {name} ({err}): not loaded")
             return None
@@ -182,27 +133,30 @@ class Remote:
                 if data is None:
                     continue
                 try:
-                    body, signer, trusted = self.inspect(data)
+                    body, signer, trusted = inspect(data, self.trusted)
                 except ValueError:
                     body, signer, trusted = None, None, False
                 found.append({"record": name, "body": body, "signed_by": signer, "trusted": trusted})
         return found
 
     def remove(self, records: list[str]) -> int:
-        """Remove records, then every blob no remaining record names; returns the blobs' bytes freed.
-        (A writer pushing meanwhile may lose a blob: its record is then a miss, never a wrong load.)"""
+        """Remove records, then every blob no remaining record names; returns the bytes of those
+        blobs that a record gave the size of. (A writer pushing meanwhile may lose a blob: its
+        record is then a miss, never a wrong load.)"""
+        everything = self.records("entries") + self.records("objects")
         for name in records:
             self.backend.delete(name)
-        named = {
-            r["body"].get("library_sha256") or r["body"].get("object_sha256")
-            for kind in ("entries", "objects")
-            for r in self.records(kind)
-            if r["body"]
-        }
+        sizes, named = {}, set()
+        for record in everything:
+            if body := record["body"]:
+                digest = body.get("library_sha256") or body.get("object_sha256")
+                sizes[digest] = body.get("size", 0)
+                if record["record"] not in records:
+                    named.add(digest)
         freed = 0
         for digest in self.backend.list("blobs"):
             if digest not in named:
-                freed += len(self.backend.get(f"blobs/{digest}") or b"")
+                freed += sizes.get(digest, 0)
                 self.backend.delete(f"blobs/{digest}")
         return freed
 
@@ -244,8 +198,9 @@ class Remote:
                     data = self.blob(body["library_sha256"], name)
                     if data is None:
                         continue
-                    manifest = local_manifest(self, planned, body, name.rpartition("/")[2])
+                    manifest = local_manifest(self.backend.describe(), planned, body, name.rpartition("/")[2])
                     library = _entries.publish_library(entry, manifest, data)
+                    entry.backends = body.get("backends")  # a pod without nvcc may get CUDA kernels
                     self.count(hits=1, bytes_down=len(data))
                     return library
         except Fault:
@@ -395,67 +350,6 @@ class Remote:
         while not stop.wait(LEASE_S / 3):
             with contextlib.suppress(Fault):
                 self.call("renewing a lease on", self.backend.lease, lease, owner, LEASE_S)
-
-
-def candidates(planned: PlannedEntry) -> list[dict]:
-    """The key components to look up: this machine's, and where it has torch with CUDA but no
-    toolkit (a pod without nvcc, which would build for the CPU alone), those of a CUDA build for
-    its GPUs (or TORCH_CUDA_ARCH_LIST), first: what a writer with a toolkit built."""
-    from ._core import cuda_arch_list
-    from ._key import CudaPlan, key_components
-
-    cuda, extension = planned.cuda, planned.extension
-    toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
-    arch_list = (extension.cuda_archs or cuda_arch_list()) if toolkit_missing else ""
-    if not arch_list:
-        return [planned.components]
-    with_cuda = key_components(extension, planned.cxx, CudaPlan(True, arch_list, None, ""))
-    return [with_cuda, planned.components]
-
-
-def unfit(body: dict, planned: PlannedEntry) -> str:
-    """Why a remote entry's library cannot run here ('' where it can): the glibc it needs, the GPUs
-    it has no code for, a header that differs here."""
-    needed, here = body.get("glibc"), glibc_here()
-    if needed and here and _version(needed) > _version(here):
-        return f"built against glibc {needed}, newer than this machine's {here}"
-    if "cuda" in (body.get("backends") or []):
-        arch_list = planned.cuda.arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-        wanted = _prebuilt.visible_capabilities() or [(int(a), int(b)) for a, b in re.findall(r"(\d+)\.(\d+)", arch_list)]
-        if missing := _prebuilt.missing_archs(body.get("cuda_arch_list"), wanted):
-            return f"built for {body.get('cuda_arch_list')}, without code for compute capability {', '.join(missing)}"
-    library = body.get("library")
-    if not (isinstance(library, str) and os.path.basename(library) == library and library.endswith(".so")):
-        return f"a record naming no valid library ({library!r})"
-    if not isinstance(body.get("headers"), dict):
-        return "a record without its header list"
-    probe = _entries.Entry(planned.entry.root, planned.entry.name, planned.entry.key, planned.extension.root)
-    try:
-        probe.check_headers(body["headers"], save=True)
-    except _entries.StaleEntry as err:
-        return f"built from other headers ({err})"
-    return ""
-
-
-def local_manifest(remote: Remote, planned: PlannedEntry, body: dict, variant: str) -> dict:
-    """The local manifest of a fetched entry: this machine's key and components (with the archs the
-    library has), and where it came from (`jitops-cache clear --signed-by` reads signed_by)."""
-    return {
-        "name": planned.entry.name,
-        "key": planned.entry.key,
-        "components": {**planned.components, "cuda_arch_list": body.get("cuda_arch_list"), "backends": body.get("backends")},
-        "library": body["library"],
-        "headers": body["headers"],
-        "built_at": body.get("built_at"),
-        "remote": {
-            "server": remote.backend.describe(),
-            "key": body["key"],
-            "variant": variant,
-            "signed_by": body.get("signed_by"),
-            "built_by": body.get("built_by"),
-            "fetched_at": time.time(),
-        },
-    }
 
 
 _active: tuple[tuple, Remote | None] | None = None

@@ -375,6 +375,12 @@ def compute_key(components: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[: _layout.KEY_LENGTH]
 
 
+def json_digest(value, length: int = 64) -> str:
+    """sha256 (hex, its first `length` digits) of a value's JSON, keys sorted: the key of what a
+    dict of inputs made (objects, PCHs, variants, torch's flags, remote records)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

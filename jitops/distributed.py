@@ -38,11 +38,10 @@ class Transfer:
         self.name, self.key, self.source, self.build, self.receivers = name, key, source, build, receivers
 
 
-def _local_state(entries: dict) -> dict:
+def _local_state(entries: dict, cached: list[str]) -> dict:
     """What this rank tells the others: the extensions it loads in its order, its key for each and
     the node it builds into (host and that extension's cache root), and those its cache has."""
     host = socket.gethostname()
-    cached = [name for name, entry in entries.items() if _entries.verified_or_discarded(entry) is not None]
     return {
         "names": list(entries),
         "keys": {name: entry.key for name, entry in entries.items()},
@@ -107,12 +106,14 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         op_names, declared = _declared(ops, extensions)
         planned = {name: PlannedEntry(e) for name, e in declared.items()}  # this rank's key for each
         entries = {name: p.entry for name, p in planned.items()}
-        # The remote cache first (JITOPS_REMOTE_CACHE): a node that hits has nothing to build. One
-        # that fails is off for this process within its timeouts, and the plan below builds instead.
-        for p in planned.values():
-            if _entries.verified_or_discarded(p.entry) is None:
-                _build.fetch_remote(p)
-        state = _local_state(entries)
+        # What its cache has, else the remote cache's (JITOPS_REMOTE_CACHE): a node that hits has
+        # nothing to build. A remote that fails is off for this process within its timeouts.
+        cached = [
+            name
+            for name, p in planned.items()
+            if _entries.verified_or_discarded(p.entry) is not None or _build.fetch_remote(p)[0] is not None
+        ]
+        state = _local_state(entries, cached)
     except Exception as err:  # sent to the others, so that every rank raises it instead of waiting
         op_names, declared, state = [], {}, {"error": f"{type(err).__name__}: {err}"}
     gathered: list = [None] * len(ranks)

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from servers import free_port
 from test_loader import TIMEOUT_S, entries, load_tiny
 from test_reliability import hung_compiler, kill_processes_with, processes_with
 
@@ -24,12 +24,6 @@ from jitops import _build, _entries, _layout
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
 RANKS_PER_NODE = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_job(tmp_path: Path, node_env: list[dict], ops: list[str]) -> tuple[Path, list[subprocess.Popen]]:

@@ -172,7 +172,7 @@ def other_key(sources: Path) -> str:
     """The remote lookup key of tiny built from `sources`, as the loader computes it."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[2]); from tiny_extension import tiny_extension; "
-        "from jitops._key import PlannedEntry; from jitops._remote import lookup_key; "
+        "from jitops._key import PlannedEntry; from jitops._remote_records import lookup_key; "
         "print(lookup_key(PlannedEntry(tiny_extension(sys.argv[1])).components))"
     )
     out = children.run([sys.executable, "-c", code, str(sources), str(Path(__file__).parent)], capture_output=True, text=True)
@@ -228,7 +228,7 @@ def test_machines_with_another_torch_build_or_python_never_share_an_entry(tmp_pa
 def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tmp_path):
     """What is looked up holds torch, Python ABI and C++ ABI; a record for other archs, or a newer
     glibc, is refused by the reader."""
-    from jitops import _remote
+    from jitops import _remote_records
     from jitops._key import portable_components
 
     components = {
@@ -247,10 +247,10 @@ def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tm
         "environment_tools": ["/usr/bin/gcc: gcc 12.2"],
         "ldflags": ["-Wl,--as-needed", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"],
     }
-    key = _remote.lookup_key(components)
+    key = _remote_records.lookup_key(components)
     other_compiler = {**components, "cxx": "/opt/clang/bin/clang++: clang 18", "environment": {}, "environment_tools": []}
     other_compiler["ldflags"] = ["-Wl,--as-needed", "/opt/conda/lib/libstdc++.so.6"]
-    assert _remote.lookup_key(other_compiler) == key
+    assert _remote_records.lookup_key(other_compiler) == key
     for field, value in [
         ("torch", "2.14.1+cpu"),
         ("torch_git", "def"),
@@ -258,14 +258,14 @@ def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tm
         ("cxx11_abi", False),
         ("torch_cuda", "12.8"),
     ]:
-        assert _remote.lookup_key({**components, field: value}) != key, field
+        assert _remote_records.lookup_key({**components, field: value}) != key, field
     assert "cuda_arch_list" not in portable_components(components)
     from jitops import _prebuilt
 
     assert _prebuilt.missing_archs("8.0", [(9, 0)]) == ["9.0"]
     assert _prebuilt.missing_archs("8.0;9.0", [(9, 0)]) == []
-    assert _remote.glibc_needed(b"\0GLIBC_2.17\0GLIBC_2.34\0GLIBC_2.4\0") == "2.34"
-    assert _remote._version("2.99") > _remote._version(_remote.glibc_here())
+    assert _remote_records.glibc_needed(b"\0GLIBC_2.17\0GLIBC_2.34\0GLIBC_2.4\0") == "2.34"
+    assert _remote_records._version("2.99") > _remote_records._version(_remote_records.glibc_here())
 
 
 def resigned_record(server: RedisServer, keys: dict, change) -> None:
@@ -306,7 +306,7 @@ def test_a_trusted_record_that_cannot_run_here_is_built_here(tmp_path, server, k
 def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(monkeypatch):
     """A pod without a toolkit would build for the CPU alone: it looks up what a writer with nvcc
     built for its GPUs (here TORCH_CUDA_ARCH_LIST) first, then its own CPU-only key."""
-    from jitops import _remote
+    from jitops import _remote_records
     from jitops._key import CudaPlan, PlannedEntry, key_components
     from jitops.ops._framework import extension
 
@@ -314,12 +314,12 @@ def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(mon
     planned = PlannedEntry(extension("add2"))  # then as planned on a machine without a toolkit:
     planned.cuda = CudaPlan(False, None, None, "no CUDA toolkit (nvcc) was found: set CUDA_HOME")
     planned.components = key_components(planned.extension, planned.cxx, planned.cuda)
-    first, own = _remote.candidates(planned)
+    first, own = _remote_records.candidates(planned)
     assert own is planned.components
     assert first["backends"] == ["cpu", "cuda"] and any(s.endswith(".cu") for s in first["sources"])
-    assert _remote.lookup_key(first) != _remote.lookup_key(own)
+    assert _remote_records.lookup_key(first) != _remote_records.lookup_key(own)
     planned.cuda = CudaPlan(False, None, None, "torch 2.13.0+cpu is a CPU-only build")
-    assert _remote.candidates(planned) == [planned.components]
+    assert _remote_records.candidates(planned) == [planned.components]
 
 
 # A pod without nvcc: no toolkit is found.
@@ -353,12 +353,12 @@ def test_a_record_without_code_for_the_wanted_archs_is_refused():
     """A reader takes an entry whose code covers its GPUs (or TORCH_CUDA_ARCH_LIST, without one)."""
     from types import SimpleNamespace
 
-    from jitops import _remote
+    from jitops import _remote_records
 
     planned = SimpleNamespace(cuda=SimpleNamespace(arch_list="8.0;9.0"))
     body = {"backends": ["cpu", "cuda"], "cuda_arch_list": "8.0", "glibc": None}
-    assert "without code for compute capability 9.0" in _remote.unfit(body, planned)
-    assert "without code" not in _remote.unfit({**body, "cuda_arch_list": "8.0;9.0"}, planned)
+    assert "without code for compute capability 9.0" in _remote_records.unfit(body, planned)
+    assert "without code" not in _remote_records.unfit({**body, "cuda_arch_list": "8.0;9.0"}, planned)
 
 
 def test_a_server_that_is_down_slow_full_or_cut_mid_transfer_costs_only_a_local_build(tmp_path, server, keys):
