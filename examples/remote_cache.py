@@ -10,7 +10,9 @@ and through a proxy that adds 20 ms to every reply and caps the rate at 100 MB/s
 a data centre). Records are signed and readers trust only the writer's key. JITOPS_PCH=0
 throughout: no background precompiled header competes with the timed runs.
 
-The cases (each run times its own loading part, after `import torch` and CUDA's initialisation):
+Each run times its own loading part (after `import torch` and CUDA's initialisation); the harness
+times the whole process too, beside a floor (a process that only imports torch), and counts the
+disk the run left (its cache, and the plugins' build folders). The cases:
   add2, bias_act   jitops' ops: jitops.load_all([op])
   3-unit load      a user's 3-unit extension (bind.cpp with torch/extension.h, k1, k2) through
                    jitops.load (examples/edit_loop.py's tree)
@@ -60,6 +62,11 @@ else:
     ok = torch.allclose(jitops.bias_act(x, b, act="lrelu"), bias_act_ref(x, b, act="lrelu"))
 print(json.dumps({"seconds": seconds, "ok": bool(ok)}))
 """
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under folder (0 where it does not exist): the disk a run left."""
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(folder) for f in files)
 
 
 def counters(env: dict) -> dict:
@@ -125,10 +132,18 @@ def main() -> None:
             return [sys.executable, "-m", "jitops", "run", "train.py", "import", json.dumps(plugin_sources), str(build_root)]
 
         def run(case: str, run_env: dict) -> dict:
-            run_env = {**run_env, "JITOPS_CACHE_DIR": str(work / f"cache-{runs}")}  # empty: a fresh machine
+            cache = work / f"cache-{runs}"  # empty: a fresh machine
             started = time.perf_counter()
-            out = subprocess.run(command(case), env=run_env, cwd=work, capture_output=True, text=True, timeout=3600)
+            out = subprocess.run(
+                command(case),
+                env={**run_env, "JITOPS_CACHE_DIR": str(cache)},
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
             wall = time.perf_counter() - started
+            disk = folder_bytes(cache) + folder_bytes(work / f"plugins-{runs}")  # the plugins' build folders too
             if out.returncode != 0:
                 raise SystemExit(f"{case} failed:\n{out.stderr[-4000:]}")
             report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -138,7 +153,24 @@ def main() -> None:
                 raise SystemExit(f"{case}: a wrong result")
             seconds = report.get("seconds", report.get("loading_s"))
             status = [line for line in out.stderr.splitlines() if line.startswith("jitops: built")]
-            return {"seconds": seconds, "wall_s": wall, "status": status, "warnings": out.stderr.count("RuntimeWarning")}
+            return {
+                "seconds": seconds,
+                "wall_s": wall,
+                "disk": disk,
+                "status": status,
+                "warnings": out.stderr.count("RuntimeWarning"),
+            }
+
+        # A process that only imports torch (and initialises CUDA): what every run pays first. Taken
+        # before each download, alternating, so that both see the machine in the same state.
+        floor_command = [sys.executable, "-c", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"]
+        floor: list[float] = []
+
+        def floor_then(case: str, run_env: dict) -> dict:
+            started = time.perf_counter()
+            subprocess.run(floor_command, env=env, check=True)
+            floor.append(time.perf_counter() - started)
+            return run(case, run_env)
 
         results = {}
         for case in ("add2", "bias_act", "3-unit load", "2 plugins (run)", "edit k1"):
@@ -148,37 +180,33 @@ def main() -> None:
             row = {}
             # The edit's baseline is a fresh machine without the remote: it compiles all three units.
             built = run(case, env if case == "edit k1" else writer_env)
-            row["build"] = {"seconds": built["seconds"], "wall_s": built["wall_s"], "status": built["status"]}
-            print(f"{case:<16} build {built['seconds']:7.2f} s   {'; '.join(built['status'])}", flush=True)
-            if case == "edit k1":
-                # The writer's edit is pushed as a new entry; a reader of the edited tree must not just
-                # download that library: its record goes, so the reader builds, from remote objects.
-                subprocess.run(
-                    [sys.executable, "-m", "jitops", "prune", "--remote", "--max-size", "0"],
-                    env=writer_env,
-                    check=True,
-                    capture_output=True,
-                )
-                tree.k1_edits += 1
-                tree.write()
+            row["build"] = {k: built[k] for k in ("seconds", "wall_s", "disk", "status")}
+            print(
+                f"{case:<16} build {built['seconds']:7.2f} s (process {built['wall_s']:.2f} s, "
+                f"{built['disk'] / 1e6:.1f} MB on disk)   {'; '.join(built['status'])}",
+                flush=True,
+            )
             for label, url in paths.items():
                 reader_env = {**env, "JITOPS_REMOTE_CACHE": url, "JITOPS_REMOTE_MODE": "read-only"}
                 before = counters(reader_env) if args.tier == "redis" else None
-                samples = [run(case, reader_env) for _ in range(args.repeats if case != "edit k1" else 1)]
+                samples = [floor_then(case, reader_env) for _ in range(args.repeats if case != "edit k1" else 1)]
                 after = counters(reader_env) if args.tier == "redis" else None
                 seconds = statistics.median(s["seconds"] for s in samples)
                 moved = (after["bytes_down"] - before["bytes_down"]) / len(samples) if before else None
                 row[label] = {
                     "seconds": seconds,
                     "wall_s": statistics.median(s["wall_s"] for s in samples),
+                    "disk": samples[-1]["disk"],
                     "samples": [round(s["seconds"], 4) for s in samples],
                     "bytes_per_load": moved,
                     "status": samples[-1]["status"],
                     "warnings": sum(s["warnings"] for s in samples),
                 }
                 extra = f"  {moved / 1e6:.2f} MB moved per load" if moved is not None else ""
+                wall = row[label]["wall_s"]
                 print(
                     f"{'':<16} {label:<22} {seconds:7.3f} s  ({built['seconds'] / seconds:5.1f}x faster than building)"
+                    f"  process {wall:.2f} s ({built['wall_s'] / wall:.1f}x), {row[label]['disk'] / 1e6:.1f} MB on disk"
                     f"{extra}  {'; '.join(samples[-1]['status'])}",
                     flush=True,
                 )
@@ -186,7 +214,9 @@ def main() -> None:
         if args.tier == "redis":
             proxy.close()
             server.stop()
-    summary = {"tier": args.tier, "cuda": cuda, "torch": torch.__version__, "results": results}
+    floor_s = statistics.median(floor)
+    print(f"floor (a process that only imports torch), median of {len(floor)}: {floor_s:.3f} s", flush=True)
+    summary = {"tier": args.tier, "cuda": cuda, "torch": torch.__version__, "floor_s": floor_s, "results": results}
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
 
