@@ -161,8 +161,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
         _objects.remove_dead_stores(entry.root)
         for unit in units:
-            unit.key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative])
-            unit.portable_key = _objects.unit_key(unit, components, planned.source_hashes[unit.relative], portable=True)
+            _objects.plan_keys(unit, components, planned.source_hashes[unit.relative])
             if not _objects.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]

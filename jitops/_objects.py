@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -53,19 +54,48 @@ def toolchain(components: dict) -> dict:
     return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
 
 
-def unit_key(unit, components: dict, source_sha256: str, portable: bool = False) -> str:
+def unit_key(unit, components: dict, source_sha256: str, portable: bool = False, name_free: bool = False) -> str:
     """The object's key: what made it, apart from the headers it included (the variants').
     portable=True: the remote's key, without the compiler's identity (_key.portable_components).
     It still holds the command line and the source's path, both absolute: objects travel only
-    between trees, torch installs and toolkits at the same paths."""
+    between trees, torch installs and toolkits at the same paths. name_free=True: the command with
+    the extension's name left out, for a unit that never reads it (plan_keys)."""
+    command = unit.command
+    if name_free:
+        command = [_NAME_WORD.sub(lambda m: NAME_FREE if m[0] == unit.name_define else m[0], part) for part in command]
     made_of = {
         "format": FORMAT,
         "toolchain": portable_components(toolchain(components)) if portable else toolchain(components),
-        "command": unit.command,
+        "command": command,
         "source": unit.source,
         "source_sha256": source_sha256,
     }
     return _store.json_digest(made_of, 32)
+
+
+# The macro torch's headers never read and every unit gets: a unit whose source and headers never
+# name it compiles to the same object under any extension name, so a notebook's renamed module
+# (<name>_v1) reuses it. A unit that names it (the bindings) is keyed with the name.
+NAME_MACRO = "TORCH_EXTENSION_NAME"
+NAME_FREE = f"-D{NAME_MACRO}=*"
+_NAME_WORD = re.compile(rf"(?<!\S)-D{NAME_MACRO}=\S*")
+
+
+def plan_keys(unit, components: dict, source_sha256: str) -> None:
+    """Set the unit's keys: its own, the name-free one where its source never names the extension
+    (reuse tries that first; store uses it where its headers do not name it either), the remote's."""
+    unit.key = unit_key(unit, components, source_sha256)
+    unit.portable_key = unit_key(unit, components, source_sha256, portable=True)
+    unit.name_free_key = None if names_extension(unit.source) else unit_key(unit, components, source_sha256, name_free=True)
+
+
+def names_extension(path: str) -> bool:
+    """Whether a source or header spells the extension's name macro (unreadable: assumed so)."""
+    try:
+        with open(path, "rb") as file:
+            return NAME_MACRO.encode() in file.read()
+    except OSError:
+        return True
 
 
 def headers_hold(root: Path, headers: dict) -> bool:
@@ -90,24 +120,36 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
 
 
 def reuse(root: Path, unit, build_dir: Path) -> bool:
-    """Copy the unit's object into build_dir from the variant whose headers all still match, its
-    sha256 checked on the copy; set unit.headers. False where there is none (or only corrupt ones,
-    which are removed, with a warning)."""
+    """Copy the unit's object into build_dir from a variant whose headers all still match, its
+    sha256 checked on the copy, under its name-free key first, then its own; set unit.headers (and
+    unit.key to the key it was found under). False where there is none (or only corrupt ones, which
+    are removed, with a warning)."""
     objects = _store.usable_part(root, _layout.OBJECTS_DIR, write=False)
     if objects is None:
         return False
+    known = _store.known_file_hashes(root)
     try:
-        variants = sorted(os.scandir(objects / unit.key), key=lambda v: v.stat().st_mtime, reverse=True)
+        for key in filter(None, (unit.name_free_key, unit.key)):
+            if _reuse_variant(objects / key, key, unit, build_dir, known):
+                unit.key = key
+                return True
+        return False
+    finally:
+        known.save()
+
+
+def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.KnownFileHashes) -> bool:
+    try:
+        variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
     except OSError:
         return False
-    known = _store.known_file_hashes(root)
     for variant in variants:
         if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
             continue
         try:
             record = json.loads(Path(variant.path, _layout.RECORD_NAME).read_text())
             headers = record["headers"]
-            if record.get("key") != unit.key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
+            if record.get("key") != key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
                 continue
             copy = build_dir / unit.object
             shutil.copyfile(Path(variant.path, _layout.OBJECT_NAME), copy)
@@ -122,11 +164,9 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
             copy.unlink()
             _discard(Path(variant.path))
             continue
-        known.save()
         mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
         unit.headers, unit.reused = dict(headers), True
         return True
-    known.save()
     return False
 
 
@@ -171,6 +211,8 @@ def store(root: Path, unit, build_dir: Path) -> None:
     """Keep a compiled unit's object (unit.headers set, all settled). Atomic: a private staging
     folder renamed into place; a variant already there (another build of the same inputs) stays.
     A store that fails (a full disk, a read-only or unusable objects/) costs only a later compile."""
+    if unit.name_free_key and not any(names_extension(header) for header in unit.headers):
+        unit.key = unit.name_free_key
     variant = variant_of(unit.headers)
     objects = _store.usable_part(root, _layout.OBJECTS_DIR)
     target = objects / unit.key / variant if objects is not None else None

@@ -334,6 +334,78 @@ print(ctypes.CDLL(second).edited_value(), second != first)
     assert proc.stdout.split() == ["1", "2", "True"], proc.stdout
 
 
+# Units for the in-process edit: bind.cpp names the module (as PYBIND11_MODULE(TORCH_EXTENSION_NAME)
+# does), via_header.cpp through a header, the others never.
+NAMED_UNITS = {
+    "bind.cpp": '#define STR2(x) #x\n#define STR(x) STR2(x)\nextern "C" const char* ext_name() { return STR(TORCH_EXTENSION_NAME); }\n',
+    "p1.cpp": 'extern "C" int p1() { return 1; }\n',
+    "p2.cpp": 'extern "C" int p2() { return 2; }\n',
+    "named.h": "#define STR2(x) #x\n#define STR(x) STR2(x)\n#define NAME_OF_MODULE STR(TORCH_EXTENSION_NAME)\n",
+    "via_header.cpp": '#include "named.h"\nextern "C" const char* via_header() { return NAME_OF_MODULE; }\n',
+}
+
+IN_PROCESS_EDITS = """
+import ctypes, json, pathlib, sys, jitops
+folder, sources, edits = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+def load():
+    library = ctypes.CDLL(jitops.load("inproc", [str(folder / s) for s in sources], is_python_module=False))
+    library.ext_name.restype = ctypes.c_char_p
+    return library
+print(json.dumps([load().ext_name().decode(), load().p1()]), flush=True)
+for source, old, new in edits:
+    path = folder / source
+    path.write_text(path.read_text().replace(old, new))
+    library = load()
+    print(json.dumps([library.ext_name().decode(), library.p1()]), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "sources, edits, compiled",
+    [
+        # The notebook's loop: each load after an edit is <name>_v1, _v2: only the edited unit and
+        # the one that names the module are compiled again.
+        (
+            ["bind.cpp", "p1.cpp", "p2.cpp"],
+            [["bind.cpp", "extern", "/* edited */ extern"], ["p1.cpp", "return 1", "return 11"]],
+            [["bind", "p1", "p2"], ["bind"], ["bind", "p1"]],
+        ),
+        # A unit whose header names the module is compiled under each name too.
+        (
+            ["bind.cpp", "p1.cpp", "via_header.cpp"],
+            [["p1.cpp", "return 1", "return 11"]],
+            [["bind", "p1", "via_header"], ["bind", "p1", "via_header"]],
+        ),
+    ],
+    ids=["edit-the-bindings-then-a-kernel", "a-header-names-the-module"],
+)
+def test_an_in_process_edit_compiles_only_the_edited_units_and_those_that_name_the_module(tmp_path, sources, edits, compiled):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for name, text in NAMED_UNITS.items():
+        (folder / name).write_text(text)
+    compiler, log = logging_compiler(tmp_path)
+    proc = children.run(
+        [sys.executable, "-c", IN_PROCESS_EDITS, str(folder), json.dumps(sources), json.dumps(edits)],
+        env=tiny_env(tmp_path / "cache", CXX=compiler),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loads = [json.loads(line) for line in proc.stdout.splitlines()]
+    names = [name for name, _ in loads]  # the library's name: jitops_load_inproc, then _v1, _v2 (each load a new module)
+    assert names == [names[0]] + [f"{names[0]}_v{n}" for n in range(1, len(edits) + 1)]
+    assert [p1 for _, p1 in loads] == [1] + [11 if any(e[0] == "p1.cpp" for e in edits[: n + 1]) else 1 for n in range(len(edits))]
+    builds = []  # (the module each compile was for, the unit)
+    for line in log.read_text().splitlines():
+        if " -c " in line and "-DTORCH_EXTENSION_NAME=" in line:
+            name = next(w for w in line.split() if w.startswith("-DTORCH_EXTENSION_NAME=")).split("=", 1)[1]
+            unit = next(w for w in line.split() if w.endswith(".o")).removesuffix(".o")
+            builds.append((name, unit))
+    assert [sorted(unit for n, unit in builds if n == name) for name in names] == compiled
+
+
 CUDA_LOAD = """
 import ctypes, json, sys, jitops
 folder, cuda_cflags = sys.argv[1], json.loads(sys.argv[2])
