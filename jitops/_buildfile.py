@@ -40,7 +40,9 @@ class Unit:
     a shell), its compiler and flags, and, once planned, its object key, headers and whether its
     object was reused."""
 
-    def __init__(self, relative: str, source: str, wrapper: str, cuda: bool, compiler: str, flags: str, post_flags: str, library: str):
+    def __init__(
+        self, relative: str, source: str, wrapper: str, cuda: bool, compiler: str, flags: str, post_flags: str, library: str
+    ):
         self.relative, self.source, self.wrapper, self.cuda = relative, source, wrapper, cuda
         # As torch names objects (file.o, file.cuda.o), after the wrapper: unique per source path.
         self.object = os.path.splitext(os.path.basename(wrapper))[0] + (".cuda.o" if cuda else ".o")
@@ -146,9 +148,22 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
         wrapper.write_text(f'#include "{source}"\n', encoding="utf-8")
         is_cuda = cuda.enabled and relative.endswith(CUDA_SUFFIXES)
         if is_cuda:
-            units.append(Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, flags.cuda_post_cflags, extension.library_name))
+            units.append(
+                Unit(
+                    relative,
+                    source,
+                    str(wrapper),
+                    True,
+                    flags.nvcc,
+                    flags.cuda_cflags,
+                    flags.cuda_post_cflags,
+                    extension.library_name,
+                )
+            )
         else:
-            units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, flags.post_cflags, extension.library_name))
+            units.append(
+                Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, flags.post_cflags, extension.library_name)
+            )
     if len({unit.object for unit in units}) < len(units):  # x.cpp beside x.cc: objects named in full
         for unit in units:
             unit.object = os.path.basename(unit.wrapper) + (".cuda.o" if unit.cuda else ".o")

@@ -396,7 +396,9 @@ def test_an_in_process_edit_compiles_only_the_edited_units_and_those_that_name_t
     loads = [json.loads(line) for line in proc.stdout.splitlines()]
     names = [name for name, _ in loads]  # the library's name: jitops_load_inproc, then _v1, _v2 (each load a new module)
     assert names == [names[0]] + [f"{names[0]}_v{n}" for n in range(1, len(edits) + 1)]
-    assert [p1 for _, p1 in loads] == [1] + [11 if any(e[0] == "p1.cpp" for e in edits[: n + 1]) else 1 for n in range(len(edits))]
+    assert [p1 for _, p1 in loads] == [1] + [
+        11 if any(e[0] == "p1.cpp" for e in edits[: n + 1]) else 1 for n in range(len(edits))
+    ]
     builds = []  # (the module each compile was for, the unit)
     for line in log.read_text().splitlines():
         if " -c " in line and "-DTORCH_EXTENSION_NAME=" in line:
