@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 ROOT = Path(__file__).resolve().parent
 STARTUP_FILE = "jitops-torch-load.pth"
@@ -38,6 +39,36 @@ class FreshBuildPy(build_py):
 
     def get_outputs(self, include_bytecode=True):
         return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / STARTUP_FILE)]
+
+
+class EditableWheel(editable_wheel):
+    """`pip install -e .` installs the switch's .pth too (setuptools' editable wheel holds only its
+    own finder and .pth). Through setuptools' strategy hook, a private one: where it is gone, an
+    editable install has no switch, as before."""
+
+    def _select_strategy(self, name, tag, build_lib):
+        return _WithStartupFile(super()._select_strategy(name, tag, build_lib))
+
+
+class _WithStartupFile:
+    """An editable strategy that also writes jitops-torch-load.pth into the wheel."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def __call__(self, wheel, files, mapping):
+        self.strategy(wheel, files, mapping)
+        wheel.write(str(ROOT / STARTUP_FILE), STARTUP_FILE)
+
+    def __enter__(self):
+        self.strategy.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        return self.strategy.__exit__(*exc_info)
+
+
+COMMANDS = {"build_py": FreshBuildPy, "editable_wheel": EditableWheel}
 
 
 def ahead_of_time_build() -> dict:
@@ -98,7 +129,7 @@ def ahead_of_time_build() -> dict:
             )
             _core.write_json_atomic(entry.manifest_path, manifest)
 
-    return {"ext_modules": extensions, "cmdclass": {"build_py": FreshBuildPy, "build_ext": BuildAndStamp}}
+    return {"ext_modules": extensions, "cmdclass": {**COMMANDS, "build_ext": BuildAndStamp}}
 
 
-setup(**(ahead_of_time_build() if os.environ.get("JITOPS_AOT") == "1" else {"cmdclass": {"build_py": FreshBuildPy}}))
+setup(**(ahead_of_time_build() if os.environ.get("JITOPS_AOT") == "1" else {"cmdclass": COMMANDS}))

@@ -76,20 +76,25 @@ def _install_jitops_loaders(module, inline: bool = False) -> None:
         module.load_inline = load_inline
 
 
-def install() -> None:
+def install() -> LazyTorchCppExtension:
     """Serve torch.utils.cpp_extension lazily, with jitops' loaders, in this process and (through
-    the environment) in the Python processes it starts."""
+    the environment) in the Python processes it starts. Returns the finder that serves it."""
     os.environ[SWITCH] = "1"
-    if any(getattr(finder, "jitops_drop_in", False) for finder in sys.meta_path):
-        return
+    for finder in sys.meta_path:
+        if isinstance(finder, LazyTorchCppExtension):
+            return finder
     imported = sys.modules.get(TORCH_MODULE)
     if imported is not None:  # imported already (a .pth or sitecustomize of its own): patch it
         _install_jitops_loaders(imported, inline=True)
-    sys.meta_path.insert(0, LazyTorchCppExtension())
+    finder = LazyTorchCppExtension()
+    sys.meta_path.insert(0, finder)
+    return finder
 
 
 def run(argv: list[str]) -> int:
-    """`python -m jitops run script.py [args]` or `python -m jitops run -m module [args]`."""
+    """`python -m jitops run script.py [args]` or `python -m jitops run -m module [args]`: the
+    program runs as `python script.py` or `python -m module` would run it (sys.argv, sys.path[0],
+    an absolute __file__, tracebacks that start at the program, python's one-line errors)."""
     usage = "usage: python -m jitops run script.py [args ...] | -m module [args ...]"
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{usage}\n\nRuns the program with every torch.utils.cpp_extension.load/load_inline going through jitops.")
@@ -99,15 +104,66 @@ def run(argv: list[str]) -> int:
         return 2
     import runpy
 
+    script = argv[0] != "-m"
+    if script and not os.path.exists(argv[0]):  # in python's words
+        print(
+            f"{sys.executable}: can't open file {os.path.abspath(argv[0])!r}: [Errno 2] No such file or directory",
+            file=sys.stderr,
+        )
+        return 2
     install()
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        if not os.path.exists(argv[0]):
-            print(f"python -m jitops run: can't open file {argv[0]!r}: no such file", file=sys.stderr)
-            return 2
+    sys.excepthook = _from_the_program(sys.excepthook, runpy)
+    if script:
         sys.argv = list(argv)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python script.py` does
-        runpy.run_path(argv[0], run_name="__main__")
+        if not sys.flags.safe_path:  # python puts the script's folder first (symlinks resolved), not the working directory
+            sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+        _run_script(argv[0], runpy)
+    else:
+        sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
+        _new_main()
+        # What `python -m` itself calls (CPython's main names it): the same module lookup, the same
+        # one-line error where there is none, the code run in __main__.
+        runpy._run_module_as_main(argv[1])
     return 0
+
+
+def _new_main():
+    """A __main__ module as python's start makes it (this one is jitops' own __main__.py)."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__, main.__annotations__ = builtins, {}
+    sys.modules["__main__"] = main  # kept when it ends, as python keeps its __main__ (atexit, pickling)
+    return main
+
+
+def _run_script(path: str, runpy) -> None:
+    """Run a script as python does: in a new __main__ whose __file__ (and the code's file name) is
+    absolute (3.9+), sys.argv[0] as given. A folder or zip file with a __main__.py goes to runpy
+    (which sets sys.argv[0] to its absolute path)."""
+    import zipfile
+
+    absolute = os.path.abspath(path)
+    if os.path.isdir(path) or zipfile.is_zipfile(path):
+        runpy.run_path(absolute, run_name="__main__")
+        return
+    import importlib.machinery
+
+    loader = importlib.machinery.SourceFileLoader("__main__", absolute)
+    code = compile(loader.get_data(absolute), absolute, "exec", dont_inherit=True)
+    main = _new_main()
+    main.__file__, main.__cached__, main.__loader__ = absolute, None, loader
+    exec(code, vars(main))
+
+
+def _from_the_program(excepthook, runpy):
+    """An excepthook that leaves out the frames above the program (python's runpy, jitops' own)."""
+    above = {"<frozen runpy>", runpy.__file__, __file__, os.path.join(os.path.dirname(__file__), "__main__.py")}
+
+    def hook(kind, value, traceback):
+        while traceback is not None and traceback.tb_frame.f_code.co_filename in above:
+            traceback = traceback.tb_next
+        excepthook(kind, value.with_traceback(traceback), traceback)  # python prints the exception's own
+
+    return hook

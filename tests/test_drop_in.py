@@ -5,10 +5,10 @@ sys.modules (StyleGAN's get_plugin), never another build's module when both load
 (either order, two threads), and the namespace guard before any dlopen. Real builds, real processes."""
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 from pathlib import Path
 
 import children
@@ -191,38 +191,125 @@ print(json.dumps(os.environ.get("JITOPS_VERBOSE")))
     assert run(["-c", code, str(source)], tiny_env(tmp_path / "cache", JITOPS_VERBOSE="0")) == "0"
 
 
-def test_the_environment_switch_of_an_installed_jitops_serves_every_process(tmp_path):
-    """JITOPS_TORCH_LOAD=1 with jitops installed from its wheel (the .pth file only a regular
-    install has): torch.utils.cpp_extension.load is jitops' in a Python started by anyone."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
-        check=True,
-        timeout=TIMEOUT_S,
-    )
-    (wheel,) = tmp_path.glob("jitops-*.whl")
+# What a program sees of how it was started, and an uncaught error: under `python -m jitops run` all
+# of it must be what `python` gives (E1, E3, E7 of the reliability review).
+AS_STARTED = """
+import json, os, sys
+main = sys.modules["__main__"]
+seen = {"argv": sys.argv, "path0": sys.path[0], "path1": sys.path[1], "file": __file__, "name": __name__,
+        "main": sorted((k, type(v).__name__) for k, v in vars(main).items() if k.startswith("__"))}
+here = os.path.dirname(__file__)
+os.chdir("/")
+seen["reads_itself"] = open(os.path.join(here, os.path.basename(__file__))).readline()
+print(json.dumps(seen))
+def fail():
+    raise ValueError("from the program")
+if "fail" in sys.argv:
+    fail()
+if "interrupt" in sys.argv:
+    raise KeyboardInterrupt
+if "exit" in sys.argv:
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sub/prog.py", "a", "b c"],
+        ["link.py"],  # a link to sub/prog.py: sys.path[0] is the folder of the file it names
+        ["sub/prog.py", "fail"],
+        ["sub/prog.py", "interrupt"],
+        ["sub/prog.py", "exit"],
+        ["sub/broken.py"],  # a SyntaxError
+        ["-m", "no_such_module_anywhere"],
+        ["no_such_script.py"],
+        ["-m", "sub.prog", "x"],
+    ],
+    ids=["argv", "symlink", "traceback", "ctrl-c", "exit-status", "syntax-error", "no-such-module", "no-such-script", "module"],
+)
+def test_run_gives_the_program_what_python_gives_it(tmp_path, args):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "prog.py").write_text(AS_STARTED)
+    (tmp_path / "sub" / "broken.py").write_text("x = (\n")
+    (tmp_path / "link.py").symlink_to("sub/prog.py")
+    env = tiny_env(tmp_path / "cache")
+    both = [  # real interpreters (not test children forked from one): python's own start is compared
+        subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path)
+        for command in ([sys.executable, *args], [sys.executable, "-m", "jitops", "run", *args])
+    ]
+    python, through_jitops = ((proc.returncode, proc.stdout, proc.stderr) for proc in both)
+    assert through_jitops == python
+    assert python[0] != 0 or json.loads(python[1])["reads_itself"], "the program ran"
+
+
+SWITCHED = """
+import json, sys
+started_with = sorted(name for name in sys.modules if name.split(".")[0] in ("jitops", "_jitops_torch_load"))
+import torch.utils.cpp_extension as cpp_extension
+print(json.dumps([cpp_extension.load.__module__, started_with]))
+"""
+
+
+def installed_jitops(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """A venv (with a lib64 link, as Linux makes them: site reads its .pth files twice) holding a copy
+    of this checkout installed as a wheel or editable, torch and the rest from this environment.
+    Returns (its python, the installed jitops package)."""
+    tree = tmp_path / "tree"
+    skip = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", ".remote", "bench_*")
+    shutil.copytree(REPO, tree, ignore=skip, symlinks=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT_S)
     python = venv / "bin" / "python"
     site = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True)
-    # torch and the rest from this environment, after the venv's own site-packages (jitops from the wheel).
-    parent = sysconfig.get_paths()["purelib"]
+    parent = sysconfig.get_paths()["purelib"]  # after the venv's own site-packages
     (Path(site.strip()) / "zz_parent_environment.pth").write_text(f"import sys; sys.path.append({parent!r})\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        check=True,
-        timeout=TIMEOUT_S,
-    )
-    code = textwrap.dedent("""
-        import json, jitops, torch.utils.cpp_extension as cpp_extension
-        print(json.dumps([cpp_extension.load.__module__, jitops.__file__]))
-    """)
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(python),
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        "-q",
+    ]
+    if how == "wheel":
+        subprocess.run([*pip, str(tree)], check=True, timeout=TIMEOUT_S, cwd=tmp_path)
+        package = Path(site.strip()) / "jitops"
+    else:
+        subprocess.run([*pip, "-e", str(tree)], check=True, timeout=TIMEOUT_S, cwd=tmp_path)
+        package = tree / "jitops"
+    return python, package
+
+
+@pytest.mark.parametrize("how", ["wheel", "editable"])
+def test_the_environment_switch_serves_every_process_costs_nothing_until_used_and_survives_a_broken_jitops(tmp_path, how):
+    """JITOPS_TORCH_LOAD=1 in a regular and an editable install: torch.utils.cpp_extension.load is
+    jitops' in a Python started by anyone; a start imports nothing of jitops until the program
+    imports that module (E9); a broken or removed jitops says so in one line, once (E10)."""
+    python, package = installed_jitops(tmp_path, how)
     env = tiny_env(tmp_path / "cache")
     env.pop("PYTHONPATH", None)
-    on = subprocess.run(
-        [str(python), "-c", code], env={**env, "JITOPS_TORCH_LOAD": "1"}, capture_output=True, text=True, cwd=tmp_path
-    )
-    off = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
-    (on_load, on_file), (off_load, _) = json.loads(on.stdout), json.loads(off.stdout)
-    assert Path(on_file).is_relative_to(venv), "the installed jitops"
-    assert (on_load, off_load) == ("jitops._torch_load", "torch.utils.cpp_extension")
+
+    def start(switch: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(python), "-c", SWITCHED], env={**env, "JITOPS_TORCH_LOAD": switch}, capture_output=True, text=True, cwd=tmp_path
+        )
+
+    on, off = start("1"), start("0")
+    assert on.returncode == 0 and off.returncode == 0 and not on.stderr, on.stderr + off.stderr
+    assert json.loads(on.stdout) == ["jitops._torch_load", ["_jitops_torch_load"]]
+    assert json.loads(off.stdout) == ["torch.utils.cpp_extension", []]
+    for breaking in ("syntax error", "package removed"):
+        if breaking == "syntax error":
+            with open(package / "_drop_in.py", "a") as drop_in:
+                drop_in.write("x = (\n")
+        else:
+            shutil.rmtree(package)
+        broken = start("1")
+        assert broken.returncode == 0 and json.loads(broken.stdout)[0] == "torch.utils.cpp_extension", broken.stderr
+        (line,) = broken.stderr.splitlines()
+        assert line.startswith("jitops: JITOPS_TORCH_LOAD=1 is ignored: jitops does not import"), broken.stderr
