@@ -3,9 +3,11 @@
 Python started with JITOPS_TORCH_LOAD=1 (jitops' .pth file reads it at start-up).
 
 Either way, torch.utils.cpp_extension is served lazily: importing it gives a module whose load and
-load_inline are jitops', and whose every other name (BuildExtension, CUDA_HOME, ...) makes it
-torch's module on first use, torch's code run into it, load and load_inline then put back. A
-program that only loads never imports setuptools; one that uses the rest gets torch's module,
+load_inline are jitops', whose helpers that programs use most (_get_build_directory, CUDA_HOME,
+include_paths, ...: _torch_helpers) are answered as torch would answer them, and whose every other
+name (BuildExtension, ...) makes it torch's module on first use: torch's code run into it, then
+load and load_inline put back, and any value the program set there kept. A program that only
+loads and asks those helpers never imports setuptools; one that uses the rest gets torch's module,
 the very object (so attributes it sets are the ones torch's code reads).
 """
 
@@ -17,7 +19,7 @@ import os
 import sys
 import threading
 
-from . import _module_names
+from . import _module_names, _torch_helpers
 from ._module_names import TORCH_MODULE
 
 SWITCH = "JITOPS_TORCH_LOAD"  # "1": every torch.utils.cpp_extension.load in the process is jitops'
@@ -43,6 +45,7 @@ class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         lock = threading.Lock()
+        served = {}  # the helpers answered without torch's code (_torch_helpers), by name
 
         def __getattr__(name: str):
             if name.startswith("__") and name.endswith("__"):
@@ -50,18 +53,34 @@ class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if name == "load_inline":  # jitops' own, imported on first use
                 _install_jitops_loaders(module, inline=True)
                 return module.load_inline
-            with lock:
-                if module.__dict__.get("__getattr__") is __getattr__:
-                    del module.__getattr__
-                    try:
-                        self._torch_loader.exec_module(module)  # torch's code, in this module
-                    except BaseException:  # (setuptools missing, say) the next use tries again
-                        module.__getattr__ = __getattr__
-                        raise
-                    _install_jitops_loaders(module, inline=True)
-                    _module_names.after_torch_import(module)
+            found = _torch_helpers.value(name)
+            if found is not _torch_helpers.MISSING:
+                with lock:
+                    return served.setdefault(name, vars(module).setdefault(name, found))
+            run_torch_code(module)
             return getattr(module, name)
 
+        def run_torch_code(module) -> None:
+            """torch's code, run into this module once; a value the program set here stays."""
+            with lock:
+                if module.__dict__.get("__getattr__") is not __getattr__:
+                    return
+                set_here = {
+                    name: value
+                    for name, value in vars(module).items()
+                    if not name.startswith("__") and name not in ("load", "load_inline") and served.get(name, self) is not value
+                }
+                del module.__getattr__
+                try:
+                    self._torch_loader.exec_module(module)  # torch's code, in this module
+                except BaseException:  # (setuptools missing, say) the next use tries again
+                    module.__getattr__ = __getattr__
+                    raise
+                vars(module).update(set_here)
+                _install_jitops_loaders(module, inline=True)
+                _module_names.after_torch_import(module)
+
+        self.run_torch_code = run_torch_code
         _install_jitops_loaders(module)
         module.__getattr__ = __getattr__
 

@@ -5,6 +5,7 @@ sys.modules (StyleGAN's get_plugin), never another build's module when both load
 (either order, two threads), and the namespace guard before any dlopen. Real builds, real processes."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,16 +30,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }
 # StyleGAN2-ADA/StyleGAN3's custom_ops.get_plugin, reduced to what it does with torch's loader:
 # load() into a build directory, then the module by name from sys.modules.
 GET_PLUGIN = """
-import importlib, json, sys
+import importlib, json, os, sys
 import torch.utils.cpp_extension
 
 def get_plugin(module_name, sources, build_dir):
+    lock = os.path.join(torch.utils.cpp_extension._get_build_directory(module_name, False), "lock")  # as renderers do
+    assert not os.path.exists(lock)
     torch.utils.cpp_extension.load(name=module_name, build_directory=build_dir, sources=sources, verbose=False)
     return importlib.import_module(module_name)
 
 plugin = get_plugin("value_plugin", [sys.argv[1]], sys.argv[2])
 print(json.dumps({"value": plugin.value(), "file": plugin.__file__, "setuptools": "setuptools" in sys.modules,
-                  "torch_code": "include_paths" in vars(torch.utils.cpp_extension)}))
+                  "torch_code": "_find_cuda_home" in vars(torch.utils.cpp_extension)}))
 """
 
 
@@ -71,14 +74,89 @@ def test_an_unmodified_get_plugin_program_runs_through_jitops_and_its_warm_start
     (tmp_path / "uses_torch.py").write_text(
         GET_PLUGIN.replace(
             '"setuptools": "setuptools" in sys.modules',
-            '"setuptools": "setuptools" in sys.modules, "includes": bool(torch.utils.cpp_extension.include_paths()), '
+            '"setuptools": "setuptools" in sys.modules, "rest": callable(torch.utils.cpp_extension.CppExtension), '
             '"load_is_jitops": torch.utils.cpp_extension.load.__module__',
         )
     )
     env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
     module = run(["-m", "jitops", "run", "-m", "uses_torch", str(source), str(source.parent / "build")], env)
-    assert (module["value"], module["file"], module["includes"]) == (1, cold["file"], True)
+    assert (module["value"], module["file"], module["rest"]) == (1, cold["file"], True)
     assert module["torch_code"] and module["load_is_jitops"] == "jitops._torch_load", "torch's module, jitops' load"
+
+
+# Every helper _torch_helpers answers, asked as programs ask them (the survey in docs/extensions.md).
+HELPERS = """
+import json, sys
+import torch.utils.cpp_extension as ce
+
+def ask(question):
+    try:
+        return ["value", question()]
+    except Exception as err:
+        return ["error", type(err).__name__, str(err)]
+
+names = ["CUDA_HOME", "CUDNN_HOME", "ROCM_HOME", "HIP_HOME", "IS_HIP_EXTENSION", "IS_WINDOWS", "IS_MACOS", "IS_LINUX",
+         "LIB_EXT", "EXEC_EXT", "CLIB_PREFIX", "CLIB_EXT", "SHARED_FLAG", "SUBPROCESS_DECODE_ARGS", "TORCH_LIB_PATH", "_TORCH_PATH"]
+found = {name: ask(lambda: getattr(ce, name)) for name in names}
+found |= {
+    "_get_build_directory": ask(lambda: ce._get_build_directory("helpers_probe", False)),
+    "_get_build_directory(verbose)": ask(lambda: ce._get_build_directory("helpers_probe", True)),
+    "get_default_build_root": ask(ce.get_default_build_root),
+    "include_paths()": ask(ce.include_paths),
+    "include_paths(cuda)": ask(lambda: ce.include_paths("cuda")),
+    "include_paths(device_type=cuda)": ask(lambda: ce.include_paths(device_type="cuda")),
+    "library_paths()": ask(ce.library_paths),
+    "library_paths(cuda)": ask(lambda: ce.library_paths("cuda")),
+    "_join_cuda_home": ask(lambda: ce._join_cuda_home("bin", "nvcc")),
+    "is_ninja_available": ask(ce.is_ninja_available),
+    "verify_ninja_availability": ask(ce.verify_ninja_availability),
+}
+print(json.dumps({"found": found, "setuptools": "setuptools" in sys.modules, "torch_code": "_find_cuda_home" in vars(ce)}))
+"""
+
+
+@pytest.mark.parametrize("setting", ["as-is", "cuda-home-and-friends", "no-nvcc-on-path"])
+def test_the_helpers_run_answers_without_torchs_code_equal_torchs_own(tmp_path, setting):
+    env = tiny_env(tmp_path / "cache", XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    if setting == "cuda-home-and-friends":
+        (tmp_path / "toolkit" / "lib").mkdir(parents=True)  # lib/ without lib64/: library_paths picks lib
+        env |= {"CUDA_HOME": str(tmp_path / "toolkit"), "CUDNN_HOME": "/opt/cudnn", "CUDA_INC_PATH": "/opt/inc"}
+        env.pop("TORCH_EXTENSIONS_DIR")  # the default root, under XDG_CACHE_HOME
+    elif setting == "no-nvcc-on-path":
+        for name in ("CUDA_HOME", "CUDA_PATH"):
+            env.pop(name, None)
+        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(p, "nvcc")))
+    script = tmp_path / "helpers.py"
+    script.write_text(HELPERS)
+    served = run(["-m", "jitops", "run", str(script)], env)
+    torchs = run([str(script)], env)
+    assert not served["setuptools"] and not served["torch_code"], "answered without torch's cpp_extension code"
+    assert torchs["torch_code"]
+    assert served["found"] == torchs["found"]
+
+
+def test_a_helper_case_jitops_does_not_answer_and_a_value_the_program_set_survive_torchs_code(tmp_path):
+    code = """
+import json, sys
+import torch.utils.cpp_extension as ce
+before = ce.include_paths()
+ce.CUDA_HOME = "/set/by/the/program"
+try:
+    xpu = ce.include_paths("xpu")  # torch's own answer (its code runs)
+except Exception as err:
+    xpu = type(err).__name__
+print(json.dumps({"before": before, "after": ce.include_paths(), "cuda_home": ce.CUDA_HOME, "xpu": xpu,
+                  "torch_code": "_find_cuda_home" in vars(ce), "load": ce.load.__module__,
+                  "torch_reads_it": ce._join_cuda_home("x")}))
+"""
+    script = tmp_path / "xpu.py"
+    script.write_text(code)
+    env = tiny_env(tmp_path / "cache")
+    found = run(["-m", "jitops", "run", str(script)], env)
+    torchs = run([str(script)], env)
+    assert found["torch_code"] and found["load"] == "jitops._torch_load"
+    assert found["cuda_home"] == "/set/by/the/program" == found["torch_reads_it"].removesuffix("/x")
+    assert {k: found[k] for k in ("before", "after", "xpu")} == {k: torchs[k] for k in ("before", "after", "xpu")}
 
 
 def test_the_one_line_swap_gives_jitops_load_and_torchs_other_names(tmp_path):
