@@ -165,10 +165,12 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             if not _objects.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
-        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored)
+        previous = _status.newest_manifest(entry)
+        built_before = previous is not None or bool(entry.stale_because)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
-        why = entry.stale_because or _status.why_built(components, planned.source_hashes, _status.newest_manifest(entry))
+        why = entry.stale_because or _status.why_built(components, planned.source_hashes, previous)
         log_path = staging / _layout.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
@@ -178,7 +180,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
         try:
-            with _pch.in_use([unit.pch for unit in compiled if unit.pch]):  # not evicted while compiled with
+            with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root):
                 failure = _ninja.run_ninja(build_dir, log_path, status, verbose)
             if failure is None:
                 # Before the load check: a library whose inputs changed is never opened (a second
@@ -244,7 +246,8 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _entries.publish(entry, staging, manifest)
         published = True
         for spec in pch_jobs:
-            _pch.start_background(spec)
+            if _pch.start_background(spec):
+                _status.BuildStatus.say(_pch.describe_background(spec))
         return entry.path / library.name
     finally:
         if not published:
@@ -262,19 +265,22 @@ def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
         unit.reused = True
 
 
-def _plan_pch(root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...]) -> list[dict]:
+def _plan_pch(
+    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], built_before: bool
+) -> list[dict]:
     """Give each C++ unit to compile that starts with torch's headers its PCH where one is ready
-    (JITOPS_PCH=wait: built now); returns the PCHs to build in the background after the build."""
+    (JITOPS_PCH=wait: built now); returns the PCHs to build in the background after the build,
+    where they will pay (_pch.worth_building)."""
     mode = _pch.mode()
     if mode == "off":
         return []
-    own_defines = [f"-DTORCH_EXTENSION_NAME={extension.library_name}", f"-DJITOPS_NAMESPACE={extension.namespace}"]
+    left_out = _pch.left_out_of_key(extension, extension.library_name)
     later = {}
     for unit in compiled:
         header = "" if unit.cuda else _pch.leading_torch_includes(unit.source)
         if not header:
             continue
-        flags = _pch.command_flags(unit, own_defines)
+        flags = _pch.command_flags(unit, left_out)
         if flags is None:
             continue
         pch_key = _pch.key(header, unit, flags, components)
@@ -283,7 +289,7 @@ def _plan_pch(root: Path, extension: Extension, compiled: list, components: dict
             spec = _pch.job(root, pch_key, header, unit, flags, ignored)
             if mode == "wait":
                 unit.pch = _pch.build(spec, blocking=True)
-            else:
+            elif _pch.worth_building(extension, built_before):
                 later[pch_key] = spec
     return list(later.values())
 

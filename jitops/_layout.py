@@ -10,6 +10,7 @@ importing the store. Standard library only, and small: every warm start imports 
 <root>/warm-<namespace>.<name>-<hash>.json   a warm record
 <root>/objects/<unit key>/<variant>/         a stored object: object.o, record.json
 <root>/pch/<key>/, pch/<key>.lock, .log      a precompiled header: pch.h, pch.h.gch, record.json
+<root>/pch/.foreground.lock                   held by each build's compile (background PCH builds pause)
 <root>/inline/<name>-<sha256>[-<n>]/         jitops.load_inline's sources
 <root>/*.json, stats.lck                     records that only save work or inform
 
@@ -155,6 +156,11 @@ def pch_lock_path(folder) -> str:
 
 def pch_log_path(folder) -> str:
     return f"{folder}.log"
+
+
+def foreground_lock_path(root) -> str:
+    """Held shared by every build while its compilers run: a background PCH build pauses meanwhile."""
+    return os.path.join(root, PCH_DIR, f".foreground{LOCK_SUFFIX}")
 
 
 def inline_dir(root) -> str:

@@ -6,11 +6,15 @@ form. gcc uses the .gch only where it was made with the same compiler and flags,
 reads pch.h as text (and says so): a PCH can make a unit faster, never different.
 
 <root>/pch/<key>/ holds pch.h, pch.h.gch and record.json (the .gch's sha256 and identity); the key
-is the header lines, compiler, flags (less the extension's own name defines), torch and the build
-environment. Built once under <root>/pch/<key>.lock. JITOPS_PCH: unset (or 1) uses a PCH that exists
-and builds a missing one after the build, in a background process (a first build never waits for
-it); `wait` builds it during the build; 0 turns PCHs off. nvcc units get none (nvcc compiles
-device code with a front end of its own, which cannot read gcc's .gch).
+is the header lines, compiler, flags (less the extension's own name defines and the -D/-U flags it
+declares: gcc refuses a PCH where such a macro changes what the headers mean, and compiles from the
+text), torch and the build environment. Built once under <root>/pch/<key>.lock. nvcc units get none
+(nvcc compiles device code with a front end of its own, which cannot read gcc's .gch).
+
+JITOPS_PCH: unset (or 1) uses a PCH that exists, and builds a missing one where it will pay
+(`worth_building`) after the build, in a background process at idle priority that pauses while any
+build of the root compiles (a first build never waits for it); `wait` builds it during the build;
+0 turns PCHs off.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +45,36 @@ def mode() -> str:
     if value not in MODES:
         raise BuildError(f"jitops: JITOPS_PCH must be one of 1, wait or 0, got {os.environ['JITOPS_PCH']!r}")
     return MODES[value]
+
+
+def worth_building(extension, built_before: bool) -> bool:
+    """Whether a missing PCH is built after this build. One costs a compile of torch's headers in
+    the background and 0.4-0.8 GB, and saves that compile in every later unit that starts with them
+    (BENCHMARKS.md, "Precompiled headers"). It pays where such compiles follow: an extension built
+    here before (someone edits it), or a jitops.load/load_inline extension (a script's or
+    notebook's own code, edited, and followed by others). Not for the first build of jitops' ops
+    or of a package's extension, whose users seldom compile again."""
+    from ._core import DROP_IN_NAMESPACE
+
+    return built_before or extension.namespace == DROP_IN_NAMESPACE
+
+
+def left_out_of_key(extension, library_name: str) -> list[str]:
+    """The flags a PCH is built without: the defines that name the extension, and the -D/-U flags
+    it declares (one PCH serves a notebook's sweep over -DVALUE=...; gcc checks the rest)."""
+    declared = [flag for flag in extension.cflags if flag.startswith(("-D", "-U"))]
+    return [f"-DTORCH_EXTENSION_NAME={library_name}", f"-DJITOPS_NAMESPACE={extension.namespace}", *declared]
+
+
+@contextlib.contextmanager
+def foreground(root: Path | None):
+    """Held around a build's compiles: background PCH builds of the root pause meanwhile."""
+    parent = _store.usable_part(root, _layout.PCH_DIR) if root is not None else None
+    if parent is None:
+        yield
+        return
+    with _store.flocked(_layout.foreground_lock_path(root), shared=True):
+        yield
 
 
 def leading_torch_includes(source: str) -> str:
@@ -63,12 +98,11 @@ def leading_torch_includes(source: str) -> str:
     return "\n".join(found) + "\n" if found else ""
 
 
-def command_flags(unit, own_defines: list[str]) -> str | None:
-    """The unit's flags (shell text) without the defines that name its extension, which torch's
-    headers do not read: one PCH serves every extension compiled with the same flags. None where
-    the shell could not split them (an unbalanced quote): no PCH then."""
+def command_flags(unit, left_out: list[str]) -> str | None:
+    """The unit's flags (shell text) less left_out_of_key's: one PCH serves every extension compiled
+    with the same flags. None where the shell could not split them (an unbalanced quote): no PCH."""
     try:
-        return shlex.join(word for word in shlex.split(unit.flags) if word not in own_defines)
+        return shlex.join(word for word in shlex.split(unit.flags) if word not in left_out)
     except ValueError:
         return None
 
@@ -164,8 +198,11 @@ def build(spec: dict, blocking: bool) -> str | None:
             for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
                 command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
             command = command.replace("$$", "$")
-            result = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
-            if result.returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
+            if blocking:
+                returncode = subprocess.run(shlex.split(command), capture_output=True, check=False).returncode
+            else:
+                returncode = _compile_in_background(shlex.split(command), root)
+            if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
                 return None
             record = {
                 "sha256": _store.sha256_file(gch),
@@ -188,6 +225,32 @@ def build(spec: dict, blocking: bool) -> str | None:
     return find(root, pch_key)
 
 
+def _compile_in_background(argv: list[str], root: Path) -> int:
+    """Run the compiler in a process group of its own, stopped (SIGSTOP) while any build of the root
+    holds the foreground lock and continued after. Its group stays in this session: if this process
+    dies while it is stopped, the kernel hangs it up (an orphaned group with a stopped process)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
+    foreground_lock, stopped = _layout.foreground_lock_path(root), False
+    try:
+        while proc.poll() is None:
+            busy = _store.flock_is_held(foreground_lock)
+            if busy != stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGSTOP if busy else signal.SIGCONT)
+                stopped = busy
+            time.sleep(PAUSE_POLL_S)
+        return proc.returncode
+    finally:
+        if proc.poll() is None:  # interrupted: the compile goes too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# How often a background PCH build looks for a foreground build (which it pauses for) and back.
+PAUSE_POLL_S = 0.1
+
+
 def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> bool:
     """Whether every file the PCH holds is torch's, the toolkit's or the compiler's: a header of
     the extension's own (under an include dir that shadows one of torch's) would escape the
@@ -197,13 +260,14 @@ def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> boo
     return all(os.path.realpath(f).startswith(tuple(ignored)) or f == str(header) for f in files)
 
 
-def start_background(spec: dict) -> None:
-    """Build a PCH in a process of its own, detached, at low priority; its output goes to
-    <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without."""
+def start_background(spec: dict) -> bool:
+    """Build a PCH in a process of its own, detached, at idle priority; its output goes to
+    <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without.
+    Returns whether it was started."""
     try:
         parent = _store.usable_part(spec["root"], _layout.PCH_DIR)
         if parent is None:
-            return
+            return False
         log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
@@ -215,11 +279,23 @@ def start_background(spec: dict) -> None:
                 close_fds=True,
             )
         threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while this process runs
+        return True
     except (OSError, CacheError):
-        pass  # only a later build's speed depends on it
+        return False  # only a later build's speed depends on it
+
+
+def describe_background(spec: dict) -> str:
+    """The status line that says a PCH is being built, and what it costs."""
+    headers = " ".join(re.findall(r"<([^>]+)>", spec["header"]))
+    return (
+        f"jitops: building a precompiled header of {headers} in the background, at idle priority, for the next "
+        f"builds (up to 0.8 GB in {_layout.pch_dir(spec['root'])}; JITOPS_PCH=0 turns this off)"
+    )
 
 
 if __name__ == "__main__":  # the background build: python -m jitops._pch '<job as JSON>'
-    os.nice(10)
+    with contextlib.suppress(AttributeError, OSError):  # SCHED_IDLE: only on a core nothing else wants
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    os.nice(19)
     built = build(json.loads(sys.argv[1]), blocking=False)
     print(f"jitops: precompiled header {'ready: ' + built if built else 'not built'}")
