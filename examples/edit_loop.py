@@ -18,6 +18,11 @@ build_directory, jitops' with an empty cache of its own):
   -DSCALE1=<v>  with --flag-variants N, N more flag values (jitops alone), each with its PCH, and
                 the cache's size after each against its budget (JITOPS_CACHE_MAX_SIZE)
 
+--pace SECONDS runs another sequence instead, as a user at that pace lives it: cold, edit k1, edit
+bind, 2nd ext cold and an in-process edit of k1 (one process loads, k1 is edited, it loads again:
+the notebook's loop), each jitops step starting SECONDS after its last load returned and waiting for
+nothing (a background precompiled header is ready or not); torch's steps run first.
+
 The cold, warm, edit-k1 and edit-bind steps run --repeats times (default 3), the loaders taking
 turns, and report the median (each sample is printed): noise decides a single run of a short
 compile, and a busy machine a single cold build. Every step checks the module's result. A compiler
@@ -84,14 +89,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
 }}
 """
 
-CHILD = """
-import json, os, sys, time, torch
-cuda = torch.cuda.is_available()
-if cuda:
-    torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
-which, name, sources, build, cflags, cuda_cflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], *map(json.loads, sys.argv[5:])
-# The time spent waiting for ninja's builds (not `ninja -t ...` queries), to tell each loader's own
-# work from the compilers'.
+# The time a child spends waiting for ninja's builds (not `ninja -t ...` queries), summed in
+# ninja_s: each loader's own work told from the compilers'.
+NINJA_CLOCK = """
 import subprocess
 ninja_s = []
 _popen_init, _popen_wait = subprocess.Popen.__init__, subprocess.Popen.wait
@@ -106,18 +106,35 @@ def _wait(self, *rest, **kwargs):
         self._clock = None
     return code
 subprocess.Popen.__init__, subprocess.Popen.wait = _init, _wait
-started = time.perf_counter()
+"""
+
+CHILD = (
+    """
+import json, os, sys, time, torch
+cuda = torch.cuda.is_available()
+if cuda:
+    torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
+which, name, sources, build, cflags, cuda_cflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], *map(json.loads, sys.argv[5:7])
+"""
+    + NINJA_CLOCK
+    + """started = time.perf_counter()
 if which == "jitops":
     from jitops import _budget, load
 else:
     from torch.utils.cpp_extension import load
 module = load(name, sources, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags, build_directory=build or None)
+if len(sys.argv) > 7:  # an in-process edit: these files rewritten, then the same load again, timed alone
+    for path, text in json.loads(sys.argv[7]).items():
+        open(path, "w").write(text)
+    started, ninja_s[:] = time.perf_counter(), []
+    module = load(name, sources, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags, build_directory=build or None)
 seconds = time.perf_counter() - started
 x = torch.rand(1000, device="cuda" if cuda else "cpu") + 1.0
 k1 = module.k1(x)
 module.k2(x)
 print(json.dumps({"seconds": seconds, "ninja_s": sum(ninja_s), "k1": float(k1[0]), "x0": float(x[0])}))
 """
+)
 
 WRAPPER = """#!/bin/sh
 case "$*" in --version|-V|-v|--help) ;; *) echo "$*" >> {log} ;; esac
@@ -140,6 +157,11 @@ class Tree:
         return [str(self.folder / "bind.cpp"), str(self.folder / f"k1{suffix}"), str(self.folder / f"k2{suffix}")]
 
     def write(self) -> None:
+        for path, text in self.changed().items():
+            Path(path).write_text(text)
+
+    def changed(self) -> dict[str, str]:
+        """The files whose text on disk is not what the tree's state makes, with that text."""
         kernel = KERNEL_CU if self.cuda else KERNEL_CPP
         suffix = ".cu" if self.cuda else ".cpp"
         files = {
@@ -150,10 +172,8 @@ class Tree:
             f"k2{suffix}": kernel.format(i=2, scale=3, edit=""),
             "bind.cpp": BIND_CPP.format(edit=f" * 1.0 /* edit {self.bind_edits} */" if self.bind_edits else ""),
         }
-        for name, text in files.items():
-            path = self.folder / name
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
+        paths = {str(self.folder / name): text for name, text in files.items()}
+        return {path: text for path, text in paths.items() if not os.path.exists(path) or Path(path).read_text() != text}
 
     def expected_k1(self, x0: float) -> float:
         return x0 * self.scale1 + self.offset
@@ -191,6 +211,13 @@ def main() -> None:
         default=0,
         help="then load jitops' extension with N more -DSCALE1 values, each making a precompiled header, and "
         "print the cache's size after each (its budget is JITOPS_CACHE_MAX_SIZE's default)",
+    )
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="instead, each loader's steps (cold, edit k1, edit bind, 2nd ext cold, an in-process edit of k1) "
+        "each start this many seconds after its last load returned, nothing waited for: a user's pace",
     )
     args = parser.parse_args()
 
@@ -230,9 +257,12 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
     pch_wait = None
 
-    def step(which: str, label: str, tree: Tree, name: str, build: Path, cache: str = "cache") -> None:
-        # No step runs beside a background PCH build (a flag change starts one): it would slow the step.
-        for folder in (work / "jitops").glob("cache*"):
+    def step(
+        which: str, label: str, tree: Tree, name: str, build: Path, cache: str = "cache", paced: bool = False, in_process=None
+    ) -> None:
+        # No step runs beside a background PCH build (a flag change starts one): it would slow the
+        # step. Paced steps wait for nothing (--pace).
+        for folder in (work / "jitops").glob("cache*") if not paced else ():
             wait_for_background_pch(folder)
         before = compiles()
         cflags, cuda_cflags = flags[which]
@@ -248,6 +278,7 @@ def main() -> None:
                 str(build),
                 json.dumps(cflags),
                 json.dumps(cuda_cflags),
+                *([json.dumps(in_process)] if in_process else []),
             ],
             env=child_env,
             capture_output=True,
@@ -290,6 +321,9 @@ def main() -> None:
         flags[which] = ([], ["-DSCALE1=4"]) if cuda else (["-DSCALE1=4"], [])
         tree.scale1 = 4
 
+    if args.pace:
+        paced(args, work, cuda, step, seconds, counts, outside, torch)
+        return
     print(f"edit loop: {'CUDA' if cuda else 'CPU'} units, torch {torch.__version__}, in {work}", flush=True)
     # The first builds before the kept one, each in a build folder and cache of its own, the loaders
     # taking turns at going first.
@@ -372,6 +406,66 @@ def main() -> None:
         "jitops_root_bytes": {"roots": [str(root) for root in roots], **dict(sizes)},
     }
     if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outside: dict, torch) -> None:
+    """--pace: each loader's steps at a user's pace, on trees and caches of their own: torch's steps
+    first, then jitops' (so that nothing else runs during jitops' pauses, when its background work
+    does), each step starting args.pace seconds after that loader's last load returned."""
+    print(f"edit loop at a pace of {args.pace:.0f} s: {'CUDA' if cuda else 'CPU'} units, torch {torch.__version__}", flush=True)
+    for which in ("torch", "jitops"):
+        tree, second = Tree(work / which / "paced-ext", cuda), Tree(work / which / "paced-ext2", cuda)
+        build, build2 = work / which / "paced-build", work / which / "paced-build2"
+        build.mkdir(parents=True)
+        build2.mkdir(parents=True)
+        returned = None
+
+        def go(label: str, change=None, tree=tree, name="edit_loop", build=build, in_process=None) -> None:
+            nonlocal returned
+            if returned is not None:
+                time.sleep(max(0.0, returned + args.pace - time.time()))
+            if change:
+                change(tree)
+                tree.write()
+            step(which, label, tree, name, build, cache="cache-paced", paced=True, in_process=in_process)
+            returned = time.time()
+
+        def edit(attribute):
+            return lambda tree: setattr(tree, attribute, getattr(tree, attribute) + 1)
+
+        go("cold")
+        go("edit k1", edit("k1_edits"))
+        go("edit bind", edit("bind_edits"))
+        go("2nd ext cold", tree=second, name="edit_loop_second", build=build2)
+        tree.k1_edits += 1  # written by the child, between its two loads
+        go("in-process edit k1", in_process=tree.changed())
+    print()
+    print(f"| step, each {args.pace:.0f} s after the last load | torch `load()` | compiles | `jitops.load` | compiles | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    rows = []
+    for label in seconds["torch"]:
+        t, j = seconds["torch"][label][0], seconds["jitops"][label][0]
+        rows.append(
+            {
+                "step": label,
+                "torch_s": t,
+                "jitops_s": j,
+                "ratio": j / t,
+                "torch_compiles": counts["torch"][label],
+                "jitops_compiles": counts["jitops"][label],
+                "torch_outside_ninja_s": outside["torch"][label][0],
+                "jitops_outside_ninja_s": outside["jitops"][label][0],
+            }
+        )
+        print(f"| {label} | {t:.2f} s | {counts['torch'][label]} | {j:.2f} s | {counts['jitops'][label]} | {j / t:.2f}x |")
+    in_process = seconds["jitops"]["in-process edit k1"][0] / seconds["jitops"]["edit k1"][0]
+    print(f"\njitops' in-process edit of k1 against its new-process edit of k1: {in_process:.2f}x")
+    if args.json:
+        result = {"torch": torch.__version__, "cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None}
+        result |= {"cores": os.cpu_count(), "pace_s": args.pace, "steps": rows, "in_process_over_new_process": in_process}
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,23 +1,31 @@
 # SPDX-License-Identifier: MIT
-"""An unmodified program's warm start under `python -m jitops run`, against the same program with
-torch's own loader, each run a fresh process:
+"""Unmodified programs under `python -m jitops run`, against the same programs with torch's own
+loader, each run a fresh process:
 
-    python examples/unmodified_program.py [--repeats 11] [--installed] [--json results.json]
+    python examples/unmodified_program.py [--repeats 11] [--edits 3] [--installed] [--json results.json]
 
-The program (written to a temporary folder) loads two plugins the way StyleGAN2-ADA/StyleGAN3's
-custom_ops.get_plugin does: `import torch.utils.cpp_extension`, each plugin's sources copied into a
-build folder named after their digest, `torch.utils.cpp_extension.load(name=..., build_directory=
-that folder, sources=...)`, then `importlib.import_module(name)`. The plugins are the extension
-tutorial's add2 under two names (add2_kernel.cu where there is a GPU, else add2_cpu.cpp).
+Two programs, written to a temporary folder:
 
-torch >= 2's load() no longer puts the module in sys.modules, so under torch the program's last
-step fails: its torch run takes load()'s return value instead (the one line a user must change);
-under jitops it runs as written. Each program times its loading part itself, from before
-`import torch.utils.cpp_extension` to both plugins imported, after `import torch` and CUDA
-initialisation (what any program pays first); the harness also times each whole process, whose
-difference includes `python -m jitops run`'s own start. Both are built once first (cold, not
-timed here: examples/edit_loop.py and drop_in_time.py time builds); then --repeats warm runs of
-each, alternating, medians reported.
+  stylegan   loads two plugins as StyleGAN2-ADA/StyleGAN3's custom_ops.get_plugin does: `import
+             torch.utils.cpp_extension`, a build folder under `_get_build_directory(name)` named after
+             the sources' digest, the sources copied there, `load(name=..., build_directory=that
+             folder, sources=...)`, then `importlib.import_module(name)`. The plugins are the
+             extension tutorial's add2 under two names (add2_kernel.cu with a GPU, else add2_cpu.cpp).
+             Warm only.
+  15 sources a rasterizer-style extension of 15 sources: 10 .cpp (5 with torch/extension.h, the
+             bindings among them; 5 plain C++) and 5 CUDA kernels (.cu with a GPU, else plain .cpp),
+             loaded under a lock file of the program's own in `_get_build_directory(name)`, as
+             renderers' plugin loaders do. Cold (one build each), warm, and edit one kernel (a new
+             edit each time).
+
+torch >= 2's load() no longer puts the module in sys.modules, so under torch the stylegan program's
+last step would fail: its torch run takes load()'s return value instead (the one line a user must
+change); under jitops it runs as written. Each program times its loading part itself, from before
+`import torch.utils.cpp_extension` to its modules ready, after `import torch` and CUDA
+initialisation; the harness times each whole process, and a floor process that only imports torch
+(and initialises CUDA), taken beside each sample: "above floor" is a whole program's start as its
+user waits for it, `python -m jitops run`'s own start included. Warm and edit figures are medians,
+the loaders taking turns.
 
 --installed runs the jitops installed in this Python (`pip install .`), from a folder outside the
 checkout; without it the checkout's jitops (PYTHONPATH).
@@ -33,21 +41,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from edit_loop import NINJA_CLOCK
+
 HERE = Path(__file__).resolve().parent
 
-PROGRAM = """
-import time
+PRELUDE = (
+    """
+import os, time
 import torch
 if torch.cuda.is_available():
     torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
-started = time.perf_counter()
-import hashlib, importlib, json, os, shutil, sys
+"""
+    + NINJA_CLOCK
+    + """started = time.perf_counter()
+import hashlib, importlib, json, shutil, sys
 import torch.utils.cpp_extension
+"""
+)
 
-def get_plugin(module_name, sources, build_root):
+STYLEGAN = (
+    PRELUDE
+    + """
+def get_plugin(module_name, sources):
     # As StyleGAN3's custom_ops.get_plugin: the sources copied into a folder named after their digest.
     digest = hashlib.md5(b"".join(open(source, "rb").read() for source in sources)).hexdigest()
-    build_dir = os.path.join(build_root, f"{module_name}-{digest}")
+    build_dir = os.path.join(torch.utils.cpp_extension._get_build_directory(module_name, verbose=False), digest)
     if not os.path.isdir(build_dir):
         staging = f"{build_dir}.tmp{os.getpid()}"
         os.makedirs(staging)
@@ -61,8 +79,8 @@ def get_plugin(module_name, sources, build_root):
     return importlib.import_module(module_name)
 
 USE_RETURN_VALUE = sys.argv[1] == "return-value"
-sources, build_root = json.loads(sys.argv[2]), sys.argv[3]
-plugins = [get_plugin(name, sources, build_root) for name in ("add2_plugin", "add2_second_plugin")]
+sources = json.loads(sys.argv[2])
+plugins = [get_plugin(name, sources) for name in ("add2_plugin", "add2_second_plugin")]
 loading = time.perf_counter() - started
 device = "cuda" if torch.cuda.is_available() else "cpu"
 x, y = torch.rand(1 << 16, device=device), torch.rand(1 << 16, device=device)
@@ -71,9 +89,97 @@ for plugin in plugins:
     out = torch.empty_like(x)
     plugin.add2(out, x, y)
     ok = ok and bool(torch.equal(out, x + y))
-print(json.dumps({"loading_s": loading, "ok": ok, "files": [p.__file__ for p in plugins],
-                  "setuptools": "setuptools" in sys.modules}))
+print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules}))
 """
+)
+
+RASTER = (
+    PRELUDE
+    + """
+import fcntl
+sources = json.loads(sys.argv[2])
+# As renderers' plugin loaders: a lock file of its own beside torch's builds.
+lock_path = os.path.join(torch.utils.cpp_extension._get_build_directory("raster_plugin", False), "lock")
+with open(lock_path, "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    plugin = torch.utils.cpp_extension.load(name="raster_plugin", sources=sources, verbose=False)
+loading = time.perf_counter() - started
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.rand(1 << 16, device=device)
+expected = json.loads(sys.argv[3])
+ok = bool(torch.allclose(plugin.run(x), x * expected["scale"] + expected["offset"]))
+print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules}))
+"""
+)
+
+TORCH_UNIT = """#include <torch/extension.h>
+#include "raster.h"
+torch::Tensor op{i}(torch::Tensor x) {{ return x * helper{i}(); }}
+"""
+BIND = """#include <torch/extension.h>
+#include "raster.h"
+{declarations}
+torch::Tensor run(torch::Tensor x) {{
+  auto y = x * 0.0f;
+  {kernel_calls}
+  return y{ops};
+}}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("run", &run); }}
+"""
+HELPER = """#include "raster.h"
+float helper{i}() {{ return {value}f; }}
+"""
+KERNEL_CU = """#include "raster.h"
+__global__ void kernel{i}_impl(const float* x, float* y, long n) {{
+  long j = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (j < n) y[j] += x[j] * {scale}f;{edit}
+}}
+void kernel{i}(const float* x, float* y, long n) {{ kernel{i}_impl<<<(n + 255) / 256, 256>>>(x, y, n); }}
+"""
+KERNEL_CPP = """#include "raster.h"
+void kernel{i}(const float* x, float* y, long n) {{
+  for (long j = 0; j < n; ++j) y[j] += x[j] * {scale}f;{edit}
+}}
+"""
+
+
+class Raster:
+    """The 15-source tree: the scale each kernel adds, and edits of kernel 0 (a new line each)."""
+
+    def __init__(self, folder: Path, cuda: bool):
+        self.folder, self.cuda, self.edits = folder, cuda, 0
+        folder.mkdir(parents=True)
+        self.write()
+
+    @property
+    def sources(self) -> list[str]:
+        suffix = ".cu" if self.cuda else ".cpp"
+        names = ["bind.cpp"] + [f"op{i}.cpp" for i in range(1, 5)] + [f"helper{i}.cpp" for i in range(5)]
+        return [str(self.folder / n) for n in names + [f"kernel{i}{suffix}" for i in range(5)]]
+
+    def write(self) -> None:
+        suffix = ".cu" if self.cuda else ".cpp"
+        header = "#pragma once\n" + "".join(
+            f"float helper{i}();\nvoid kernel{i}(const float* x, float* y, long n);\n" for i in range(5)
+        )
+        files = {"raster.h": header}
+        declarations = "\n".join(f"torch::Tensor op{i}(torch::Tensor x);" for i in range(1, 5))
+        calls = "\n  ".join(f"kernel{i}(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());" for i in range(5))
+        ops = "".join(f" + op{i}(x) * 0.0f" for i in range(1, 5)) + " + helper0()"
+        files["bind.cpp"] = BIND.format(declarations=declarations, kernel_calls=calls, ops=ops)
+        for i in range(1, 5):
+            files[f"op{i}.cpp"] = TORCH_UNIT.format(i=i)
+        for i in range(5):
+            files[f"helper{i}.cpp"] = HELPER.format(i=i, value=0.5 if i == 0 else i)
+            edit = f"\n  if (n < -{self.edits}) y[0] = 1.0f;" if i == 0 and self.edits else ""
+            files[f"kernel{i}{suffix}"] = (KERNEL_CU if self.cuda else KERNEL_CPP).format(i=i, scale=0.1 * (i + 1), edit=edit)
+        for name, text in files.items():
+            path = self.folder / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+
+    def expected(self) -> str:
+        return json.dumps({"scale": sum(0.1 * (i + 1) for i in range(5)), "offset": 0.5})
 
 
 def run(command: list[str], env: dict, cwd: Path) -> dict:
@@ -91,6 +197,7 @@ def run(command: list[str], env: dict, cwd: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=11, help="warm runs of each (median)")
+    parser.add_argument("--edits", type=int, default=3, help="edit-one-kernel runs of each (median)")
     parser.add_argument("--installed", action="store_true", help="the installed jitops, not the checkout's")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -99,68 +206,88 @@ def main() -> None:
 
     cuda = torch.cuda.is_available()
     tutorial = HERE / "baseline_add2"
-    sources = [str(tutorial / "add2.cpp"), str(tutorial / ("add2_kernel.cu" if cuda else "add2_cpu.cpp"))]
+    add2 = [str(tutorial / "add2.cpp"), str(tutorial / ("add2_kernel.cu" if cuda else "add2_cpu.cpp"))]
+    result = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None, "cores": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="jitops-unmodified-") as tmp:
         work = Path(tmp)
-        (work / "train.py").write_text(PROGRAM)
+        (work / "stylegan.py").write_text(STYLEGAN)
+        (work / "raster.py").write_text(RASTER)
+        raster = {which: Raster(work / f"raster-{which}", cuda) for which in ("torch", "jitops")}
         env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
         env["JITOPS_CACHE_DIR"] = str(work / "jitops-cache")
         if not args.installed:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
-        runs = {
-            "torch": [sys.executable, "train.py", "return-value", json.dumps(sources), str(work / "torch-builds")],
-            "jitops": [
-                sys.executable,
-                "-m",
-                "jitops",
-                "run",
-                "train.py",
-                "import",
-                json.dumps(sources),
-                str(work / "jitops-builds"),
-            ],
-        }
-        # A process that only imports torch (and initialises CUDA): what both pay before loading.
-        floor = [sys.executable, "-c", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"]
-        for which, command in runs.items():
-            cold = run(command, env, work)
-            print(f"  {which}: built in {cold['wall_s']:.1f} s (the process)", file=sys.stderr, flush=True)
+        launch = {"torch": [sys.executable], "jitops": [sys.executable, "-m", "jitops", "run"]}
+        # Each loader's builds in a torch extensions root of its own (the programs ask
+        # _get_build_directory for theirs).
+        envs = {which: {**env, "TORCH_EXTENSIONS_DIR": str(work / f"torch-extensions-{which}")} for which in launch}
+
+        def program(which: str, case: str) -> list[str]:
+            if case == "stylegan":
+                return [*launch[which], "stylegan.py", "return-value" if which == "torch" else "import", json.dumps(add2)]
+            return [*launch[which], "raster.py", json.dumps(raster[which].sources), raster[which].expected()]
+
+        floor_command = [sys.executable, "-c", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"]
+
+        def sample(which: str, case: str) -> dict:
+            """One run of the program, and a floor process beside it."""
+            report = run(program(which, case), envs[which], work)
+            started = time.perf_counter()
+            subprocess.run(floor_command, env=env, cwd=work, check=True, capture_output=True, timeout=600)
+            return {**report, "floor_s": time.perf_counter() - started}
+
+        samples: dict = {}
+        for case in ("stylegan", "raster"):
+            for which in ("torch", "jitops"):  # cold: one build each
+                samples.setdefault((case, "cold", which), []).append(sample(which, case))
+                print(
+                    f"  {case} {which}: built in {samples[(case, 'cold', which)][0]['wall_s']:.1f} s", file=sys.stderr, flush=True
+                )
         if args.installed:
             where = subprocess.check_output(
                 [sys.executable, "-c", "import jitops; print(jitops.__file__)"], env=env, cwd=work, text=True
             )
             if Path(where.strip()).resolve().is_relative_to(HERE.parent):
                 raise SystemExit(f"jitops came from the checkout ({where.strip()}): `pip install .` it first")
-        samples = {"torch": [], "jitops": [], "floor": []}
-        for _ in range(args.repeats):
-            for which, command in runs.items():
-                samples[which].append(run(command, env, work))
-            started = time.perf_counter()
-            subprocess.run(floor, env=env, cwd=work, check=True, capture_output=True, timeout=600)
-            samples["floor"].append(time.perf_counter() - started)
-    floor_s = statistics.median(samples["floor"])
-    result = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None, "repeats": args.repeats}
-    for which in ("torch", "jitops"):
-        runs_of = samples[which]
-        result[which] = {
-            "loading_ms": statistics.median(r["loading_s"] for r in runs_of) * 1e3,
-            "loading_range_ms": [min(r["loading_s"] for r in runs_of) * 1e3, max(r["loading_s"] for r in runs_of) * 1e3],
-            "process_above_floor_ms": (statistics.median(r["wall_s"] for r in runs_of) - floor_s) * 1e3,
-            "setuptools_imported": any(r["setuptools"] for r in runs_of),
-        }
-    result["floor_process_ms"] = floor_s * 1e3
-    t, j = result["torch"], result["jitops"]
-    print(f"an unmodified get_plugin program, two plugins, warm: median of {args.repeats} new processes each")
-    print(f"{'':<34}{'torch load()':>14}{'jitops run':>14}{'speed-up':>10}")
-    print(f"{'loading part (ms)':<34}{t['loading_ms']:>14.1f}{j['loading_ms']:>14.1f}{t['loading_ms'] / j['loading_ms']:>9.1f}x")
+        for repeat in range(args.repeats):
+            for case in ("stylegan", "raster"):
+                for which in ("torch", "jitops") if repeat % 2 == 0 else ("jitops", "torch"):
+                    samples.setdefault((case, "warm", which), []).append(sample(which, case))
+        for repeat in range(args.edits):
+            for which in ("torch", "jitops") if repeat % 2 == 0 else ("jitops", "torch"):
+                raster[which].edits += 1
+                raster[which].write()
+                samples.setdefault(("raster", "edit one kernel", which), []).append(sample(which, "raster"))
+
     print(
-        f"{'whole process above floor (ms)':<34}{t['process_above_floor_ms']:>14.1f}{j['process_above_floor_ms']:>14.1f}"
-        f"{t['process_above_floor_ms'] / j['process_above_floor_ms']:>9.1f}x"
+        f"unmodified programs: torch load() against `python -m jitops run`, new processes ({result['gpu'] or 'CPU'}, torch {torch.__version__})"
     )
     print(
-        f"(floor: a process that imports torch{' and initialises CUDA' if cuda else ''}: {floor_s * 1e3:.0f} ms; "
-        f"setuptools imported: torch {t['setuptools_imported']}, jitops {j['setuptools_imported']})"
+        "| program | step | torch: loading, above floor (ms) | jitops: loading, above floor (ms) | speed-up (above floor) | setuptools: torch, jitops |"
     )
+    print("| --- | --- | ---: | ---: | ---: | --- |")
+    rows = []
+    for case, step in [("stylegan", "warm"), ("raster", "cold"), ("raster", "warm"), ("raster", "edit one kernel")]:
+        row = {"program": "StyleGAN3-style get_plugin, 2 plugins" if case == "stylegan" else "15 sources", "step": step}
+        for which in ("torch", "jitops"):
+            runs_of = samples[(case, step, which)]
+            row[which] = {
+                "loading_ms": statistics.median(r["loading_s"] for r in runs_of) * 1e3,
+                "above_floor_ms": statistics.median(r["wall_s"] - r["floor_s"] for r in runs_of) * 1e3,
+                "samples_above_floor_ms": [round((r["wall_s"] - r["floor_s"]) * 1e3, 1) for r in runs_of],
+                "loading_outside_ninja_ms": statistics.median(r["loading_s"] - r["ninja_s"] for r in runs_of) * 1e3,
+                "setuptools_imported": any(r["setuptools"] for r in runs_of),
+            }
+        t, j = row["torch"], row["jitops"]
+        row["speedup"] = t["above_floor_ms"] / j["above_floor_ms"]
+        rows.append(row)
+        print(
+            f"| {row['program']} | {step} ({len(samples[(case, step, 'torch')])} runs) "
+            f"| {t['loading_ms']:.1f}, {t['loading_outside_ninja_ms']:.1f}, {t['above_floor_ms']:.1f} "
+            f"| {j['loading_ms']:.1f}, {j['loading_outside_ninja_ms']:.1f}, {j['above_floor_ms']:.1f} "
+            f"| {row['speedup']:.2f}x | {t['setuptools_imported']}, {j['setuptools_imported']} |"
+        )
+    result["rows"] = rows
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

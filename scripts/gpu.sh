@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh remote|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh remote|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -59,6 +59,8 @@ case "$1" in
   edit-loop)  # the edit loop (cold, warm, edit a .cu, the binding, a header, a flag, a 2nd extension) against torch's load()
     # FLAG_VARIANTS=N: then N more -DSCALE1 values, each with its PCH, and the cache's size against its budget
     python3 examples/edit_loop.py --flag-variants "${FLAG_VARIANTS:-0}" --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
+  edit-loop-paced)  # the same loop at a user's pace: each step PACE (30) s after the last load returned, nothing waited for
+    python3 examples/edit_loop.py --pace "${PACE:-30}" --json "$OUT/edit_loop_paced.json" 2>&1 | tee "$OUT/edit_loop_paced.log" ;;
   unmodified)  # an unmodified get_plugin program under `python -m jitops run` against torch's load(), installed as users have it
     python3 -m pip install -q . --no-deps --no-build-isolation
     (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
@@ -126,5 +128,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

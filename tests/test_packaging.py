@@ -33,6 +33,9 @@ def test_the_wheel_carries_the_licence_and_the_type_marker(wheel):
     names = wheel.namelist()
     assert any(re.fullmatch(r"jitops-[^/]+\.dist-info/licenses/LICENSE", n) for n in names), names
     assert "jitops/py.typed" in names and "jitops/include/jitops/library.h" in names
+    # site-packages gains the package, JITOPS_TORCH_LOAD's .pth and the one module it imports.
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"jitops", "jitops-torch-load.pth", "_jitops_torch_load.py"}, top
     metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for line in (
         "License-Expression: MIT",
@@ -53,6 +56,7 @@ def test_the_sdist_carries_the_tests_examples_and_makefile(tmp_path):
         ["git", "ls-files", "tests", "examples"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     assert tracked, "a git checkout lists its files"
-    missing = sorted(set(tracked + ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.cfg", "setup.py"]) - names)
+    expected = ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.cfg", "setup.py", "jitops-torch-load.pth", "_jitops_torch_load.py"]
+    missing = sorted(set(tracked + expected) - names)
     assert not missing, missing
     assert not [n for n in names if "__pycache__" in n or n.endswith(".so")]
