@@ -246,7 +246,6 @@ def main() -> None:
     def compiles() -> int:
         return sum(len(p.read_text().splitlines()) if p.exists() else 0 for p in logs.values())
 
-    rows = []
     trees = {which: Tree(work / which / "ext", cuda) for which in ("torch", "jitops")}
     seconds = {which: {} for which in trees}
     counts = {which: {} for which in trees}
@@ -374,26 +373,13 @@ def main() -> None:
     print()
     print("| step | torch `load()` | compiles | `jitops.load` | compiles | ratio | outside ninja: torch, jitops |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for label in seconds["torch"]:
-        t, j = statistics.median(seconds["torch"][label]), statistics.median(seconds["jitops"][label])
-        unit = (lambda s: f"{s * 1e3:.1f} ms") if label == "warm" else (lambda s: f"{s:.2f} s")
-        rows.append(
-            {
-                "step": label,
-                "torch_s": t,
-                "jitops_s": j,
-                "ratio": j / t,
-                "torch_samples_s": seconds["torch"][label],
-                "jitops_samples_s": seconds["jitops"][label],
-                "torch_outside_ninja_s": statistics.median(outside["torch"][label]),
-                "jitops_outside_ninja_s": statistics.median(outside["jitops"][label]),
-                "torch_compiles": counts["torch"][label],
-                "jitops_compiles": counts["jitops"][label],
-            }
-        )
-        away = ", ".join(f"{statistics.median(outside[w][label]) * 1e3:.0f} ms" for w in ("torch", "jitops"))
+    rows = step_rows(seconds, counts, outside)
+    for row in rows:
+        unit = (lambda s: f"{s * 1e3:.1f} ms") if row["step"] == "warm" else (lambda s: f"{s:.2f} s")
+        away = ", ".join(f"{row[f'{w}_outside_ninja_s'] * 1e3:.0f} ms" for w in ("torch", "jitops"))
         print(
-            f"| {label} | {unit(t)} | {counts['torch'][label]} | {unit(j)} | {counts['jitops'][label]} | {j / t:.2f}x | {away} |"
+            f"| {row['step']} | {unit(row['torch_s'])} | {row['torch_compiles']} | {unit(row['jitops_s'])} "
+            f"| {row['jitops_compiles']} | {row['ratio']:.2f}x | {away} |"
         )
     result = {
         "torch": torch.__version__,
@@ -409,6 +395,21 @@ def main() -> None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def step_rows(seconds: dict, counts: dict, outside: dict) -> list[dict]:
+    """Each step's median seconds for both loaders, their ratio, the samples, compiles and the
+    seconds outside ninja's builds."""
+    rows = []
+    for label in seconds["torch"]:
+        t, j = statistics.median(seconds["torch"][label]), statistics.median(seconds["jitops"][label])
+        row = {"step": label, "torch_s": t, "jitops_s": j, "ratio": j / t}
+        for which in ("torch", "jitops"):
+            row[f"{which}_samples_s"] = seconds[which][label]
+            row[f"{which}_outside_ninja_s"] = statistics.median(outside[which][label])
+            row[f"{which}_compiles"] = counts[which][label]
+        rows.append(row)
+    return rows
 
 
 def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outside: dict, torch) -> None:
@@ -445,22 +446,12 @@ def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outsi
     print()
     print(f"| step, each {args.pace:.0f} s after the last load | torch `load()` | compiles | `jitops.load` | compiles | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    rows = []
-    for label in seconds["torch"]:
-        t, j = seconds["torch"][label][0], seconds["jitops"][label][0]
-        rows.append(
-            {
-                "step": label,
-                "torch_s": t,
-                "jitops_s": j,
-                "ratio": j / t,
-                "torch_compiles": counts["torch"][label],
-                "jitops_compiles": counts["jitops"][label],
-                "torch_outside_ninja_s": outside["torch"][label][0],
-                "jitops_outside_ninja_s": outside["jitops"][label][0],
-            }
+    rows = step_rows(seconds, counts, outside)
+    for row in rows:
+        print(
+            f"| {row['step']} | {row['torch_s']:.2f} s | {row['torch_compiles']} | {row['jitops_s']:.2f} s "
+            f"| {row['jitops_compiles']} | {row['ratio']:.2f}x |"
         )
-        print(f"| {label} | {t:.2f} s | {counts['torch'][label]} | {j:.2f} s | {counts['jitops'][label]} | {j / t:.2f}x |")
     in_process = seconds["jitops"]["in-process edit k1"][0] / seconds["jitops"]["edit k1"][0]
     print(f"\njitops' in-process edit of k1 against its new-process edit of k1: {in_process:.2f}x")
     if args.json:

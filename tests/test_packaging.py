@@ -56,7 +56,16 @@ def test_the_sdist_carries_the_tests_examples_and_makefile(tmp_path):
         ["git", "ls-files", "tests", "examples"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     assert tracked, "a git checkout lists its files"
-    expected = ["LICENSE", "Makefile", "README.md", "pyproject.toml", "setup.cfg", "setup.py", "jitops-torch-load.pth", "_jitops_torch_load.py"]
+    expected = [
+        "LICENSE",
+        "Makefile",
+        "README.md",
+        "pyproject.toml",
+        "setup.cfg",
+        "setup.py",
+        "jitops-torch-load.pth",
+        "_jitops_torch_load.py",
+    ]
     missing = sorted(set(tracked + expected) - names)
     assert not missing, missing
     assert not [n for n in names if "__pycache__" in n or n.endswith(".so")]
