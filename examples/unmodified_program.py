@@ -97,16 +97,16 @@ RASTER = (
     PRELUDE
     + """
 import fcntl
-sources = json.loads(sys.argv[2])
-# As renderers' plugin loaders: a lock file of its own beside torch's builds.
-lock_path = os.path.join(torch.utils.cpp_extension._get_build_directory("raster_plugin", False), "lock")
+sources, expected = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+# As renderers' plugin loaders: a lock file of its own in torch's build folder for the name (not
+# torch's `lock`, the FileBaton its load() waits on while that file exists).
+lock_path = os.path.join(torch.utils.cpp_extension._get_build_directory("raster_plugin", False), "program.lock")
 with open(lock_path, "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     plugin = torch.utils.cpp_extension.load(name="raster_plugin", sources=sources, verbose=False)
 loading = time.perf_counter() - started
 device = "cuda" if torch.cuda.is_available() else "cpu"
 x = torch.rand(1 << 16, device=device)
-expected = json.loads(sys.argv[3])
 ok = bool(torch.allclose(plugin.run(x), x * expected["scale"] + expected["offset"]))
 print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules}))
 """
