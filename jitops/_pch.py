@@ -266,8 +266,8 @@ def start_background(spec: dict) -> bool:
     Returns whether it was started."""
     try:
         parent = _store.usable_part(spec["root"], _layout.PCH_DIR)
-        if parent is None:
-            return False
+        if parent is None or _store.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):
+            return False  # (held: another process is building it)
         log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
