@@ -50,7 +50,7 @@ def mode() -> str:
 def worth_building(extension, built_before: bool) -> bool:
     """Whether a missing PCH is built after this build. One costs a compile of torch's headers in
     the background and 0.4-0.8 GB, and saves that compile in every later unit that starts with them
-    (BENCHMARKS.md, "Precompiled headers"). It pays where such compiles follow: an extension built
+    (BENCHMARKS.md, "The edit loop"). It pays where such compiles follow: an extension built
     here before (someone edits it), or a jitops.load/load_inline extension (a script's or
     notebook's own code, edited, and followed by others). Not for the first build of jitops' ops
     or of a package's extension, whose users seldom compile again."""
