@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _store
+from . import _store, _torch_private
 from ._core import CUDA_SUFFIXES
 from ._errors import BuildError
 from ._key import CudaPlan
@@ -82,38 +82,21 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
 
 
 def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
-    from torch.utils import cpp_extension  # slow to import (setuptools): only where no record has the flags
-
     cuda_cflags = list(components["cuda_cflags"])
     if cuda.enabled:
-        _use_cuda_home(cpp_extension, cuda.cuda_home)
+        _torch_private.use_cuda_home(cuda.cuda_home)  # where torch's guess (read at import) is no toolkit
         cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
     scratch = build_dir / "torch.ninja"
-    try:
-        ldflags = cpp_extension._prepare_ldflags(
-            extra_ldflags=list(components["ldflags"]), with_cuda=cuda.enabled, with_sycl=False, verbose=False, is_standalone=False
-        )
-        cpp_extension._write_ninja_file_to_build_library(
-            path=str(scratch),
-            name=extension.library_name,
-            sources=[os.path.join(extension.root, "unit.cu" if cuda.enabled else "unit.cpp")],
-            extra_cflags=list(components["cflags"]),
-            extra_cuda_cflags=cuda_cflags,
-            extra_sycl_cflags=[],
-            extra_ldflags=ldflags,
-            extra_include_paths=extension.include_paths(),
-            with_cuda=cuda.enabled,
-            with_sycl=False,
-            is_standalone=False,
-        )
-    except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
-        import torch  # loaded by the caller already: this module imports without it
-
-        raise BuildError(
-            f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
-            f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested "
-            "with torch 2.10 to 2.14"
-        ) from err
+    _torch_private.write_torch_build_file(
+        str(scratch),
+        extension.library_name,
+        os.path.join(extension.root, "unit.cu" if cuda.enabled else "unit.cpp"),
+        components["cflags"],
+        cuda_cflags,
+        components["ldflags"],
+        extension.include_paths(),
+        cuda.enabled,
+    )
     variables = dict(re.findall(r"^(\w+) = (.*)$", scratch.read_text(encoding="utf-8"), flags=re.M))
     scratch.unlink()
     nvcc = os.environ.get("PYTORCH_NVCC") or (shlex.quote(str(cuda.nvcc)) if cuda.enabled else "")
@@ -126,13 +109,6 @@ def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, com
         variables.get("cuda_post_cflags", ""),
         variables.get("ldflags", ""),
     )
-
-
-def _use_cuda_home(cpp_extension, cuda_home: Path) -> None:
-    """Point torch's build code at the toolkit the key names. They differ only where torch's guess,
-    read once at import, is no toolkit (_key.find_cuda_home), which could not have built anyway."""
-    if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != cuda_home.resolve():
-        cpp_extension.CUDA_HOME = str(cuda_home)
 
 
 def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: dict, flags: TorchFlags) -> list[Unit]:

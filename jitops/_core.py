@@ -140,7 +140,7 @@ def process_abi() -> dict:
         "torch_git": torch.version.git_version,
         "torch_cuda": torch.version.cuda,
         "python_soabi": PYTHON_SOABI,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "cxx11_abi": bool(torch.compiled_with_cxx11_abi()),
     }
 
 

@@ -8,9 +8,10 @@ mixes the two loaders get their own code)."""
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
+
+from . import _torch_private
 
 TORCH_MODULE = "torch.utils.cpp_extension"
 
@@ -21,26 +22,7 @@ _hook = None  # the finder that tells torch's load() once torch.utils.cpp_extens
 
 def taken(name: str) -> bool:
     """Whether a module of this process holds `name`."""
-    return name in sys.modules or name in _pybind11_modules()
-
-
-def _pybind11_modules():
-    """The names in pybind11's per-interpreter module cache (its interpreter state dict's
-    "__pybind11_module_cache", which Python code cannot reach but through the C API)."""
-    state = _interpreter_state_dict()
-    cache = state.get("__pybind11_module_cache") if isinstance(state, dict) else None
-    return cache if isinstance(cache, dict) else ()
-
-
-@functools.cache
-def _interpreter_state_dict():
-    """This interpreter's state dict (one per interpreter, for its whole life)."""
-    import ctypes
-
-    api = ctypes.pythonapi
-    interpreter = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyInterpreterState_Get", api))()
-    state_dict = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("PyInterpreterState_GetDict", api))(interpreter)
-    return ctypes.cast(state_dict, ctypes.py_object).value if state_dict else None  # a borrowed reference
+    return name in sys.modules or name in _torch_private.pybind11_module_names()
 
 
 def publish(module, base: str, version: int) -> None:
@@ -74,14 +56,9 @@ def _tell_torch(torch_module) -> None:
     for base, version in _taken_by_jitops.items():
         entry = versioner.entries.get(base)
         if entry is None or entry.version <= version:
-            entry_type = type(entry) if entry is not None else _versioner_entry()
-            versioner.entries[base] = entry_type(version=version, hash=f"jitops:{base}:{version}")
-
-
-def _versioner_entry():
-    from torch.utils._cpp_extension_versioner import Entry
-
-    return Entry
+            entry_type = _torch_private.versioner_entry(entry)
+            if entry_type is not None:  # else torch's load() is not told (it may take the name too)
+                versioner.entries[base] = entry_type(version=version, hash=f"jitops:{base}:{version}")
 
 
 class _TellTorchOnImport:

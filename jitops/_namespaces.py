@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from . import _torch_private
+
 # TORCH_LIBRARY(ns, m) defines `static void TORCH_LIBRARY_init_<ns>(torch::Library&)` (and
 # STABLE_TORCH_LIBRARY its STABLE_ twin), whose mangled name, length first, stays in the symbol
 # table: _ZL<length>TORCH_LIBRARY_init_<ns>... FRAGMENT and IMPL blocks may repeat; they are not read.
@@ -55,7 +57,7 @@ def check(namespaces: list[str], library: str | os.PathLike, name: str) -> None:
         held = _defined.get(namespace)
         if held is not None and held[0] != identity:
             _conflict(namespace, name, f"jitops loaded {held[1]}, which defines it")
-        if held is None and (where := _defined_by_torch(namespace)):
+        if held is None and (where := _torch_private.dispatcher_has(namespace)):
             _conflict(namespace, name, where)
 
 
@@ -72,21 +74,6 @@ def record(namespaces: list[str], library: str | os.PathLike) -> None:
     for namespace in namespaces:
         if _defined.get(namespace, (identity,))[0] == identity:
             _defined[namespace] = (identity, os.fspath(library))
-
-
-def _defined_by_torch(namespace: str) -> str:
-    """Where torch's dispatcher has the namespace defined already (its own words), or ""."""
-    import torch  # loaded by the caller already: this module imports without it
-
-    try:
-        # A DEF registration of the namespace, dropped at once: torch refuses it if one exists.
-        torch._C._dispatch_library("DEF", namespace, "", "jitops namespace check", 0).reset()
-    except (AttributeError, TypeError):  # a torch whose private binding changed: jitops' own record only
-        return ""
-    except RuntimeError as err:
-        previous = str(err).partition("Previous registration of TORCH_LIBRARY was registered at ")[2].partition(";")[0]
-        return f"torch's dispatcher has it from {previous}" if previous else "torch's dispatcher has it"
-    return ""
 
 
 def _conflict(namespace: str, name: str, where: str) -> None:

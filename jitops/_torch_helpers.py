@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 
+from . import _torch_private
+
 MISSING = object()
 
 # Plain values, as torch's module sets them at import on Linux.
@@ -87,9 +89,7 @@ def _join_cuda_home(*paths) -> str:
 
 
 def get_default_build_root() -> str:
-    import torch._appdirs
-
-    return os.path.realpath(torch._appdirs.user_cache_dir(appname="torch_extensions"))
+    return _torch_private.default_build_root()
 
 
 def _get_build_directory(name: str, verbose: bool) -> str:

@@ -82,11 +82,12 @@ def test_jitops_modules_import_each_other_without_cycles():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         graph[name] = imported_modules(path, name, package) & set(MODULES)
     # The core stands on nothing but three leaves: the errors, the namespace guard (checked before
-    # a warm dlopen too) and the cache's layout (the warm path reads its records by those names).
+    # a warm dlopen too; it asks torch's dispatcher through the one door to torch's private names)
+    # and the cache's layout (the warm path reads its records by those names).
     leaves = {"jitops._errors", "jitops._namespaces", "jitops._layout"}
-    assert graph["jitops._core"] <= leaves and all(graph[leaf] <= {"jitops._errors"} for leaf in leaves), (
-        "the core stands on nothing"
-    )
+    door = {"jitops._errors", "jitops._torch_private"}
+    assert graph["jitops._torch_private"] <= {"jitops._errors"}
+    assert graph["jitops._core"] <= leaves and all(graph[leaf] <= door for leaf in leaves), "the core stands on nothing"
     cycles = []
 
     def visit(node, stack):
@@ -407,3 +408,22 @@ def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     assert (again["add2"], again["bias_act"]) == ("cache", "built"), again["stderr"]
     entries = [_layout.parse_entry_name(p.name) for p in cache.glob("jitops.bias_act-*") if p.is_dir()]
     assert len(entries) == 2 and len({e[:2] for e in entries}) == 1, "one key (the declared sources), two variants"
+
+
+# torch's and pybind11's private names: spelt only in jitops/_torch_private.py (comments aside), in
+# the loader and the CLI. (The ops' per-call path, jitops/ops/_framework.py, still reads torch's
+# autograd guards itself.)
+PRIVATE_NAMES = re.compile(
+    r"torch\._C\b|cpp_extension\._\w|_cpp_extension_versioner|torch\._appdirs|__pybind11_|PyInterpreterState_"
+)
+
+
+def test_only_the_one_door_uses_torchs_and_pybind11s_private_names():
+    offenders = []
+    for path in sorted([*(REPO / "jitops").glob("*.py"), *(REPO / "cache_tools").rglob("*.py"), REPO / "_jitops_torch_load.py"]):
+        if path.name == "_torch_private.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PRIVATE_NAMES.search(line.split("#", 1)[0]):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert offenders == [], offenders

@@ -44,7 +44,7 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-warm_path = ("jitops", "jitops._core", "jitops._layout", "jitops.extension", "jitops._torch_load", "jitops._module_names")
+warm_path = ("jitops", "jitops._core", "jitops._layout", "jitops.extension", "jitops._torch_load", "jitops._module_names", "jitops._torch_private")
 loader = sorted(m for m in sys.modules if m.startswith("jitops") and m not in warm_path)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """

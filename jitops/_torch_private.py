@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: MIT
+"""Every private torch and pybind11 name jitops uses, behind this one door: each is probed where it
+is used, and each has a fallback or an error that names the torch versions jitops was tested with.
+No other module touches torch._C, a `cpp_extension._...` name or pybind11's internals
+(tests/test_extension.py holds that). Standard library at import: the warm path imports it.
+
+| name | used for | without it |
+| --- | --- | --- |
+| `torch._C._dispatch_library` | whether torch's dispatcher defines a namespace (before a dlopen that would abort) | jitops' own record of the namespaces it loaded |
+| `cpp_extension._prepare_ldflags`, `_write_ninja_file_to_build_library` | torch's compile and link flags, as its load() would use them | a BuildError naming the versions tested |
+| `cpp_extension.CUDA_HOME` (assigned) | torch's build code pointed at the toolkit the key names | (a public module attribute) |
+| `torch.utils._cpp_extension_versioner.Entry` | torch's load() told which names jitops took | the type of an entry already there; else not told |
+| pybind11's `__pybind11_module_cache` (interpreter state dict) | module names pybind11 holds | only sys.modules is asked |
+| `torch._appdirs.user_cache_dir` | torch's default extensions root | $XDG_CACHE_HOME or ~/.cache, as appdirs computes it on Linux |
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+TESTED = "torch 2.11 and 2.13"  # the versions whose suites ran (GPU host, CI)
+
+
+def dispatcher_has(namespace: str) -> str:
+    """Where torch's dispatcher has the namespace defined already (its own words), or ""."""
+    import torch  # loaded by the caller already: this module imports without it
+
+    try:
+        # A DEF registration of the namespace, dropped at once: torch refuses it if one exists.
+        torch._C._dispatch_library("DEF", namespace, "", "jitops namespace check", 0).reset()
+    except (AttributeError, TypeError):  # a torch whose private binding changed: jitops' own record only
+        return ""
+    except RuntimeError as err:
+        previous = str(err).partition("Previous registration of TORCH_LIBRARY was registered at ")[2].partition(";")[0]
+        return f"torch's dispatcher has it from {previous}" if previous else "torch's dispatcher has it"
+    return ""
+
+
+def write_torch_build_file(
+    path: str, name: str, source: str, cflags, cuda_cflags, ldflags, include_paths, with_cuda: bool
+) -> None:
+    """The build file torch's load() would write for one source with these flags (its private writer)."""
+    from torch.utils import cpp_extension  # slow to import (setuptools): only where no record has the flags
+
+    try:
+        ldflags = cpp_extension._prepare_ldflags(
+            extra_ldflags=list(ldflags), with_cuda=with_cuda, with_sycl=False, verbose=False, is_standalone=False
+        )
+        cpp_extension._write_ninja_file_to_build_library(
+            path=path,
+            name=name,
+            sources=[source],
+            extra_cflags=list(cflags),
+            extra_cuda_cflags=list(cuda_cflags),
+            extra_sycl_cflags=[],
+            extra_ldflags=ldflags,
+            extra_include_paths=list(include_paths),
+            with_cuda=with_cuda,
+            with_sycl=False,
+            is_standalone=False,
+        )
+    except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
+        import torch
+
+        from ._errors import BuildError
+
+        raise BuildError(
+            f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
+            f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested with {TESTED}"
+        ) from err
+
+
+def use_cuda_home(cuda_home) -> None:
+    """Point torch's build code (read once at import) at the toolkit the key names."""
+    from pathlib import Path
+
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != Path(cuda_home).resolve():
+        cpp_extension.CUDA_HOME = str(cuda_home)
+
+
+def versioner_entry(existing):
+    """The type of torch's load() versioner entries: that of one already there, else the private class."""
+    if existing is not None:
+        return type(existing)
+    try:
+        from torch.utils._cpp_extension_versioner import Entry
+    except ImportError:
+        return None
+    return Entry
+
+
+def pybind11_module_names():
+    """The names in pybind11's per-interpreter module cache (its interpreter state dict's
+    "__pybind11_module_cache", which Python code cannot reach but through the C API); () where
+    there is none."""
+    state = _interpreter_state_dict()
+    cache = state.get("__pybind11_module_cache") if isinstance(state, dict) else None
+    return cache if isinstance(cache, dict) else ()
+
+
+@functools.cache
+def _interpreter_state_dict():
+    """This interpreter's state dict (one per interpreter, for its whole life)."""
+    import ctypes
+
+    try:
+        api = ctypes.pythonapi
+        interpreter = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyInterpreterState_Get", api))()
+        state_dict = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("PyInterpreterState_GetDict", api))(interpreter)
+    except (AttributeError, OSError):  # no such C API: sys.modules alone is asked
+        return None
+    return ctypes.cast(state_dict, ctypes.py_object).value if state_dict else None  # a borrowed reference
+
+
+def default_build_root() -> str:
+    """torch's default extensions root (before its py<ver>_<accelerator> folder)."""
+    try:
+        import torch._appdirs
+
+        cache = torch._appdirs.user_cache_dir(appname="torch_extensions")
+    except (ImportError, AttributeError):  # appdirs' own rule on Linux
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+    return os.path.realpath(cache)
