@@ -454,6 +454,14 @@ def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outsi
             f"| {row['step']} | {row['torch_s']:.2f} s | {row['torch_compiles']} | {row['jitops_s']:.2f} s "
             f"| {row['jitops_compiles']} | {row['ratio']:.2f}x |"
         )
+    # What the jitops run leaves on disk: its cache root (the PCHs) and the build folders' entries.
+    roots = [
+        work / "jitops" / "cache-paced",
+        work / "jitops" / "paced-build" / "jitops",
+        work / "jitops" / "paced-build2" / "jitops",
+    ]
+    left = sum(cache_size(root) for root in roots if root.is_dir())
+    print(f"jitops' roots after the steps: {left / 2**20:.1f} MiB")
     # The in-process edit of the bindings compiles that unit alone, as a new process does; one of k1
     # also compiles the bindings, which name the module (<name>_v1 in the same process).
     in_process = {
@@ -464,6 +472,7 @@ def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outsi
     if args.json:
         result = {"torch": torch.__version__, "cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None}
         result |= {"cores": os.cpu_count(), "pace_s": args.pace, "steps": rows, "in_process_over_new_process": in_process}
+        result["jitops_root_bytes"] = left
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
