@@ -2,7 +2,7 @@
 """Unmodified programs under `python -m jitops run`, against the same programs with torch's own
 loader, each run a fresh process:
 
-    python examples/unmodified_program.py [--repeats 11] [--edits 3] [--installed] [--json results.json]
+    python examples/unmodified_program.py [--repeats 11] [--edits 3] [--phases N] [--installed] [--json results.json]
 
 Two programs, written to a temporary folder:
 
@@ -24,8 +24,12 @@ change); under jitops it runs as written. Each program times its loading part it
 `import torch.utils.cpp_extension` to its modules ready, after `import torch` and CUDA
 initialisation; the harness times each whole process, and a floor process that only imports torch
 (and initialises CUDA), taken beside each sample: "above floor" is a whole program's start as its
-user waits for it, `python -m jitops run`'s own start included. Warm and edit figures are medians,
-the loaders taking turns.
+user waits for it, `python -m jitops run`'s own start included, each process's own `import torch`
+(and CUDA initialisation, timed in it) taken out of both (it varies from one process to the next
+by more than the loaders differ). Warm and edit figures are medians, the loaders taking turns.
+
+--phases N then runs jitops' 15-source edit and warm start N more times each, with the loader's
+steps timed (its functions wrapped): where its time outside ninja goes.
 
 --installed runs the jitops installed in this Python (`pip install .`), from a folder outside the
 checkout; without it the checkout's jitops (PYTHONPATH).
@@ -48,9 +52,11 @@ HERE = Path(__file__).resolve().parent
 PRELUDE = (
     """
 import os, time
+before_torch = time.perf_counter()
 import torch
 if torch.cuda.is_available():
     torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
+torch_s = time.perf_counter() - before_torch  # taken out of the whole process's time
 """
     + NINJA_CLOCK
     + """started = time.perf_counter()
@@ -89,7 +95,7 @@ for plugin in plugins:
     out = torch.empty_like(x)
     plugin.add2(out, x, y)
     ok = ok and bool(torch.equal(out, x + y))
-print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules}))
+print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules, "torch_s": torch_s, "ended_at": time.time()}))
 """
 )
 
@@ -108,9 +114,56 @@ loading = time.perf_counter() - started
 device = "cuda" if torch.cuda.is_available() else "cpu"
 x = torch.rand(1 << 16, device=device)
 ok = bool(torch.allclose(plugin.run(x), x * expected["scale"] + expected["offset"]))
-print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules}))
+print(json.dumps({"loading_s": loading, "ninja_s": sum(ninja_s), "ok": ok, "setuptools": "setuptools" in sys.modules, "torch_s": torch_s, "ended_at": time.time()}))
 """
 )
+
+# --phases: the program run with the loader's steps timed, each function wrapped where it is called
+# from (module attributes), the build path's modules imported first (their import is a phase).
+PHASES = """
+import atexit, functools, importlib, json, sys, time
+seconds = {}
+started = time.perf_counter()
+for module in ("jitops._loader", "jitops._build", "jitops._objects", "jitops._ninja", "jitops._lock"):
+    importlib.import_module(module)
+seconds["imports of the build path"] = time.perf_counter() - started
+
+def timed(where, name, label):
+    module = importlib.import_module(where)
+    function = getattr(module, name)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - began
+
+    setattr(module, name, wrapper)
+
+for where, name, label in [
+    ("jitops._loader", "load", "loader, in all"),
+    ("jitops._build", "_build", "build, in all"),
+    ("jitops._lock", "HeldLock", "entry lock"),
+    ("jitops._buildfile", "plan_units", "plan units"),
+    ("jitops._objects", "reuse", "reuse stored objects"),
+    ("jitops._status", "newest_manifest", "last entry's manifest"),
+    ("jitops._buildfile", "write_build_file", "build file"),
+    ("jitops._ninja", "run_ninja", "ninja"),
+    ("jitops._build", "_check_inputs", "inputs unchanged"),
+    ("jitops._objects", "store", "store objects"),
+    ("jitops._namespaces", "defined_in", "namespaces"),
+    ("jitops._build", "_load_check", "load check"),
+    ("jitops._entries", "make_manifest", "manifest"),
+    ("jitops._entries", "publish", "publish"),
+]:
+    timed(where, name, label)
+atexit.register(lambda: print("phases: " + json.dumps(seconds), file=sys.stderr))
+sys.argv = sys.argv[1:]
+program = open(sys.argv[0]).read()
+exec(compile(program, sys.argv[0], "exec"), {"__name__": "__main__", "__file__": sys.argv[0]})
+"""
 
 TORCH_UNIT = """#include <torch/extension.h>
 #include "raster.h"
@@ -185,15 +238,19 @@ class Raster:
 
 
 def run(command: list[str], env: dict, cwd: Path) -> dict:
-    started = time.perf_counter()
+    """The program's report, with its process's wall time, the seconds from its start to its last
+    line (the machine's clock, time.time(), in both processes) and its exit."""
+    started, started_at = time.perf_counter(), time.time()
     result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - started
+    wall, exited_at = time.perf_counter() - started, time.time()
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])} failed:\n{result.stderr[-4000:]}")
     report = json.loads(result.stdout.strip().splitlines()[-1])
     if not report["ok"]:
         raise SystemExit(f"{' '.join(command[:4])}: a plugin gave a wrong result")
-    return {**report, "wall_s": wall}
+    phases = [json.loads(line[len("phases: ") :]) for line in result.stderr.splitlines() if line.startswith("phases: ")]
+    timing = {"wall_s": wall, "to_last_line_s": report["ended_at"] - started_at, "exit_s": exited_at - report["ended_at"]}
+    return {**report, **timing, **({"phases": phases[0]} if phases else {})}
 
 
 def main() -> None:
@@ -201,6 +258,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11, help="warm runs of each (median)")
     parser.add_argument("--edits", type=int, default=3, help="edit-one-kernel runs of each (median)")
     parser.add_argument("--installed", action="store_true", help="the installed jitops, not the checkout's")
+    parser.add_argument("--phases", type=int, default=0, help="then N more jitops edits and warm starts, step by step")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -229,14 +287,24 @@ def main() -> None:
                 return [*launch[which], "stylegan.py", "return-value" if which == "torch" else "import", json.dumps(add2)]
             return [*launch[which], "raster.py", json.dumps(raster[which].sources), raster[which].expected()]
 
-        floor_command = [sys.executable, "-c", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"]
+        floor_command = [
+            sys.executable,
+            "-c",
+            "import time; started = time.perf_counter(); import torch; torch.cuda.is_available() and "
+            "torch.zeros(1, device='cuda'); print(time.perf_counter() - started, time.time())",
+        ]
 
         def sample(which: str, case: str) -> dict:
-            """One run of the program, and a floor process beside it."""
+            """One run of the program, and a floor process beside it: the program's start to its last
+            line above the floor's start to torch ready, each less its own `import torch` (and CUDA
+            initialisation), which varies from one process to the next by more than the loaders
+            differ. The exit (torch's teardown, the same for both loaders) is reported apart."""
             report = run(program(which, case), envs[which], work)
-            started = time.perf_counter()
-            subprocess.run(floor_command, env=env, cwd=work, check=True, capture_output=True, timeout=600)
-            return {**report, "floor_s": time.perf_counter() - started}
+            started_at = time.time()
+            floor = subprocess.run(floor_command, env=env, cwd=work, check=True, capture_output=True, text=True, timeout=600)
+            floor_torch_s, ready_at = map(float, floor.stdout.split()[-2:])
+            above = (report["to_last_line_s"] - report["torch_s"]) - (ready_at - started_at - floor_torch_s)
+            return {**report, "above_floor_s": above}
 
         samples: dict = {}
         for case in ("stylegan", "raster"):
@@ -260,15 +328,25 @@ def main() -> None:
                 raster[which].edits += 1
                 raster[which].write()
                 samples.setdefault(("raster", "edit one kernel", which), []).append(sample(which, "raster"))
+        profiled: dict = {"edit one kernel": [], "warm": []}
+        (work / "phases.py").write_text(PHASES)
+        for _ in range(args.phases):  # jitops' 15-source edit, then warm start, step by step
+            for step in profiled:
+                if step == "edit one kernel":
+                    raster["jitops"].edits += 1
+                    raster["jitops"].write()
+                command = program("jitops", "raster")
+                command.insert(command.index("raster.py"), "phases.py")
+                profiled[step].append(run(command, envs["jitops"], work))
 
     print(
         f"unmodified programs: torch load() against `python -m jitops run`, new processes ({result['gpu'] or 'CPU'}, torch {torch.__version__})"
     )
     print(
         "| program | step | torch: loading, outside ninja, above floor (ms) | jitops: loading, outside ninja, above floor (ms) "
-        "| speed-up (above floor) | setuptools: torch, jitops |"
+        "| speed-up (above floor) | exit: torch, jitops (ms) | setuptools: torch, jitops |"
     )
-    print("| --- | --- | ---: | ---: | ---: | --- |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
     rows = []
     for case, step in [("stylegan", "warm"), ("raster", "cold"), ("raster", "warm"), ("raster", "edit one kernel")]:
         row = {"program": "StyleGAN3-style get_plugin, 2 plugins" if case == "stylegan" else "15 sources", "step": step}
@@ -276,8 +354,9 @@ def main() -> None:
             runs_of = samples[(case, step, which)]
             row[which] = {
                 "loading_ms": statistics.median(r["loading_s"] for r in runs_of) * 1e3,
-                "above_floor_ms": statistics.median(r["wall_s"] - r["floor_s"] for r in runs_of) * 1e3,
-                "samples_above_floor_ms": [round((r["wall_s"] - r["floor_s"]) * 1e3, 1) for r in runs_of],
+                "above_floor_ms": statistics.median(r["above_floor_s"] for r in runs_of) * 1e3,
+                "samples_above_floor_ms": [round(r["above_floor_s"] * 1e3, 1) for r in runs_of],
+                "exit_ms": statistics.median(r["exit_s"] for r in runs_of) * 1e3,
                 "loading_outside_ninja_ms": statistics.median(r["loading_s"] - r["ninja_s"] for r in runs_of) * 1e3,
                 "setuptools_imported": any(r["setuptools"] for r in runs_of),
             }
@@ -288,9 +367,27 @@ def main() -> None:
             f"| {row['program']} | {step} ({len(samples[(case, step, 'torch')])} runs) "
             f"| {t['loading_ms']:.1f}, {t['loading_outside_ninja_ms']:.1f}, {t['above_floor_ms']:.1f} "
             f"| {j['loading_ms']:.1f}, {j['loading_outside_ninja_ms']:.1f}, {j['above_floor_ms']:.1f} "
-            f"| {row['speedup']:.2f}x | {t['setuptools_imported']}, {j['setuptools_imported']} |"
+            f"| {row['speedup']:.2f}x | {t['exit_ms']:.0f}, {j['exit_ms']:.0f} | {t['setuptools_imported']}, {j['setuptools_imported']} |"
         )
     result["rows"] = rows
+    if args.phases:
+        print(f"\njitops' 15-source program step by step (median of {args.phases} runs each, ms; functions nest)")
+        print("| phase | edit one kernel | warm |")
+        print("| --- | ---: | ---: |")
+        labels = dict.fromkeys(label for runs_of in profiled.values() for r in runs_of for label in r["phases"])
+        result["phases_ms"] = {}
+        for label in ["loading (the program's clock)", "outside ninja", *labels]:
+            cells = []
+            for step, runs_of in profiled.items():
+                if label == "loading (the program's clock)":
+                    values = [r["loading_s"] for r in runs_of]
+                elif label == "outside ninja":
+                    values = [r["loading_s"] - r["ninja_s"] for r in runs_of]
+                else:
+                    values = [r["phases"].get(label, 0.0) for r in runs_of]
+                cells.append(statistics.median(values) * 1e3)
+                result["phases_ms"].setdefault(label, {})[step] = cells[-1]
+            print(f"| {label} | {cells[0]:.1f} | {cells[1]:.1f} |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -68,41 +68,53 @@ class HeldLock:
     blocking=False: acquired is False where another process holds it (nothing waits)."""
 
     def __init__(self, path: Path, what: str, blocking: bool = True):
-        import filelock  # only a build takes a lock
-
         self.path, self.owner = path, Path(_layout.owner_path(path))
-        timeout = lock_timeout() if blocking else 0
-        self._lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)
+        self._fd, self._waited = None, None
         try:
-            self._lock.acquire()
-        except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
-            if not blocking:
-                self.acquired = False
-                return
-            try:
-                holder = self.owner.read_text().strip()
-            except OSError:
-                holder = "unknown"
-            raise BuildError(
-                f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
-                f"{what} (lock {path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
-            ) from None
+            self._fd = _store.try_flock(path)
+            if self._fd is None and blocking:
+                self._waited = self._wait(what)
         except OSError as err:  # not a lock file: a directory, say, or no permission
             raise BuildError(
                 f"jitops: cannot take the lock {path} to build {what}: {err.strerror or err}; "
                 f"remove whatever is at that path (`rm -r {path}`), or point {setting_for(path)} elsewhere"
             ) from None
-        self.acquired = True
+        self.acquired = self._fd is not None or self._waited is not None
+        if not self.acquired:
+            return
         try:
             write_private(self.owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
         except BaseException:
             self.release()
             raise
 
+    def _wait(self, what: str):
+        """The lock, once its holder lets go, waited for with filelock (only a contended build
+        imports it: the uncontended one is a single flock)."""
+        import filelock
+
+        timeout = lock_timeout()
+        lock = filelock.FileLock(str(self.path), timeout=timeout, mode=0o600)
+        try:
+            lock.acquire()
+        except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
+            try:
+                holder = self.owner.read_text().strip()
+            except OSError:
+                holder = "unknown"
+            raise BuildError(
+                f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
+                f"{what} (lock {self.path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+            ) from None
+        return lock
+
     def release(self) -> None:
         if self.acquired:
             self.owner.unlink(missing_ok=True)
-            self._lock.release()
+            if self._waited is not None:
+                self._waited.release()
+            else:
+                os.close(self._fd)  # releases the flock
             self.acquired = False
 
     def __enter__(self) -> HeldLock:

@@ -7,7 +7,8 @@ build of any extension in this cache root.
 made the object but its headers: compiler (resolved path and version), full command line, torch,
 the build environment, the source's path and sha256. A variant is one set of headers with their
 sha256 (the compiler's own dependency list). An object is reused only where every header of a
-variant still has its recorded sha256 and the copied object its recorded sha256; never by mtime.
+variant still has its recorded sha256 and the stored object its recorded sha256 (each hashed again
+whenever its file identity, ctime included, changes); never by mtime alone.
 Stored only when every input it was compiled from provably did not change while it compiled.
 """
 
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 from . import _layout, _store
-from ._core import identity_or_none, mark_used, write_json_atomic
+from ._core import file_identity, identity_or_none, mark_used, write_json_atomic
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._errors import BuildError, warn
 from ._key import portable_components
@@ -120,8 +121,8 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
 
 
 def reuse(root: Path, unit, build_dir: Path) -> bool:
-    """Copy the unit's object into build_dir from a variant whose headers all still match, its
-    sha256 checked on the copy, under its name-free key first, then its own; set unit.headers (and
+    """Put the unit's object into build_dir from a variant whose headers and object all still
+    have their recorded sha256, under its name-free key first, then its own; set unit.headers (and
     unit.key to the key it was found under). False where there is none (or only corrupt ones, which
     are removed, with a warning)."""
     objects = _store.usable_part(root, _layout.OBJECTS_DIR, write=False)
@@ -151,17 +152,20 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.
             headers = record["headers"]
             if record.get("key") != key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
                 continue
-            copy = build_dir / unit.object
-            shutil.copyfile(Path(variant.path, _layout.OBJECT_NAME), copy)
+            stored_object = os.path.join(variant.path, _layout.OBJECT_NAME)
+            # Hashed again whenever its file identity changes (as headers are): a rewrite, a
+            # truncation or a same-size edit changes its ctime, which no one can set back.
+            intact = known.sha256(stored_object) == record.get("object_sha256")
+            if intact:  # a copy, not a hard link: linking changes the stored object's ctime
+                shutil.copyfile(stored_object, build_dir / unit.object)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             if not os.path.isdir(variant.path):
                 continue  # evicted or cleared meanwhile: a miss
             warn(f"discarding the unreadable stored object {variant.path}: {err}")
             _discard(Path(variant.path))
             continue
-        if _store.sha256_file(copy) != record.get("object_sha256"):
+        if not intact:
             warn(f"discarding the stored object {variant.path}: it does not match its sha256 (truncated or modified)")
-            copy.unlink()
             _discard(Path(variant.path))
             continue
         mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
@@ -222,6 +226,7 @@ def store(root: Path, unit, build_dir: Path) -> None:
     try:
         staging = _store.new_staging(objects)
         shutil.copyfile(build_dir / unit.object, staging / _layout.OBJECT_NAME)
+        identity = file_identity(staging / _layout.OBJECT_NAME)  # before hashing: as KnownFileHashes
         record = {
             "key": unit.key,
             "source": unit.source,
@@ -234,6 +239,11 @@ def store(root: Path, unit, build_dir: Path) -> None:
         os.chmod(staging, 0o700)
         (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
         _store.publish_folder(staging, target)  # one stored meanwhile by another build stays
+        # Its hash known, so that its first reuse need not read it again (the folder's rename
+        # keeps the object's identity).
+        known = _store.known_file_hashes(root)
+        known.put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
+        known.save()
     except OSError:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -11,6 +11,7 @@ import threading
 import time
 
 from . import _entries
+from ._errors import CacheError
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
 
@@ -151,11 +152,22 @@ def why_built(components: dict, source_hashes: dict, previous: dict | None) -> s
 
 
 def newest_manifest(entry: _entries.Entry) -> dict | None:
-    """The manifest of the newest other entry of entry's extension in its root (what the last build
-    was made from: a new build says what changed since), or None."""
-    newest, manifest = -1.0, None
-    for other, found in _entries.list_entries(entry.root, entry.name):
-        built_at = found.get("built_at") if isinstance(found, dict) else None
-        if other.key != entry.key and isinstance(built_at, (int, float)) and built_at > newest:
-            newest, manifest = built_at, found
-    return manifest
+    """The manifest of the other entry of entry's extension in its root that was loaded or built
+    last (what the user last ran: a new build says what changed since), or None. One manifest read,
+    whatever the number of entries: an edit loop leaves one per edit until the budget evicts them."""
+    others = [other for other in _entries.entries(entry.root, entry.name) if other.key != entry.key]
+    for other in sorted(others, key=_last_used, reverse=True):
+        try:
+            manifest = other.read_manifest()
+        except CacheError:
+            continue
+        if isinstance(manifest, dict):
+            return manifest
+    return None
+
+
+def _last_used(entry: _entries.Entry) -> float:
+    try:
+        return entry.last_used()
+    except OSError:  # removed meanwhile
+        return -1.0

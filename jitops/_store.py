@@ -100,8 +100,25 @@ def tree_size(path: Path | str) -> int:
     return total
 
 
-# Locks. Builds take theirs with filelock (_lock.HeldLock); readers, removers and counters take
-# the same kernel locks (flock) here, without importing it.
+# Locks. Builds take theirs with try_flock, waiting with filelock where it is held (_lock.HeldLock);
+# readers, removers and counters take the same kernel locks (flock) here, without importing it.
+def try_flock(path: Path | str) -> int | None:
+    """The open lock file at path (created 0600), its exclusive kernel lock held until the fd is
+    closed; None where another process holds it. Raises OSError where it cannot be opened."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextlib.contextmanager
 def flocked(path: Path | str, shared: bool = False, blocking: bool = True):
     """Hold the kernel lock on path (created 0600). Yields False where it cannot be had: held by

@@ -60,10 +60,12 @@ case "$1" in
     # FLAG_VARIANTS=N: then N more -DSCALE1 values, each with its PCH, and the cache's size against its budget
     python3 examples/edit_loop.py --flag-variants "${FLAG_VARIANTS:-0}" --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.log" ;;
   edit-loop-paced)  # the same loop at a user's pace: each step PACE (30) s after the last load returned, nothing waited for
-    python3 examples/edit_loop.py --pace "${PACE:-30}" --json "$OUT/edit_loop_paced.json" 2>&1 | tee "$OUT/edit_loop_paced.log" ;;
+    # (without the in-process edits, whose goal is the 2-core machine's: both loaders then fit one call)
+    python3 examples/edit_loop.py --pace "${PACE:-30}" --skip-in-process --json "$OUT/edit_loop_paced.json" 2>&1 | tee "$OUT/edit_loop_paced.log" ;;
   unmodified)  # an unmodified get_plugin program under `python -m jitops run` against torch's load(), installed as users have it
     python3 -m pip install -q . --no-deps --no-build-isolation
-    (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
+    (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --repeats "${REPEATS:-11}" --edits "${EDITS:-3}" \
+      --phases "${PHASES:-3}" --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
