@@ -44,17 +44,18 @@ HERE = Path(__file__).resolve().parent
 
 # Runs first in every child: CUDA up, spawn and lock counters on, a collection, then the clock.
 CHILD_PRELUDE = """
-import json, sys, time, torch
+import fcntl, json, os, sys, time, torch
 if torch.cuda.is_available():
     torch.zeros(1, device="cuda")  # CUDA initialised before the clock starts
 SPAWNED, LOCKS = [], []
-sys.addaudithook(lambda event, args: event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.system") and SPAWNED.append(event))
-import filelock
-_acquire = filelock.BaseFileLock.acquire
-def _counting_acquire(self, *args, **kwargs):
-    LOCKS.append(self.lock_file)
-    return _acquire(self, *args, **kwargs)
-filelock.BaseFileLock.acquire = _counting_acquire
+def _count(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.system"):
+        SPAWNED.append(event)
+    elif event == "fcntl.flock" and args[1] & fcntl.LOCK_EX:  # a build's lock file, taken directly or by filelock
+        path = os.readlink(f"/proc/self/fd/{args[0]}")
+        if path.endswith(".lock"):
+            LOCKS.append(path)
+sys.addaudithook(_count)
 def report(seconds, **extra):
     print(json.dumps({"seconds": seconds, "spawned": len(SPAWNED), "locks": len(LOCKS), **extra}))
 # Every child starts the clock from the same collector state. Otherwise the collection that torch's

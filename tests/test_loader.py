@@ -30,15 +30,17 @@ LOAD_TINY = (
     + """
 import ctypes, json, sys, time
 import os
-def count_spawn(event, args):
+import fcntl
+def count_spawn_and_locks(event, args):
     if event.startswith(("subprocess.", "os.posix_spawn", "os.fork", "os.exec", "os.system")):
         # subprocess.Popen's first argument is the program: "subprocess.Popen ninja".
         SPAWNED.append(f"{event} {os.path.basename(str(args[0]))}" if event == "subprocess.Popen" else event)
-sys.addaudithook(count_spawn)
+    elif event == "fcntl.flock" and args[1] & fcntl.LOCK_EX:  # a build's lock, taken directly or by filelock
+        path = os.readlink(f"/proc/self/fd/{args[0]}")
+        if path.endswith(".lock"):
+            LOCKS.append(path)
+sys.addaudithook(count_spawn_and_locks)
 SPAWNED, LOCKS = [], []
-import filelock
-acquire = filelock.BaseFileLock.acquire
-filelock.BaseFileLock.acquire = lambda self, *args, **kwargs: LOCKS.append(self.lock_file) or acquire(self, *args, **kwargs)
 from jitops import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
