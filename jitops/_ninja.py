@@ -181,8 +181,9 @@ def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
     resolved paths]}, from the compiler's depfile (<target>.d) where the build kept it (jitops'
     build files), else from ninja's deps log (torch's, whose rules hand the depfiles to ninja)."""
     kept = {target: build_dir / f"{target}.d" for target in targets}
+    resolved = _Resolver(build_dir)
     if targets and all(depfile.exists() for depfile in kept.values()):
-        return {target: [os.path.realpath(os.path.join(build_dir, p)) for p in read_depfile(d)] for target, d in kept.items()}
+        return {target: [resolved(p) for p in read_depfile(d)] for target, d in kept.items()}
     if not targets and not (build_dir / ".ninja_deps").exists():
         return {}
     result = subprocess.run(
@@ -194,10 +195,28 @@ def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
     files: list[str] = []
     for line in result.stdout.splitlines():
         if line.startswith("    "):
-            files.append(os.path.realpath(os.path.join(build_dir, line.strip())))
+            files.append(resolved(line.strip()))
         elif ": #deps" in line:
             files = found.setdefault(line.partition(": #deps")[0], [])
     return found
+
+
+class _Resolver:
+    """os.path.realpath of paths relative to build_dir, each folder resolved once: a unit that
+    includes torch/extension.h lists thousands of headers in a few hundred folders."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir, self.folders = str(build_dir), {}
+
+    def __call__(self, path: str) -> str:
+        if not path.startswith("/"):
+            path = os.path.join(self.build_dir, path)
+        folder, _, name = path.rpartition("/")
+        resolved = self.folders.get(folder)
+        if resolved is None:
+            resolved = self.folders[folder] = os.path.realpath(folder or "/").rstrip("/")
+        joined = f"{resolved}/{name}"
+        return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def read_depfile(depfile: Path) -> list[str]:
@@ -205,6 +224,8 @@ def read_depfile(depfile: Path) -> list[str]:
     escapes undone (`\\ ` a space, `\\#` a #, `$$` a $); any other character is the path's own."""
     text = depfile.read_text(encoding="utf-8", errors="surrogateescape").replace("\\\n", " ")
     colon = re.search(r":(\s|$)", text)  # after the target (an object name of ours, no colon in it)
+    if "\\" not in text and "$$" not in text:  # nothing escaped (nearly always): words as they are
+        return text[colon.end() if colon else 0 :].split()
     words = re.findall(r"(?:\\.|[^\s\\])+", text[colon.end() if colon else 0 :])
     return [re.sub(r"\\([ #\t])", r"\1", word).replace("$$", "$") for word in words]
 

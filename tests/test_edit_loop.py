@@ -18,7 +18,7 @@ import pytest
 import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
-from jitops import _layout, _store
+from jitops import _layout, _ninja, _store
 from jitops._core import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -583,3 +583,32 @@ for i, folder in enumerate(sys.argv[1:]):
     lines = log.read_text().splitlines()
     assert sum("-x c++-header" in line for line in lines) == 1 and sum(" -include " in line for line in lines) == 2
     assert len(list((tmp_path / "cache" / _layout.PCH_DIR).glob("*/record.json"))) == 1
+
+
+def test_a_depfile_names_each_header_by_its_resolved_path_as_realpath_does(tmp_path):
+    # The headers a unit read are resolved folder by folder (thousands of torch headers share a few
+    # hundred folders): the same paths as os.path.realpath of each, links and escapes included.
+    real = tmp_path / "real include"
+    (real / "sub").mkdir(parents=True)
+    for name in ("a.h", "sub/b.h", "target.h"):
+        (real / name).write_text("")
+    (tmp_path / "linked").symlink_to(real)  # a linked folder
+    (real / "alias.h").symlink_to(real / "sub" / "b.h")  # a linked header
+    build = tmp_path / "build"
+    build.mkdir()
+    listed = [
+        "../real\\ include/a.h",
+        str(tmp_path / "linked" / "sub" / "b.h"),
+        str(tmp_path / "linked") + "//alias.h",
+        "../linked/../real\\ include/target.h",
+        "/no/such/folder/c.h",
+    ]
+    (tmp_path / "real_include").symlink_to(real)
+    for escapes in ("none", "a space", "a dollar"):  # the first read as plain words, the others unescaped
+        words = listed if escapes == "a space" else [w.replace("\\ ", "_") for w in listed]
+        words += ["$$x.h"] if escapes == "a dollar" else []
+        (build / "unit.o.d").write_text("unit.o: \\\n  " + " \\\n  ".join(words) + "\n")
+        found = _ninja.deps(build, ["unit.o"])["unit.o"]
+        plain = [w.replace("\\ ", " ").replace("$$", "$") for w in words]
+        assert found == [os.path.realpath(os.path.join(build, w)) for w in plain], escapes
+        assert found[2] == str(real / "sub" / "b.h")
