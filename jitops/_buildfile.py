@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 LAUNCHER_VARIABLES = {"cxx": "CMAKE_CXX_COMPILER_LAUNCHER", "cuda": "CMAKE_CUDA_COMPILER_LAUNCHER"}
 
 
+FLAGS_FORMAT = 2  # of a recorded set of torch's flags: 2 since every flag is one quoted word
+
+
 class TorchFlags:
     """The compiler commands and flags torch's load() would use for this extension (shell text)."""
 
@@ -68,6 +71,7 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
     made_of = {k: v for k, v in components.items() if k != "sources_sha256"}
     made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
     made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
+    made_of["format"] = FLAGS_FORMAT
     key = _store.json_digest(made_of)
     record = _store.torch_flags_record(extension.cache_dir)
     known = record.records.get(key)
@@ -87,13 +91,15 @@ def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, com
         _torch_private.use_cuda_home(cuda.cuda_home)  # where torch's guess (read at import) is no toolkit
         cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
     scratch = build_dir / "torch.ninja"
+    # Every flag is one word (Extension: flag_words), quoted for the shell that ninja hands the
+    # command to: torch's writer joins them as they are, so it would run a `;` as a second command.
     _torch_private.write_torch_build_file(
         str(scratch),
         extension.library_name,
         os.path.join(extension.root, "unit.cu" if cuda.enabled else "unit.cpp"),
-        components["cflags"],
-        cuda_cflags,
-        components["ldflags"],
+        [shlex.quote(flag) for flag in components["cflags"]],
+        [shlex.quote(flag) for flag in cuda_cflags],
+        [shlex.quote(flag) for flag in components["ldflags"]],
         extension.include_paths(),
         cuda.enabled,
     )

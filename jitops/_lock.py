@@ -84,8 +84,13 @@ class HeldLock:
             return
         try:
             write_private(self.owner, f"pid {os.getpid()} on {os.uname().nodename}\n")
-        except BaseException:
+        except BaseException as err:
             self.release()
+            if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+                raise BuildError(
+                    f"jitops: cannot take the lock {path} to build {what}: the disk holding it is full "
+                    f"({err.strerror or err}); free some space or point {setting_for(path)} elsewhere"
+                ) from None
             raise
 
     def _wait(self, what: str):

@@ -133,7 +133,13 @@ class Extension:
         ):
             if isinstance(value, str) or not all(isinstance(item, str) for item in value):
                 raise TypeError(f"Extension {name!r}: {argument} must be a list of strings, got {value!r}")
-            values[argument] = tuple(value)
+            values[argument] = flag_words(name, argument, value) if argument in TORCH_ARGUMENTS else tuple(value)
+        for directory in values["include_dirs"]:
+            if "$" in directory or "\n" in directory:  # ninja reads the build file's $; a newline ends its line
+                raise ValueError(
+                    f"Extension {name!r}: include_dirs (torch's extra_include_paths) entry {directory!r} holds "
+                    f"{'a $' if '$' in directory else 'a newline'}, which no build file can pass on: rename that folder"
+                )
         if not values["sources"]:
             raise ValueError(f"Extension {name!r}: sources is empty")
         # Every build and warm record written into a folder the key reads would change it.
@@ -216,6 +222,33 @@ class Extension:
     def include_paths(self) -> list[str]:
         """Its include directories, absolute, then jitops' own (<jitops/library.h>)."""
         return [os.path.join(self.root, d) for d in self.include_dirs] + [INCLUDE_DIR]
+
+
+# Flags: the names torch's load() gives them.
+TORCH_ARGUMENTS = {"cflags": "extra_cflags", "cuda_cflags": "extra_cuda_cflags", "ldflags": "extra_ldflags"}
+SHELL_CODE = (";", "|", "&", "`", "$", "\n")  # control operators, substitutions, a second command
+
+
+def flag_words(name: str, argument: str, flags) -> tuple[str, ...]:
+    """Each flag split into words as a shell would (torch's load() hands flags to one, and users
+    write '-O3 -fopenmp'), each word then passed to the compiler as one argument: never run by a
+    shell. A flag that holds shell code is refused, naming it."""
+    import shlex
+
+    words: list[str] = []
+    for flag in flags:
+        held = [code for code in SHELL_CODE if code in flag]
+        why = f"holds {held[0]!r}, which a shell would run or substitute" if held else ""
+        try:
+            words += shlex.split(flag)
+        except ValueError as err:  # an unbalanced quote
+            why = why or f"cannot be split into words as a shell would ({err})"
+        if why:
+            raise ValueError(
+                f"Extension {name!r}: {argument} (torch's {TORCH_ARGUMENTS[argument]}) entry {flag!r} {why}; "
+                "flags are passed to the compiler as words, never to a shell: remove it"
+            )
+    return tuple(words)
 
 
 _registering = threading.Lock()

@@ -427,3 +427,60 @@ def test_only_the_one_door_uses_torchs_and_pybind11s_private_names():
             if PRIVATE_NAMES.search(line.split("#", 1)[0]):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert offenders == [], offenders
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags are data, never shell code
+# ---------------------------------------------------------------------------------------------
+
+SHELL_CODE = ["; touch {file}", "| touch {file}", "&& touch {file}", "`touch {file}`", "$(touch {file})", "-O2\ntouch {file}"]
+
+
+@pytest.mark.parametrize(
+    "argument, payload",
+    [(argument, payload) for argument in ("cflags", "cuda_cflags", "ldflags") for payload in SHELL_CODE]
+    # An include path is quoted, never split: only what a build file cannot hold is refused (the
+    # next test builds with the others as folders).
+    + [("include_dirs", payload) for payload in SHELL_CODE if "$" in payload or "\n" in payload],
+)
+def test_a_flag_holding_shell_code_is_refused_naming_it_and_nothing_runs(tmp_path, argument, payload):
+    flag = "-DX=1 " + payload.format(file=tmp_path / "ran")
+    with pytest.raises(ValueError) as raised:
+        jitops.Extension("tiny", ["kernels/cpu/tiny.cpp"], namespace=NAMESPACE, root=TESTS / "tiny_ext", **{argument: [flag]})
+    assert f"{argument} (torch's extra_" in str(raised.value) and repr(flag) in str(raised.value)
+    torch_name = {"cflags": "extra_cflags", "cuda_cflags": "extra_cuda_cflags", "ldflags": "extra_ldflags"}
+    if argument in torch_name:  # the drop-in's load() refuses it too, before any build
+        with pytest.raises(ValueError, match=re.escape(repr(flag))):
+            jitops.load(
+                "tiny_shell", [str(TESTS / "tiny_ext" / "kernels" / "cpu" / "tiny.cpp")], **{torch_name[argument]: [flag]}
+            )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_unbalanced_quote_is_refused_naming_the_flag():
+    with pytest.raises(ValueError, match=r"cflags \(torch's extra_cflags\) entry '-DX=\"a' cannot be split"):
+        jitops.Extension("tiny", ["kernels/cpu/tiny.cpp"], namespace=NAMESPACE, root=TESTS / "tiny_ext", cflags=['-DX="a'])
+
+
+FLAGS_AS_WORDS = """
+import ctypes, json, sys
+import jitops
+from tiny_extension import NAMESPACE, SOURCES, tiny_extension
+tiny = tiny_extension()
+folders = json.loads(sys.argv[1])
+# Quotes group words as a shell would; one entry of two flags is two words; include paths are data.
+extension = jitops.Extension("tiny", tiny.sources, namespace=NAMESPACE, root=str(SOURCES),
+                             cflags=['-DJITOPS_GREETING="two words"', "-O1 -g0"], include_dirs=folders)
+loaded = extension.load()
+print(json.dumps({"value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(), "cflags": extension.cflags}))
+"""
+
+
+def test_flags_reach_the_compiler_as_words_and_no_path_or_quote_reaches_a_shell(tmp_path):
+    ran = tmp_path / "ran"
+    folders = [str(tmp_path / code.format(file=ran).replace("/", "_")) for code in SHELL_CODE[:4]] + [str(tmp_path / "it's")]
+    for folder in folders:
+        os.makedirs(folder)
+    built = run_child(FLAGS_AS_WORDS, tmp_path / "cache", json.dumps(folders))
+    assert built["value"] == 42 and built["cflags"] == ["-DJITOPS_GREETING=two words", "-O1", "-g0"]
+    assert not ran.exists() and not list(tmp_path.glob("*/ran")), "no flag or path ran as a command"

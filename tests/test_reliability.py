@@ -24,6 +24,7 @@ from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slo
 
 from cache_tools import inventory
 from jitops import _core, _entries, _layout, _store
+from jitops._errors import BuildError
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -494,18 +495,43 @@ def test_ctrl_c_while_ninja_starts_still_stops_it_and_its_compilers(tmp_path):
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == []
 
 
+@contextlib.contextmanager
+def small_tmpfs(folder: Path, size: str):
+    """A tmpfs of `size` mounted at folder (skips where it cannot be: it needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_full_disk_when_the_lock_names_its_holder_is_the_disk_full_error(tmp_path):
+    # G4: the lock file takes no block, its .owner file does: the disk fills between the two.
+    from jitops._lock import HeldLock
+
+    with small_tmpfs(tmp_path / "disk", "16k") as disk:
+        with open(disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"x" * 4096)
+        lock = disk / "jitops_test.tiny-0123456789abcdef.lock"
+        with pytest.raises(BuildError, match=r"cannot take the lock .* to build tiny: the disk holding it is full"):
+            HeldLock(lock, "tiny")
+        assert not Path(_layout.owner_path(lock)).exists(), "no half-written owner file"
+        (disk / "filler").unlink()
+        with HeldLock(lock, "tiny") as held:  # released: the next build takes it at once
+            assert held.acquired
+
+
 @pytest.mark.parametrize("size", ["16k", "64k"])
 def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
     # A tmpfs too small for the build: the cache's own files fit, the build does not (16k fails
     # early, 64k part-way through; tiny needs about 70k).
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", size) as disk:
         cache = disk / "cache"
         proc = start_tiny(cache)
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
@@ -514,5 +540,3 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
         assert re.search(r"^jitops._errors.BuildError: jitops: building jitops_test.tiny failed: the disk", stderr, re.M), stderr
         assert "Install the missing tools" not in stderr, "only advice that applies (no tool is missing)"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
