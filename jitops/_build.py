@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import _budget, _buildfile, _entries, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
-from ._core import CUDA_SUFFIXES
-from ._errors import BuildError
+from ._core import CUDA_SUFFIXES, DROP_IN_NAMESPACE
+from ._errors import BuildError, NamespaceConflict
 from ._key import CudaPlan, PlannedEntry, environment_tools
 from ._lock import build_timeout, lock_timeout, under_entry_lock
 
@@ -51,8 +51,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
             components,
             required=True,
             why=f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {entry.path} for this key",
-            advice="Build it where compiling is allowed (`jitops-cache build`, or a first run), with this same "
-            "torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD.",
+            advice=disabled_build_advice(extension),
         )
         return library, backends, "prebuilt"
     missing = _ninja.missing_tools(planned.cxx)
@@ -146,6 +145,16 @@ def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes
     return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, library_bytes))[0]
 
 
+def disabled_build_advice(extension: Extension) -> str:
+    """What to do where JITOPS_DISABLE_BUILD refuses a build: `jitops-cache build` builds jitops'
+    ops and packages' extensions, never a program's jitops.load/load_inline (N21)."""
+    if extension.namespace == DROP_IN_NAMESPACE:
+        where = "run the program once where compiling is allowed (its jitops.load builds it; `jitops-cache build` cannot)"
+    else:
+        where = "build it where compiling is allowed (`jitops-cache build`, or a first run)"
+    return f"{where[0].upper()}{where[1:]}, with this same torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD."
+
+
 def _build(planned: PlannedEntry, remote=None) -> Path:
     entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
     staging = _entries.new_build_dir(entry)
@@ -167,6 +176,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         compiled = [unit for unit in units if not unit.reused]
         previous = _status.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
+        planning_started = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
         pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
@@ -176,6 +186,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
         left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
         status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out)
+        status.started = planning_started
         known_before = dict(_store.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
@@ -197,6 +208,12 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 failure = _load_check(built, log_path, left_out, cuda.reason)
                 if failure is None:
                     _namespaces.record(namespaces, built)
+        except _objects.InputsChanged:  # not a failure: the loader plans and builds it again (N47)
+            status.finish(ok=False, instead="stopped building {label} after {seconds}: an input changed while it compiled")
+            raise
+        except NamespaceConflict:  # it compiled; the guard keeps it out of this process (N14)
+            status.finish(ok=False, instead="built {label} in {seconds}, but did not load it (a namespace conflict)")
+            raise
         except BaseException:
             status.finish(ok=False)
             raise

@@ -269,4 +269,26 @@ def first_compiler_error(log: str) -> str:
                     found.append(context.rstrip())
                 return "\n".join(found)
     meaningful = [line.strip() for line in lines if line.strip() and not line.startswith(" ")]
-    return meaningful[-1] if meaningful else "no output"
+    return failed_program(lines) or (meaningful[-1] if meaningful else "no output")
+
+
+def failed_program(lines: list[str]) -> str | None:
+    """Which program (launcher, compiler, linker) ninja's first failed step ran, and the first
+    lines it printed (F1, F2): ninja itself says only "subcommand failed". None without a step."""
+    import shlex
+
+    failed = next((index for index, line in enumerate(lines) if line.startswith("FAILED: ")), None)
+    if failed is None or failed + 1 >= len(lines):
+        return None
+    target = re.sub(r"^\[code=\d+\] ", "", lines[failed][len("FAILED: ") :])  # ninja >= 1.12 adds the code
+    try:
+        program = shlex.split(lines[failed + 1])[0]
+    except (ValueError, IndexError):
+        return None
+    output = []
+    for line in lines[failed + 2 :]:
+        if line.startswith(("[", "ninja: ", "FAILED: ")):
+            break
+        output.append(line.rstrip())
+    said = "\n".join([line for line in output if line.strip()][:5])
+    return f"{program} failed making {target}" + (f", saying:\n{said}" if said else ", printing nothing")

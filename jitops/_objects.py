@@ -41,8 +41,8 @@ class InputsChanged(BuildError):
     """A source or header changed while the build ran: nothing was published under the old key."""
 
     def __init__(self, paths: list[str]):
-        self.paths = paths
-        super().__init__(f"jitops: {', '.join(paths)} changed while the build ran")
+        self.paths = list(dict.fromkeys(paths))  # a header is named once, however many units read it
+        super().__init__(f"jitops: {', '.join(self.paths)} changed while the build ran")
 
 
 def remove_dead_stores(root: Path) -> None:

@@ -97,11 +97,15 @@ class BuildStatus:
         with cls._lock:
             cls._write_line(line)
 
-    def finish(self, ok: bool) -> None:
+    def finish(self, ok: bool, instead: str = "") -> None:
+        """The build's last line: built, FAILED, or `instead` (a build that compiled but ends
+        otherwise: "stopped ... after {seconds}: ...", formatted with the label and seconds)."""
         seconds = f"{time.time() - self.started:.1f}s {self.step}".rstrip()
         with BuildStatus._lock:
             label = self._label()
-            if ok:
+            if instead:
+                line = "jitops: " + instead.format(label=label, seconds=seconds)
+            elif ok:
                 line = f"jitops: built {label} in {seconds}{self._why()}"
                 line += f": {self.summary}" if self.summary else ""
             else:

@@ -247,7 +247,12 @@ except jitops.NamespaceConflict as err:
 print(json.dumps({"outcomes": outcomes, "op": hasattr(torch.ops.jitops_test_twice_defined, "noop")}))
 """
     env = tiny_env(tmp_path / "cache")
-    found = run(["-c", code, str(tmp_path)], env)
+    proc = children.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    # It compiled, and the guard kept it out: the status line says so, not "FAILED to build" (N14).
+    assert "built jitops_load.second (cpu" in proc.stderr and "but did not load it" in proc.stderr, proc.stderr
+    assert "FAILED" not in proc.stderr, proc.stderr
     first, again, python_defined = found["outcomes"]
     for message, name in ((first, "second"), (again, "second_again")):
         assert f"cannot load jitops_load.{name}:" in message and "'jitops_test_twice_defined'" in message, message

@@ -6,6 +6,7 @@ extension; a compiler wrapper logs every invocation."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -162,6 +163,8 @@ def test_an_input_edited_while_the_build_runs_never_lands_under_the_old_key(tmp_
     cache = tmp_path / "cache"
     during = load(cache, tree, CXX=compiler)
     assert marker.exists() and during["value"] == 49, "the build that returns is the one of the edited input"
+    # The first attempt compiled: its status line says it stopped, not that it failed (N47).
+    assert "an input changed while it compiled" in during["stderr"] and "FAILED" not in during["stderr"], during["stderr"]
     edit(path, new, old)
     back = load(cache, tree, CXX=compiler)
     assert back["value"] == 42, "the old content's key holds a library built from the edit"
@@ -287,6 +290,18 @@ def test_one_precompiled_header_serves_the_defines_torchs_headers_ignore_and_a_c
     edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* edited */")
     again = load(cache, root, cflags=["-DSOME_DEFINE=1"], CXX=compiler, JITOPS_PCH="wait")
     assert again["value"] == 42 and "discarding the corrupt precompiled header" in again["stderr"], again["stderr"]
+
+
+def test_the_time_a_build_waits_for_its_precompiled_header_is_in_its_status_line(tmp_path):
+    # C4: JITOPS_PCH=wait builds the PCH before the units compile; `built ... in N s` counts it.
+    root = pch_tree(tmp_path)
+    compiler, _ = logging_compiler(tmp_path)
+    slow = tmp_path / "slow-pch-c++"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) sleep 3;; esac\nexec {compiler} "$@"\n')
+    slow.chmod(0o755)
+    built = load(tmp_path / "cache", root, CXX=str(slow), JITOPS_PCH="wait")
+    assert "1 with a PCH" in built["stderr"], built["stderr"]
+    assert float(re.search(r"built jitops_test\.tiny .*? in ([\d.]+)s", built["stderr"]).group(1)) >= 3, built["stderr"]
 
 
 def test_a_pch_build_killed_midway_leaves_nothing_a_later_build_trusts(tmp_path):

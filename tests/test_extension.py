@@ -344,6 +344,25 @@ def test_disable_build_fails_at_once_naming_the_extension_and_what_is_missing(tm
     assert run_child(DISABLE_BUILD, cache)["how"] == "cache", "what is in the cache still loads"
 
 
+DISABLE_BUILD_LOAD = """
+import json, sys
+import jitops
+try:
+    jitops.load("n21", [sys.argv[1]])
+except jitops.BuildError as err:
+    print(json.dumps({"error": str(err)}))
+"""
+
+
+def test_disable_build_advises_a_programs_load_only_what_can_build_it(tmp_path, monkeypatch):
+    # N21: `jitops-cache build` builds jitops' ops and packages' extensions, never a program's load().
+    monkeypatch.setenv("JITOPS_DISABLE_BUILD", "1")
+    refused = run_child(DISABLE_BUILD_LOAD, tmp_path / "cache", str(TESTS / "tiny_ext" / "kernels" / "cpu" / "tiny.cpp"))
+    assert "JITOPS_DISABLE_BUILD is set" in refused["error"]
+    assert "Run the program once where compiling is allowed" in refused["error"]
+    assert "(`jitops-cache build`, or a first run)" not in refused["error"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Header dependencies from the compiler
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import children
 import pytest
-from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, slow_compiler, start_tiny
+from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny
 
 from cache_tools import inventory
 from jitops import _core, _entries, _layout, _store
@@ -540,3 +540,18 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
         assert re.search(r"^jitops._errors.BuildError: jitops: building jitops_test.tiny failed: the disk", stderr, re.M), stderr
         assert "Install the missing tools" not in stderr, "only advice that applies (no tool is missing)"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
+
+
+@pytest.mark.parametrize(
+    "setting, said",
+    [
+        ({"CXX": "/bin/false"}, "/bin/false failed making"),  # F2: a compiler that fails without a word
+        ({"CMAKE_CXX_COMPILER_LAUNCHER": "/no/such/launcher"}, "/no/such/launcher failed making"),  # F1: a missing launcher
+    ],
+)
+def test_a_failing_program_is_named_with_its_own_first_lines(tmp_path, setting, said):
+    stderr = load_tiny_failing(tmp_path / "cache", **setting)
+    assert said in stderr, stderr
+    assert "subcommand failed" not in stderr.split("full log:")[0], "ninja's own line is not the message"
+    if "CMAKE_CXX_COMPILER_LAUNCHER" in setting:
+        assert "not found" in stderr, "the program's own words: the shell could not find it"
