@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -43,7 +44,30 @@ def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
         return
     for name in names:
         if staging_is_dead(name, prefix):
+            stop_processes_in(Path(folder) / name)
             shutil.rmtree(Path(folder) / name, ignore_errors=True)
+
+
+def stop_processes_in(folder: Path) -> None:
+    """SIGKILL the processes working in folder (their cwd in it): the ninja and compilers of a build
+    whose process was killed run on as orphans, burning CPU, and write into the folder while it is
+    removed (N24). Only this user's processes can be seen and stopped."""
+    inside = os.path.join(os.path.realpath(folder), "")
+    for _ in range(3):  # a dying ninja may start one more compiler
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if os.path.join(cwd, "").startswith(inside) and int(pid) != os.getpid():
+                found.append(int(pid))
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
 
 
 def staging_is_dead(name: str, prefix: str = TMP_PREFIX) -> bool:

@@ -555,3 +555,31 @@ def test_a_failing_program_is_named_with_its_own_first_lines(tmp_path, setting, 
     assert "subcommand failed" not in stderr.split("full log:")[0], "ninja's own line is not the message"
     if "CMAKE_CXX_COMPILER_LAUNCHER" in setting:
         assert "not found" in stderr, "the program's own words: the shell could not find it"
+
+
+def processes_working_in(folder: Path) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(folder)):
+                found.append(int(pid))
+    return found
+
+
+def test_the_next_build_stops_a_killed_builds_orphaned_compilers_and_removes_its_folder(tmp_path):
+    # N24: SIGKILL reaches the loader alone; its ninja and compilers run on, in its staging folder.
+    cache, slow = tmp_path / "cache", tmp_path / "slow"
+    compiler = tmp_path / "c++"  # one compiler for both builds (one key), slow while `slow` exists
+    compiler.write_text(f'#!/bin/sh\ncase "$*" in *--version*) ;; *) [ -e {slow} ] && sleep 30;; esac\nexec c++ "$@"\n')
+    compiler.chmod(0o755)
+    slow.touch()
+    victim = start_tiny(cache, CXX=str(compiler))
+    deadline = time.monotonic() + TIMEOUT_S
+    assert wait_for(lambda: processes_working_in(cache), victim, deadline), "the build started compiling"
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=TIMEOUT_S)
+    assert processes_working_in(cache), "its compilers run on as orphans"
+    slow.unlink()
+    assert load_tiny(cache, CXX=str(compiler))["value"] == 42
+    assert processes_working_in(cache) == [], "the next build of the key stopped them"
+    assert staging_dirs(cache) == [], "and removed the killed build's folder"
