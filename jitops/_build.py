@@ -176,7 +176,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         compiled = [unit for unit in units if not unit.reused]
         previous = _status.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
-        planning_started = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
+        began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
         pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
@@ -185,8 +185,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
         left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
-        status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out)
-        status.started = planning_started
+        status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out, began)
         known_before = dict(_store.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
@@ -200,6 +199,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 for unit in compiled:
                     if unit.headers is not None:
                         _objects.store(entry.root, unit, build_dir)
+                _store.known_file_hashes(entry.root).save()  # the stored (and fetched) objects' hashes
                 if changed:
                     raise _objects.InputsChanged(changed)
                 # The load check opens it in this process: a namespace defined already would abort it.

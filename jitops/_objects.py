@@ -240,10 +240,8 @@ def store(root: Path, unit, build_dir: Path) -> None:
         (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
         _store.publish_folder(staging, target)  # one stored meanwhile by another build stays
         # Its hash known, so that its first reuse need not read it again (the folder's rename
-        # keeps the object's identity).
-        known = _store.known_file_hashes(root)
-        known.put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
-        known.save()
+        # keeps the object's identity); saved once by the build, after all its units are stored.
+        _store.known_file_hashes(root).put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
     except OSError:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

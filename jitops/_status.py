@@ -34,8 +34,9 @@ class BuildStatus:
     _live_line = False  # whether a live line is on the terminal now
     _reasons_said: set[str] = set()
 
-    def __init__(self, op: str, cuda, verbose: bool, why: str = "", left_out: tuple[str, ...] = ()):
-        self.op, self.started, self.step, self.cuda, self.why = op, time.time(), "", cuda, why
+    def __init__(self, op: str, cuda, verbose: bool, why: str = "", left_out: tuple[str, ...] = (), started: float | None = None):
+        self.op, self.step, self.cuda, self.why = op, "", cuda, why
+        self.started = time.time() if started is None else started  # the build's own start, where it began earlier
         self.left_out = left_out  # the CUDA sources a CPU-only build leaves out
         self.summary = ""  # set before finish(): what was compiled and what reused
         self.live = sys.stderr.isatty() and not verbose and _status_on_stderr()

@@ -126,12 +126,16 @@ def tree_size(path: Path | str) -> int:
 
 # Locks. Builds take theirs with try_flock, waiting with filelock where it is held (_lock.HeldLock);
 # readers, removers and counters take the same kernel locks (flock) here, without importing it.
+def _open_lock_file(path: Path | str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 def try_flock(path: Path | str) -> int | None:
     """The open lock file at path (created 0600), its exclusive kernel lock held until the fd is
     closed; None where another process holds it. Raises OSError where it cannot be opened."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -150,7 +154,7 @@ def flocked(path: Path | str, shared: bool = False, blocking: bool = True):
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = _open_lock_file(path)
     except OSError:
         yield False
         return
