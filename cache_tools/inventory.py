@@ -287,6 +287,21 @@ def dangling_warm_records(root: Path) -> list[Path]:
     return dangling
 
 
+def dangling_locks(root: Path) -> list[Path]:
+    """The entries' build locks under root with no entry of their key left (entries removed before
+    removers took their locks along, or by hand). A build holding one is never listed."""
+    if not root.is_dir():
+        return []
+    published = {_layout.key_name(*parsed[:2]) for f in os.listdir(root) if (parsed := _layout.parse_entry_name(f))}
+    return [
+        lock
+        for lock in sorted(root.glob(f"*{_layout.LOCK_SUFFIX}"))
+        if _layout.parse_entry_name(lock.name[: -len(_layout.LOCK_SUFFIX)])
+        and lock.name[: -len(_layout.LOCK_SUFFIX)] not in published
+        and not _store.flock_is_held(lock)
+    ]
+
+
 def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
     """The entry lock a `.tmp-<namespace>.<name>-<key>-*` build directory was made under, if its name tells."""
     name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")

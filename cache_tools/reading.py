@@ -67,7 +67,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         from .remote import cmd_list_remote
 
         return cmd_list_remote(args)
-    root, rows = selected_rows(args.ops, args.package)
+    root, rows = selected_rows(args.ops, args.package, other_roots=True)
 
     def human():
         table = [
@@ -94,6 +94,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             if r.reason:
                 print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
         print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
+        for other in sorted({str(Path(r.path).parent) for r in rows} - {str(root)}):
+            print(f"  (and in {other}: entries built with a build_directory there)")
         print(store_summary(store))
         print(budget_summary(data))
 

@@ -52,17 +52,35 @@ def declared() -> dict[str, tuple[str, Extension]]:
     return _declared
 
 
+# An entry point's import that takes longer is given up (a module that waits on a server, say):
+# the CLI reports its package and goes on rather than hang.
+DEFAULT_IMPORT_TIMEOUT_S = 20.0
+
+
+class _ImportTimedOut(Exception):
+    pass
+
+
 def _load_isolated(point):
-    """point.load(), its module's prints sent to stderr (stdout may be --json's), and its
-    sys.exit or KeyboardInterrupt raised as errors; a real Ctrl-C meanwhile still stops the CLI."""
+    """point.load(), its module's prints sent to stderr (stdout may be --json's), its sys.exit or
+    KeyboardInterrupt raised as errors, and its import stopped after JITOPS_ENTRY_POINT_TIMEOUT
+    seconds; a real Ctrl-C meanwhile still stops the CLI."""
+    from jitops._lock import seconds_from_env
+
     interrupted = []
+    timeout = seconds_from_env("JITOPS_ENTRY_POINT_TIMEOUT", DEFAULT_IMPORT_TIMEOUT_S)
 
     def on_sigint(signum, frame):
         interrupted.append(signum)
         raise KeyboardInterrupt
 
+    def on_timer(signum, frame):
+        raise _ImportTimedOut
+
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    if main_thread:  # signals reach the main thread alone
+        previous = signal.signal(signal.SIGINT, on_sigint), signal.signal(signal.SIGALRM, on_timer)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             return point.load()
@@ -70,9 +88,15 @@ def _load_isolated(point):
         if interrupted:
             raise
         raise RuntimeError("its import raised KeyboardInterrupt") from None
+    except _ImportTimedOut:
+        raise RuntimeError(
+            f"its import did not finish within {timeout:g} s (stopped; JITOPS_ENTRY_POINT_TIMEOUT sets the limit)"
+        ) from None
     finally:
         if main_thread:
-            signal.signal(signal.SIGINT, previous)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGALRM, previous[1])
 
 
 def broken() -> dict[str, str]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -33,11 +32,9 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             continue
         if not args.dry_run:
             try:
-                with entry_lock_taken(root, row) as acquired:
-                    if not acquired:
-                        skipped.append({"path": row.path, "why": "a build started"})
-                        continue
-                    _store.remove_tree(Path(row.path))
+                if not _store.remove_locked(Path(row.path), entry_lock(root, row)):
+                    skipped.append({"path": row.path, "why": "a build started"})
+                    continue
             except FileNotFoundError:
                 continue  # removed meanwhile
             except OSError as err:  # one entry that cannot go never stops the others
@@ -62,6 +59,8 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     if not args.dry_run:
         for record in records:
             record.unlink(missing_ok=True)
+        for lock in inventory.dangling_locks(root):  # empty files, but one per key ever built
+            _store.remove_locked(None, lock)
 
     def human():
         verb = "would remove" if args.dry_run else "removed"
@@ -87,13 +86,13 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     return EXIT_PROBLEM if any(s["why"].startswith("cannot remove") for s in skipped) else EXIT_OK
 
 
-def entry_lock_taken(root: Path, row: inventory.Row):
-    """Hold the entry's build lock while removing it, so that no build starts on it meanwhile.
-    Yields False when a build holds it. Orphans, and entries of the older layout (no namespace),
-    have no entry lock that a build takes."""
+def entry_lock(root: Path, row: inventory.Row) -> Path | None:
+    """The lock a build of the row's entry takes, held while it is removed so that no build starts
+    on it meanwhile. Orphans, and entries of the older layout (no namespace), have none; stored
+    objects and PCHs are published whole and read without one."""
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
-        return contextlib.nullcontext(True)  # stored objects and PCHs are published whole and read without a lock
-    return _store.flocked(_entries.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path, blocking=False)
+        return None
+    return _entries.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path
 
 
 def cmd_clear(args: argparse.Namespace) -> int:

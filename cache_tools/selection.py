@@ -4,21 +4,37 @@ select (an unknown name is a usage error, not "0 entries")."""
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 
-from jitops import _layout
+from jitops import _layout, _store
 
 from . import inventory, registry
 from .output import UsageError
 
 
-def selected_rows(ops: list[str], package: str | None = None) -> tuple[Path, list[inventory.Row]]:
+def selected_rows(ops: list[str], package: str | None = None, other_roots: bool = False) -> tuple[Path, list[inventory.Row]]:
     """The cache's rows of the named ops (all rows for none), each named `op` or
-    `<namespace>.<op>`, of one owner with --package. A name that is neither declared here nor
-    one with entries in the cache is a typo: a usage error, not "0 entries"."""
+    `<namespace>.<op>`, of one owner with --package; other_roots: also those of the roots that
+    extensions with a build_directory built into (the configured root lists them). A name that is
+    neither declared here nor one with entries in the cache is a typo: a usage error, not "0
+    entries"; one with entries only in another root is a usage error naming that root."""
     root = Path(_layout.configured_root()[0])
     rows = inventory.entry_rows(root)
-    check_op_names(ops, {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows})
+    elsewhere = [row for other in _store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
+    if other_roots:
+        rows, elsewhere = rows + elsewhere, []
+    names = {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows}
+    for name in sorted(set(ops) - names):
+        for row in elsewhere:
+            if name in (row.op, f"{row.namespace}.{row.op}"):
+                where = str(Path(row.path).parent)
+                raise UsageError(
+                    f"{name}'s entries are in {where} (built with a build_directory), not in {root}: "
+                    f"run JITOPS_CACHE_DIR={shlex.quote(where)} jitops-cache with the same arguments"
+                )
+    check_op_names(ops, names)
     check_package(package, {row.owner for row in rows})
     return root, [
         row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops) and package in (None, row.owner)

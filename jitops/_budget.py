@@ -16,7 +16,7 @@ from . import _layout
 from ._entries import entries
 from ._errors import CacheError
 from ._layout import TMP_PREFIX
-from ._store import flocked, remove_tree, tree_size
+from ._store import remove_locked, tree_size
 
 DEFAULT_MAX_SIZE = 2 << 30  # holds an edit loop: one or two PCHs, its objects and entries (docs/cache.md)
 
@@ -143,13 +143,11 @@ def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
             break
         if is_live(item.path, live):
             continue
-        with flocked(item.lock, blocking=False) if item.lock else contextlib.nullcontext(True) as free:
-            if not free:
+        try:
+            if not remove_locked(item.path, item.lock):
                 continue
-            try:
-                remove_tree(item.path)
-            except OSError:
-                continue
+        except OSError:
+            continue
         total -= item.size
         removed.append(item)
     return removed

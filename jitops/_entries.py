@@ -20,6 +20,7 @@ from ._store import (
     json_digest,
     known_file_hashes,
     new_staging,
+    note_other_root,
     publish_folder,
     remove_dead_staging,
     remove_tree,
@@ -275,6 +276,7 @@ def publish(entry: Entry, staging: Path, manifest: dict) -> None:
     os.chmod(staging, 0o700)
     entry.discard()
     publish_folder(staging, entry.path)
+    note_other_root(entry.root)
 
 
 def entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[Entry]:

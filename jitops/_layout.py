@@ -12,7 +12,7 @@ importing the store. Standard library only, and small: every warm start imports 
 <root>/pch/<key>/, pch/<key>.lock, .log      a precompiled header: pch.h, pch.h.gch, record.json
 <root>/pch/.foreground.lock                   held by each build's compile (background PCH builds pause)
 <root>/inline/<name>-<sha256>[-<n>]/         jitops.load_inline's sources
-<root>/*.json, stats.lck                     records that only save work or inform
+<root>/*.json, stats.lck, other-roots.txt    records that only save work or inform
 
 A key is what an entry was built from that is known before the build (declared sources, flags,
 toolchain); a variant is the set of headers the build included, with their sha256 (ccache's
@@ -44,6 +44,7 @@ TOOLCHAIN_PROBES_NAME = "toolchain.json"
 TORCH_FLAGS_NAME = "torch-flags.json"
 STATS_NAME = "stats.json"
 LOCATIONS_NAME = "locations.json"
+OTHER_ROOTS_NAME = "other-roots.txt"  # the roots of entries built into a build_directory, for the CLI
 STATS_LOCK_NAME = "stats.lck"  # not *.lock: those are the entries' build locks
 
 # The parts of a root the store may lose (degraded to compiling more) without refusing the root.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import time
 from pathlib import Path
 
 from . import _entries, _layout, _store
@@ -69,17 +70,17 @@ class HeldLock:
 
     def __init__(self, path: Path, what: str, blocking: bool = True):
         self.path, self.owner = path, Path(_layout.owner_path(path))
-        self._fd, self._waited = None, None
+        self._fd = None
         try:
             self._fd = _store.try_flock(path)
             if self._fd is None and blocking:
-                self._waited = self._wait(what)
+                self._fd = self._wait(what)
         except OSError as err:  # not a lock file: a directory, say, or no permission
             raise BuildError(
                 f"jitops: cannot take the lock {path} to build {what}: {err.strerror or err}; "
                 f"remove whatever is at that path (`rm -r {path}`), or point {setting_for(path)} elsewhere"
             ) from None
-        self.acquired = self._fd is not None or self._waited is not None
+        self.acquired = self._fd is not None
         if not self.acquired:
             return
         try:
@@ -93,33 +94,29 @@ class HeldLock:
                 ) from None
             raise
 
-    def _wait(self, what: str):
-        """The lock, once its holder lets go, waited for with filelock (only a contended build
-        imports it: the uncontended one is a single flock)."""
-        import filelock
-
+    def _wait(self, what: str) -> int:
+        """The lock, once its holder lets go, polled for as filelock polls. Not filelock itself:
+        it would keep waiting on a lock file that a remover unlinked (_store._locked_fd)."""
         timeout = lock_timeout()
-        lock = filelock.FileLock(str(self.path), timeout=timeout, mode=0o600)
-        try:
-            lock.acquire()
-        except filelock.Timeout:  # before OSError: filelock.Timeout is a TimeoutError
-            try:
-                holder = self.owner.read_text().strip()
-            except OSError:
-                holder = "unknown"
-            raise BuildError(
-                f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
-                f"{what} (lock {self.path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
-            ) from None
-        return lock
+        deadline, pause = time.monotonic() + timeout, 0.01
+        while (fd := _store.try_flock(self.path)) is None:
+            if time.monotonic() >= deadline:
+                try:
+                    holder = self.owner.read_text().strip()
+                except OSError:
+                    holder = "unknown"
+                raise BuildError(
+                    f"jitops: timed out after {timeout:.0f} s waiting for another process ({holder}) to build "
+                    f"{what} (lock {self.path}); raise JITOPS_LOCK_TIMEOUT or stop that process"
+                )
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, 0.25)
+        return fd
 
     def release(self) -> None:
         if self.acquired:
             self.owner.unlink(missing_ok=True)
-            if self._waited is not None:
-                self._waited.release()
-            else:
-                os.close(self._fd)  # releases the flock
+            os.close(self._fd)  # releases the flock
             self.acquired = False
 
     def __enter__(self) -> HeldLock:

@@ -124,10 +124,35 @@ def tree_size(path: Path | str) -> int:
     return total
 
 
-# Locks. Builds take theirs with try_flock, waiting with filelock where it is held (_lock.HeldLock);
-# readers, removers and counters take the same kernel locks (flock) here, without importing it.
+# Locks. Builds take theirs with try_flock (_lock.HeldLock polls it where another build holds it);
+# readers, removers and counters take the same kernel locks (flock) here. A remover unlinks the
+# lock file of what it removed while holding it (remove_locked), so whoever takes a lock checks,
+# once it holds it, that the file is still the one at the path: else it locked a file no one else
+# will see, and takes the new one.
 def _open_lock_file(path: Path | str) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _locked_fd(path: Path | str, operation: int) -> int | None:
+    """An fd of the file at path with flock(operation) held on it; None where LOCK_NB found it
+    held. Raises OSError where it cannot be opened."""
+    import fcntl
+
+    while True:
+        fd = _open_lock_file(path)
+        try:
+            fcntl.flock(fd, operation)
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                return fd
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except FileNotFoundError:  # unlinked by a remover once this fd was open: take the new one
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def try_flock(path: Path | str) -> int | None:
@@ -135,16 +160,7 @@ def try_flock(path: Path | str) -> int | None:
     closed; None where another process holds it. Raises OSError where it cannot be opened."""
     import fcntl
 
-    fd = _open_lock_file(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _locked_fd(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 @contextlib.contextmanager
@@ -154,19 +170,31 @@ def flocked(path: Path | str, shared: bool = False, blocking: bool = True):
     import fcntl
 
     try:
-        fd = _open_lock_file(path)
+        fd = _locked_fd(path, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
     except OSError:
+        fd = None
+    if fd is None:
         yield False
         return
     try:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
-        except OSError:  # BlockingIOError: held
-            yield False
-            return
         yield True
     finally:
         os.close(fd)  # releases the lock
+
+
+def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
+    """Remove tree (None: only the lock) under its lock (None: it has none), and the lock file
+    with it, unlinked while held (see _locked_fd). False where another process holds the lock (a
+    build): nothing removed. Raises OSError where tree cannot be removed."""
+    with flocked(lock, blocking=False) if lock else contextlib.nullcontext(True) as free:
+        if not free:
+            return False
+        if tree is not None:
+            remove_tree(tree)
+        if lock:
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+    return True
 
 
 def flock_is_held(lock_path: Path | str) -> bool:
@@ -277,6 +305,31 @@ def shared_root(cache_dir: str | None) -> Path:
 def configured_roots() -> list[str]:
     """Every root JITOPS_CACHE_DIR decides: the configured one and its fallbacks."""
     return [configured_root()[0], str(fallback_root()), *([str(_fallback_root)] if _fallback_root else [])]
+
+
+def note_other_root(root: Path) -> None:
+    """Add root, an extension's own (build_directory), to the configured root's list of other
+    roots, which the CLI's `list` reads too. Only informs: a failure to write is ignored."""
+    configured = Path(configured_root()[0])
+    if os.path.realpath(root) == os.path.realpath(configured) or str(root) in other_roots():
+        return
+    with contextlib.suppress(OSError, CacheError):
+        usable_root(configured)
+        # One short O_APPEND write: lines of concurrent builds never interleave.
+        fd = os.open(configured / _layout.OTHER_ROOTS_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, f"{root}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def other_roots() -> list[str]:
+    """The roots note_other_root() listed, each once, in order (some may be gone since)."""
+    try:
+        lines = (Path(configured_root()[0]) / _layout.OTHER_ROOTS_NAME).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return list(dict.fromkeys(line for line in lines if os.path.isabs(line)))
 
 
 # The parts a root can do without (objects/, pch/): unusable, they cost compiles, never a load.

@@ -23,6 +23,11 @@ for _variable, _prefix in [("JITOPS_CACHE_DIR", "jitops-test-cache-"), ("TORCHIN
 os.environ.setdefault("JITOPS_PCH", "0")
 
 
+def pytest_configure(config):
+    # The tiers (CONTRIBUTING): `make test` runs what is not slow, `make test-slow` the rest; CI both.
+    config.addinivalue_line("markers", "slow: sweeps of processes, venvs, wheels and servers (make test-slow)")
+
+
 def pytest_unconfigure(config):
     """The run's own caches go with it (workers inherit the variables, so only their creator removes them)."""
     import shutil

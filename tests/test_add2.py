@@ -84,6 +84,7 @@ def test_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.slow
 def test_torch_compile_fullgraph(device):
     def f(a, b):
         return jitops.add2(a, b).sin() * 2

@@ -162,6 +162,7 @@ def test_fused_backward_matches_derivative_and_sum(device, dtype, shape, dim, ch
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.slow
 def test_torch_compile_fullgraph(device):
     conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(device)
     bias = torch.randn(8, device=device, requires_grad=True)

@@ -173,15 +173,19 @@ def test_clear_dry_run_removes_nothing_then_stale_then_all(cache, add2_entry):
     assert dry["dry_run"] and len(dry["removed"]) == 4 and dry["bytes_freed"] > 0
     assert sorted(p.name for p in cache.iterdir()) == before
 
+    left = cache / f"jitops.add2-{'3' * 16}.lock"  # a removed entry's lock, left by an older jitops (T16)
+    left.write_text("")
     stale = cli_json(cache, "clear", "--stale")
     assert sorted(r["status"] for r in stale["removed"]) == ["corrupt", "orphan", "stale"]
     assert [r["status"] for r in list_rows(cache)] == ["ok"]
+    assert not left.exists(), "the lock files of removed entries go with them"
 
     with HeldLock(Path(_layout.lock_path(cache, *_layout.parse_entry_name(add2_entry.name)[:2])), "flock"):
         kept = cli_json(cache, "clear", "--all")
         assert kept["removed"] == [] and kept["skipped"], "an entry being built must survive clear --all"
     cleared = cli_json(cache, "clear", "add2")
     assert len(cleared["removed"]) == 1 and list_rows(cache) == []
+    assert list(cache.glob("*.lock")) == [], "the lock files of removed entries go with them (T16)"
 
 
 def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_entry):
@@ -408,6 +412,7 @@ BROKEN_MODULES = {
     "prints": 'print("hello from an import"); EXTS = []',
     "exits": "import sys; sys.exit(3)",
     "interrupts": "raise KeyboardInterrupt",
+    "hangs": "import time; time.sleep(1000)",  # given up after JITOPS_ENTRY_POINT_TIMEOUT (N19)
     "lacks_a_source": "import jitops; EXTS = [jitops.Extension('gone', ['gone.cpp'], namespace='lacks_a_source', root='/nonexistent')]",
 }
 
@@ -421,7 +426,7 @@ def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, beha
     (info / "RECORD").write_text("")
     (info / "entry_points.txt").write_text(f"[jitops.extensions]\n{behaviour} = {behaviour}:EXTS\n")
     (site / f"{behaviour}.py").write_text(BROKEN_MODULES[behaviour] + "\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "JITOPS_ENTRY_POINT_TIMEOUT": "2"}
     cache = tmp_path / "cache"
     for command in ("list", "doctor", "verify"):
         result = cli(cache, command, "--json", env_extra=env, python=sys.executable)

@@ -22,6 +22,8 @@ from test_reliability import hung_compiler, kill_processes_with, processes_with
 import jitops
 from jitops import _build, _entries, _layout
 
+pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): crowds of ranks and nodes
+
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_load_all.py"
 RANKS_PER_NODE = 2
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from test_torch_load import PRELUDE  # counts what a warm load must not do
 
+pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): fresh venvs and wheels
+
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS / "downstream_pkg"
 OWNER = "jitops-demo-pkg"

@@ -16,6 +16,8 @@ import children
 import pytest
 from test_loader import TIMEOUT_S, tiny_env
 
+pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): unmodified programs and both loaders, each in processes of its own
+
 REPO = Path(__file__).resolve().parent.parent
 
 # A pybind11 module (pybind11's header alone: quick to compile) returning VALUE.

@@ -415,6 +415,7 @@ print(json.dumps(how))
 """
 
 
+@pytest.mark.slow
 def test_an_edit_to_bias_act_h_rebuilds_bias_act_and_nothing_else(tmp_path):
     root, cache = tmp_path / "sources", tmp_path / "cache"
     for folder in ("kernels", "bindings"):

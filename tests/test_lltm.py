@@ -138,6 +138,7 @@ def test_module(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.slow
 def test_torch_compile_fullgraph(device):
     cell = jitops.LLTM(8, 12).to(device)
 

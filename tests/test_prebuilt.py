@@ -82,6 +82,7 @@ def run_add2_without_tools(
     )
 
 
+@pytest.mark.slow
 def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python_without_ninja):
     result = run_add2_without_tools(tmp_path, prebuilt_dir, tmp_path / "empty_cache", python_without_ninja)
     assert result.returncode == 0, result.stderr
@@ -133,6 +134,7 @@ def test_plain_wheel_is_source_only(tmp_path):
     assert not [n for n in names if n.endswith(".so") or "/prebuilt/" in n]
 
 
+@pytest.mark.slow
 def test_an_unknown_op_for_an_ahead_of_time_wheel_is_named(tmp_path):
     env = {**os.environ, "JITOPS_AOT": "1", "JITOPS_AOT_OPS": "add2,nosuchop"}
     command = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-build-isolation", "--no-deps", "-q", "-w", str(tmp_path)]
@@ -141,6 +143,7 @@ def test_an_unknown_op_for_an_ahead_of_time_wheel_is_named(tmp_path):
     assert "JITOPS_AOT_OPS: unknown op(s) ['nosuchop']" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     # add2 alone (JITOPS_AOT_OPS): every op takes the same road through setup.py, and compiling all
     # five with setuptools is a minute of the suite.

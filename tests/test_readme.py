@@ -42,6 +42,7 @@ def test_every_local_link_leads_to_a_file(path):
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
+@pytest.mark.slow
 def test_readme_python_runs_as_written(index, tmp_path):
     code = python_blocks()[index]
     done = children.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -66,6 +67,7 @@ def test_the_install_line_installs_jitops_and_its_command(tmp_path):
     assert version.returncode == 0 and version.stdout.startswith("jitops-cache "), version
 
 
+@pytest.mark.slow
 def test_the_sample_output_is_what_the_commands_print():
     done = children.run(
         [sys.executable, str(REPO / "scripts" / "samples.py"), "--check"], capture_output=True, text=True, timeout=TIMEOUT_S

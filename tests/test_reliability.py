@@ -70,6 +70,7 @@ def wait_for(condition, victim: children.Process, deadline: float) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
     rng = random.Random(20261122)
     hit = Counter()
@@ -221,6 +222,7 @@ def test_planted_fallback_is_refused_and_the_private_one_removed_at_exit(tmp_pat
     assert [p.name for p in tmp.iterdir()] == [planted.name], "the private temporary cache is gone after exit"
 
 
+@pytest.mark.slow
 def test_lock_held_past_timeout_is_a_clear_error_naming_the_holder(tmp_path):
     cache = tmp_path / "cache"
     # A real build, made slow by a compiler wrapper, holds the entry's lock.
@@ -335,6 +337,7 @@ def test_no_shell_strings():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_torchrun_four_ranks_build_each_op_once(tmp_path):
     out = tmp_path / "ranks.json"
     env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
@@ -456,6 +459,7 @@ TAKES_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_h
     [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
     ids=["ctrl-c", "sigterm", "compiler-ignores-ctrl-c"],
 )
+@pytest.mark.slow
 def test_interrupted_build_stops_its_compilers_and_leaves_nothing(tmp_path, sig, ignores_ctrl_c):
     cache = tmp_path / "cache"
     with hung_compiler(tmp_path, ignores_ctrl_c) as (compiler, token):

@@ -120,6 +120,7 @@ def test_an_extension_edited_in_one_unit_downloads_the_other_objects_and_compile
     assert "compiled 1 of 3 units" in edited["stderr"], edited["stderr"]
 
 
+@pytest.mark.slow
 def test_untrusted_unsigned_and_tampered_entries_are_never_loaded(tmp_path, server, keys):
     """Each tampering is a miss with one warning: the reader builds its own library."""
     sources = copy_tree(tmp_path)
@@ -361,6 +362,7 @@ def test_a_record_without_code_for_the_wanted_archs_is_refused():
     assert "without code" not in _remote_records.unfit({**body, "cuda_arch_list": "8.0;9.0"}, planned)
 
 
+@pytest.mark.slow
 def test_a_server_that_is_down_slow_full_or_cut_mid_transfer_costs_only_a_local_build(tmp_path, server, keys):
     sources = copy_tree(tmp_path)
     env = remote_env(server.url, keys, JITOPS_REMOTE_TIMEOUT="1")
@@ -472,6 +474,7 @@ def test_two_writers_of_one_key_at_once_are_harmless(tmp_path, server, keys):
     assert load_tiny(tmp_path / "reader", sources, **remote_env(server.url, keys, writer=False))["how"] == "remote"
 
 
+@pytest.mark.slow
 def test_eight_machines_missing_one_key_build_it_once(tmp_path, server, keys):
     """8 processes, each with a cache root of its own (8 machines: no local lock is shared), miss
     one key together: one builds and pushes, the others download its entry."""
@@ -484,6 +487,7 @@ def test_eight_machines_missing_one_key_build_it_once(tmp_path, server, keys):
     assert len({r["value"] for r in results}) == 1
 
 
+@pytest.mark.slow
 def test_cli_remote_status_push_list_and_prune(tmp_path, server, keys):
     sources = copy_tree(tmp_path)
     local_only = load_tiny(tmp_path / "cache", sources)  # built with no remote set
@@ -531,6 +535,7 @@ def test_a_third_party_backend_plugs_in_as_module_class(tmp_path, keys):
     assert list((tmp_path / "shared" / "entries").iterdir())
 
 
+@pytest.mark.slow
 def test_distributed_nodes_that_hit_the_remote_never_build_and_one_whose_remote_fails_still_loads(tmp_path, server, keys):
     """jitops.distributed.load_all asks the remote first: two nodes (tests/test_distributed.py's
     job), the entry on the server; node 1's remote is down, so it gets the entry from node 0 through

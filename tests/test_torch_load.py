@@ -87,6 +87,7 @@ def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
     assert mine == theirs
 
 
+@pytest.mark.slow
 def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_path):
     plugin = tmp_path / "plugin-0123abcd"  # get_plugin's folder: the sources copied in, built there
     shutil.copytree(TUTORIAL, plugin)
@@ -102,6 +103,7 @@ def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_
     assert list((plugin / "jitops").glob("warm-jitops_load.tutorial_add2-*.json")), "its warm record beside its entries"
 
 
+@pytest.mark.slow
 def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
     cold = run_child(INLINE_CHILD, tmp_path / "cache")
     assert cold["twice"] and cold["thrice"]
@@ -255,6 +257,7 @@ print(json.dumps(module.f()))
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "folder replaced by a file"])
+@pytest.mark.slow
 def test_load_inline_sources_damaged_on_disk_are_written_again(tmp_path, damage):
     cache = tmp_path / "cache"
     env = tiny_env(cache)
@@ -387,6 +390,26 @@ def test_a_build_directory_keeps_the_records_and_an_unusable_cache_dir_is_not_me
     assert "JITOPS_CACHE_DIR" not in proc.stderr and "fallback" not in proc.stderr, proc.stderr
     assert (build / "jitops" / "file-hashes.json").exists() and (build / "jitops" / "toolchain.json").exists()
     assert (build / "own_folder.so").resolve() == Path(json.loads(proc.stdout.strip().splitlines()[-1])[1]).resolve()
+
+
+def test_the_cli_lists_entries_built_into_a_build_directory_and_names_it_for_other_commands(tmp_path):
+    """N37: `jitops-cache list m7` finds m7 built with build_directory=; clear m7 says where it is."""
+    build = tmp_path / "build"
+    build.mkdir()
+    assert plain_load(tmp_path, "m7", str(build)).returncode == 0
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return children.run(
+            [sys.executable, "-m", "jitops.cache_tools", *args], env=tiny_env(tmp_path / "cache"), capture_output=True, text=True
+        )
+
+    listed = cli("--json", "list", "m7")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    (row,) = json.loads(listed.stdout)["entries"]
+    assert row["op"] == "m7" and Path(row["path"]).parent == build / "jitops"
+    cleared = cli("clear", "m7")
+    assert cleared.returncode == 2 and f"m7's entries are in {build / 'jitops'}" in cleared.stderr, cleared.stderr
+    assert Path(row["path"]).is_dir(), "nothing removed"
 
 
 def test_advice_names_the_setting_that_moves_the_folder(tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ import pytest
 import torch
 from test_loader import TIMEOUT_S, tiny_env
 
+pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): torch's own loader beside jitops, case by case
+
 LOADERS = ["torch", "jitops"]
 HAS_CUDA = torch.cuda.is_available()
 

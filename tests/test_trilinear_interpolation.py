@@ -90,6 +90,7 @@ def test_opcheck(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.slow
 def test_torch_compile_fullgraph(device):
     # A small feature-grid model: interpolate, then an MLP layer; forward and backward compiled.
     layer = torch.nn.Linear(16, 4).to(device)

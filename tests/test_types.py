@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 USER_SCRIPT = """
@@ -50,6 +52,7 @@ jitops.Extension("x", ["x.cpp"], namespace="n", root=3)
 """
 
 
+@pytest.mark.slow
 def test_a_user_script_passes_mypy_strict_and_a_wrong_one_does_not(tmp_path):
     (tmp_path / "user_script.py").write_text(USER_SCRIPT)
     (tmp_path / "wrong.py").write_text(WRONG)

@@ -92,6 +92,7 @@ def test_opcheck(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.slow
 def test_torch_compile_fullgraph(device):
     f = torch.tensor([1.0, 3.0, 3.0, 1.0], device=device)
     conv = torch.nn.Conv2d(4, 4, 3, padding=1).to(device)
