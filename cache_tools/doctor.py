@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """`jitops-cache doctor`: what this machine has for building and loading jitops' ops, in the spirit
-of DeepSpeed's ds_report. Runs version probes (`c++ --version`, `nvcc --version`), never a build."""
+of DeepSpeed's ds_report. Runs version probes (`c++ --version`, `nvcc --version`) and has the C++
+compiler check one line of C++, never a build."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def report(package: str | None = None) -> dict:
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "ops": [],
     }
-    missing = _ninja.missing_tools(cxx)
+    missing = _ninja.missing_tools(cxx) + _compiler_problem(cxx)
     for qualified, (owner, declared) in registry.declared().items():
         if package not in (None, owner):
             continue
@@ -81,6 +82,28 @@ def report(package: str | None = None) -> dict:
         if package in (None, owner):
             data["ops"].append({"owner": owner, "op": "-", "how": "broken", "available": False, "detail": why})
     return data
+
+
+def _compiler_problem(cxx: Path | None) -> list[str]:
+    """Why the C++ compiler cannot build (CXX=/bin/false answers --version too), or nothing."""
+    import subprocess
+
+    if cxx is None:
+        return []
+    try:
+        checked = subprocess.run(
+            [str(cxx), "-x", "c++", "-fsyntax-only", "-"],
+            input="int main() { return 0; }\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        return [f"the C++ compiler {cxx} does not run: {err}"]
+    if checked.returncode == 0:
+        return []
+    said = next((line.strip() for line in (checked.stderr + checked.stdout).splitlines() if line.strip()), "printing nothing")
+    return [f"the C++ compiler {cxx} does not compile one line of C++ (exit {checked.returncode}): {said}"]
 
 
 def _root_report(root, reason: str) -> dict:
@@ -113,16 +136,23 @@ def _nearest_existing(path):
 def _op_report(declared, cxx, missing: list[str]) -> dict:
     from jitops import _key, _prebuilt
 
+    problem = _key.missing_sources(declared)
+    if problem:
+        return {"op": declared.name, "how": "broken", "available": False, "detail": problem}
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
     entry = _entries.Entry(
         Path(_core.extension_root(declared)), declared.qualified_name, _store.compute_key(components), declared.root
     )
     cached = _entries.verified_or_discarded(entry, inspect=True) is not None
+    # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.
+    shipped = _prebuilt.find_prebuilt(declared, components, shipped_only=True)[0]
     prebuilt, manifest, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
     if cached:
         how, reason = "cached", str(entry.path)
+    elif shipped is not None:
+        how, reason = "prebuilt", str(shipped.parent)
     elif buildable:
         how, reason = "buildable", "+".join(plan.backends) + ("" if plan.enabled else f" (CUDA off: {plan.reason})")
     elif prebuilt is not None:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _budget, _buildfile, _entries, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
+from . import _budget, _buildfile, _entries, _failures, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
 from ._core import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from ._errors import BuildError, NamespaceConflict
 from ._key import CudaPlan, PlannedEntry, environment_tools
@@ -69,6 +69,16 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
     if toolkit_missing and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
         return *prebuilt, "prebuilt"
+    can_stand_in = any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(extension))
+    if can_stand_in and (remembered := _failures.recall(planned)):
+        failure, age = remembered
+        why = (
+            f"building {entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
+            f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: "
+            f"{failure.removeprefix('jitops: ')}"
+        )
+        library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
+        return library, backends, "prebuilt"
     try:
         if remote is not None:  # one build per key in the fleet: another machine's may come meanwhile
             fetched: list[bool] = []
@@ -85,7 +95,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     except _objects.InputsChanged:
         raise
     except BuildError as err:
-        if not any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(extension)):
+        if not can_stand_in:
             raise  # no prebuilt library could stand in: the build's own error, alone
         failure = err
     why = str(failure).removeprefix("jitops: ")
@@ -224,7 +234,10 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (under_entry_lock says so)
             failed_log = entry.failed_log_path
             shutil.copyfile(log_path, failed_log)
-            raise BuildError(f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}")
+            message = f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}"
+            if not _failures.may_pass_next_time(log_path.read_text(errors="replace")):
+                _failures.remember(planned, message)
+            raise BuildError(message)
         with_pch = sum(1 for unit in compiled if unit.pch)
         # gcc's -Winvalid-pch: it compiled those units from the header's text instead.
         refused = log_path.read_text(errors="replace").count(".gch: not used because") if with_pch else 0
@@ -234,6 +247,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 refusal = f", {refused} refused by the compiler: see the log" if refused else ""
                 status.summary += f" ({with_pch} with a PCH{refusal})"
         status.finish(ok=True)
+        _failures.forget(planned)
         library = staging / library_file
         os.replace(built, library)
         headers = _manifest_headers(units, extension)

@@ -14,6 +14,7 @@ from . import _core, _entries, _store
 from ._core import (
     COMPILER_ENVIRONMENT,
     CUDA_BUILD_ENVIRONMENT,
+    DROP_IN_NAMESPACE,
     cuda_arch_list,
     cxx_runtime,
     identity_or_none,
@@ -247,14 +248,30 @@ def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[s
     return extension.paths() + compilers + toolkits + [__file__]
 
 
+def missing_sources(extension: Extension) -> str | None:
+    """Why the extension's sources cannot be read, or None. A package's are package data, which a
+    wheel leaves out unless its packaging lists them: the likeliest cause, named."""
+    missing = [path for path in extension.paths() if not os.path.isfile(path)]
+    if not missing:
+        return None
+    problem = f"extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}"
+    if extension.namespace != DROP_IN_NAMESPACE:
+        problem += (
+            f". If {extension.root} is an installed package, it was packaged without them: list its C++/CUDA "
+            "sources and headers as package data (setuptools' package_data, or MANIFEST.in with "
+            "include_package_data), and build the wheel again"
+        )
+    return problem
+
+
 class PlannedEntry:
     """One extension's build for this process: its cache entry, what keyed it, and what the key
     depends on (for the warm record: the settings, and the files and folders with their identities)."""
 
     def __init__(self, extension: Extension):
-        missing = [path for path in extension.paths() if not os.path.isfile(path)]
-        if missing:
-            raise BuildError(f"jitops: extension {extension.qualified_name!r} is missing sources: {', '.join(missing)}")
+        problem = missing_sources(extension)
+        if problem:
+            raise BuildError(f"jitops: {problem}")
         self.extension = extension
         # The cache root first: creating it must not change a folder whose identity is read below.
         try:

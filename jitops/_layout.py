@@ -6,6 +6,7 @@ importing the store. Standard library only, and small: every warm start imports 
 <root>/<namespace>.<name>-<key>-<variant>/   an entry (immutable once published): manifest.json, the .so, build.log
 <root>/<namespace>.<name>-<key>.lock         the key's build lock (.owner beside it while held)
 <root>/<namespace>.<name>-<key>.failed.log   the last failed build's log
+<root>/<namespace>.<name>-<key>.failed.json  its failure, remembered a while (_failures)
 <root>/.tmp-<...>-<pid>-*                    a folder being written (staging), or a killed writer's
 <root>/warm-<namespace>.<name>-<hash>.json   a warm record
 <root>/objects/<unit key>/<variant>/         a stored object: object.o, record.json
@@ -116,6 +117,10 @@ def lock_path(root, name: str, key: str) -> str:
 
 def failed_log_path(root, name: str, key: str) -> str:
     return os.path.join(root, key_name(name, key) + ".failed.log")
+
+
+def failed_record_path(root, name: str, key: str) -> str:
+    return os.path.join(root, key_name(name, key) + ".failed.json")
 
 
 def staging_prefix(name: str, key: str) -> str:

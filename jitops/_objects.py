@@ -147,12 +147,17 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.
     for variant in variants:
         if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
             continue
+        stored_object = os.path.join(variant.path, _layout.OBJECT_NAME)
+        record_path = os.path.join(variant.path, _layout.RECORD_NAME)
+        problem = _store.foreign_problem([folder, variant.path], [record_path, stored_object])
+        if problem:
+            warn(f"not reusing the stored object {variant.path}: {problem}")
+            continue
         try:
-            record = json.loads(Path(variant.path, _layout.RECORD_NAME).read_text())
+            record = json.loads(Path(record_path).read_text())
             headers = record["headers"]
             if record.get("key") != key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
                 continue
-            stored_object = os.path.join(variant.path, _layout.OBJECT_NAME)
             # Hashed again whenever its file identity changes (as headers are): a rewrite, a
             # truncation or a same-size edit changes its ctime, which no one can set back.
             intact = known.sha256(stored_object) == record.get("object_sha256")

@@ -127,9 +127,15 @@ def find(root: Path, pch_key: str) -> str | None:
     if parent is None:
         return None
     folder = parent / pch_key
+    gch = folder / _layout.GCH_NAME
+    problem = _store.foreign_problem([folder], [folder / _layout.RECORD_NAME, gch, folder / _layout.PCH_HEADER_NAME])
+    if problem:
+        from ._errors import warn
+
+        warn(f"not using the precompiled header {folder}: {problem}")
+        return None
     try:
         record = json.loads((folder / _layout.RECORD_NAME).read_text())
-        gch = folder / _layout.GCH_NAME
         if file_identity(gch) != record["identity"] and _store.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:

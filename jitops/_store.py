@@ -27,6 +27,7 @@ from . import _layout
 from ._core import (
     file_identity,
     private_dir_problem,
+    unsafe_path_problem,
     write_json_atomic,
 )
 from ._errors import CacheError, warn
@@ -214,6 +215,20 @@ def flock_is_held(lock_path: Path | str) -> bool:
     finally:
         os.close(fd)  # closing drops the lock if it was taken here
     return False
+
+
+def foreign_problem(folders: list, files: list) -> str | None:
+    """Why what a build would reuse from the store (its folders and files) may hold another
+    user's code: a link, or owned or writable by someone else (A14); None where all is yours."""
+    for paths, directory in ((folders, True), (files, False)):
+        for path in paths:
+            try:
+                problem = unsafe_path_problem(str(path), "stored file", (os.getuid(),), directory)
+            except FileNotFoundError:
+                continue  # what is missing is a miss, found by the reader
+            if problem:
+                return problem
+    return None
 
 
 # The root

@@ -297,6 +297,15 @@ def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path, python_without_ninja)
     assert all(op["how"] == "unavailable" and "no ninja on PATH" in op["detail"] for op in ops)
 
 
+def test_doctor_has_the_compiler_compile_a_line_and_a_failing_one_cannot_build(tmp_path):
+    """CXX=/bin/false answers no --version but exits 1: no op is "buildable" with it."""
+    result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"CXX": "/bin/false"}, python=sys.executable)
+    assert result.returncode == 1, result.stderr
+    ops = json.loads(result.stdout)["ops"]
+    assert ops and all(op["how"] == "unavailable" and not op["buildable"] for op in ops), ops
+    assert "the C++ compiler /bin/false does not compile one line of C++ (exit 1)" in ops[0]["detail"], ops[0]
+
+
 # Every command that only reads (a dry run removes nothing), verify aside: it exits 1 on the corrupt entry.
 READING_COMMANDS = (
     ["dir"],
@@ -426,7 +435,7 @@ def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, beha
     (info / "RECORD").write_text("")
     (info / "entry_points.txt").write_text(f"[jitops.extensions]\n{behaviour} = {behaviour}:EXTS\n")
     (site / f"{behaviour}.py").write_text(BROKEN_MODULES[behaviour] + "\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "JITOPS_ENTRY_POINT_TIMEOUT": "2"}
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "JITOPS_ENTRY_POINT_TIMEOUT": "1"}
     cache = tmp_path / "cache"
     for command in ("list", "doctor", "verify"):
         result = cli(cache, command, "--json", env_extra=env, python=sys.executable)
@@ -439,6 +448,8 @@ def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, beha
             assert result.returncode == 1, "an op that cannot be had: exit 1, as documented"
     if behaviour != "lacks_a_source":
         assert "skipping the jitops.extensions entry point" in result.stderr, result.stderr
+    else:  # the likely cause named: a wheel without its package data
+        assert "missing sources" in rows[behaviour]["detail"] and "package data" in rows[behaviour]["detail"], rows
     only = cli(cache, "doctor", "--package", behaviour, "--json", env_extra=env, python=sys.executable)
     assert {row["owner"] for row in json.loads(only.stdout)["ops"]} == {behaviour}, "--package: that package alone"
 

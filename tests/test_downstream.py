@@ -206,9 +206,13 @@ def test_the_readme_recipe_gives_a_wheel_with_sources_headers_and_prebuilts_that
     (broken / "broken_pkg" / "__init__.py").write_text(BROKEN_MODULE)
     pip(user / "venv" / "bin" / "python", "install", "--no-deps", str(broken))
     doctor = run(user, "-m", "jitops.cache_tools", "doctor", "--json")
-    rows = {row["owner"]: row for row in json.loads(doctor.stdout)["ops"]}
+    ops = json.loads(doctor.stdout)["ops"]
+    rows = {row["owner"]: row for row in ops}
     assert doctor.returncode == 1, "an op that cannot be had: exit 1, as documented"
     assert rows["jitops-broken-pkg"]["how"] == "broken" and rows[OWNER]["available"], rows
+    assert "package data" in rows["jitops-broken-pkg"]["detail"], "the likely cause of a missing source is named"
+    # As the loader: the wheel's prebuilt libraries before a build, though a compiler is here.
+    assert [row["how"] for row in ops if row["owner"] == OWNER] == ["prebuilt", "prebuilt"], ops
     listed = run(user, "-m", "jitops.cache_tools", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["schema"] == 1, listed.stdout + listed.stderr
 

@@ -127,15 +127,19 @@ def test_a_rebuild_compiles_exactly_the_units_whose_inputs_changed(tmp_path, tre
     assert back["how"] == "cache" and compiled_units(log, since) == []
 
 
+def stored_record(cache: Path, source: str) -> Path:
+    """The record.json of the one stored object compiled from source."""
+    (record,) = [
+        p for p in (cache / _layout.OBJECTS_DIR).glob("*/*/record.json") if source in json.loads(p.read_text())["source"]
+    ]
+    return record
+
+
 def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_path, tree):
     compiler, log = logging_compiler(tmp_path)
     cache = tmp_path / "cache"
     load(cache, tree, CXX=compiler)
-    (stored,) = [
-        p
-        for p in (cache / _layout.OBJECTS_DIR).glob("*/*/record.json")
-        if "tiny_second.cpp" in json.loads(p.read_text())["source"]
-    ]
+    stored = stored_record(cache, "tiny_second.cpp")
     obj = stored.parent / _layout.OBJECT_NAME
     data = bytearray(obj.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size: only the hash can tell
@@ -148,6 +152,24 @@ def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_pat
     assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
     record = json.loads(stored.read_text())  # removed, compiled again, stored again: sound
     assert _store.sha256_file(obj) == record["object_sha256"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user takes root")
+def test_a_stored_object_another_user_owns_is_never_reused(tmp_path, tree):
+    """A14: a unit folder of objects/ and its variant, owned by uid 1234 (0755), in an objects/
+    folder that is yours: refused, as a foreign-owned entry folder is, and compiled here instead."""
+    compiler, log = logging_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    load(cache, tree, CXX=compiler)
+    record = stored_record(cache, "tiny_second.cpp")
+    for path in (record.parent.parent, record.parent):
+        os.chown(path, 1234, 1234)
+    edit(tree / "kernels" / "cpu" / "tiny.cpp", "return TINY_VALUE;", "return TINY_VALUE + 1;")
+    since = log_lines(log)
+    again = load(cache, tree, CXX=compiler)
+    assert (again["value"], again["units"]) == (43, 2)
+    assert f"not reusing the stored object {record.parent}" in again["stderr"] and "uid 1234" in again["stderr"]
+    assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
 
 
 @pytest.mark.parametrize("edited", ["source", "header"])

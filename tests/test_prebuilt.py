@@ -91,6 +91,46 @@ def test_loads_prebuilt_without_compiler_or_ninja(tmp_path, prebuilt_dir, python
     assert not (tmp_path / "empty_cache").exists() or not list((tmp_path / "empty_cache").glob("jitops.add2-*"))
 
 
+def fake_compiler(path: Path, calls: Path, how: str) -> Path:
+    """A C++ compiler that answers --version as c++ does and fails every compile (how="fails"), or
+    is killed by SIGKILL as by the OOM killer (how="killed"), logging each call to calls."""
+    path.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = --version ] && exec c++ --version\n'
+        f"echo call >> {calls}\n"
+        + ("echo 'fake-c++: error: this compiler is broken' >&2; exit 1\n" if how == "fails" else "kill -9 $$\n")
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("how, remembered", [("fails", True), ("killed", False)])
+def test_a_failed_build_is_remembered_and_the_prebuilt_taken_at_once_until_the_toolchain_changes(
+    tmp_path, prebuilt_dir, how, remembered
+):
+    calls = tmp_path / "calls"
+    cxx = fake_compiler(tmp_path / "fake-c++", calls, how)
+    env = {"CXX": str(cxx), "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "JITOPS_PREBUILT_DIR": str(prebuilt_dir)}
+
+    def add2() -> tuple[subprocess.CompletedProcess, int]:
+        result = run(["-c", RUN_ADD2], REPO, **env)
+        assert result.returncode == 0 and result.stdout.strip() == "prebuilt", result.stderr
+        return result, len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    first, compiled = add2()
+    assert compiled > 0 and "loading the prebuilt jitops.add2" in first.stderr
+    second, compiled_again = add2()
+    if remembered:
+        assert compiled_again == compiled, "the same failed build is not tried again"
+        assert "failed 0 min ago with these same sources, headers and toolchain" in second.stderr, second.stderr
+        assert "this compiler is broken" in second.stderr, "the remembered failure is shown"
+        fake_compiler(cxx, calls, how).write_text(cxx.read_text() + "# another toolchain\n")
+        third, compiled_third = add2()
+        assert compiled_third > compiled, "another toolchain tries again"
+    else:
+        assert compiled_again > compiled, "a killed compiler (OOM) may pass next time: tried again"
+
+
 def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, prebuilt_dir, python_without_ninja):
     mismatched = tmp_path / "mismatched"
     shutil.copytree(prebuilt_dir, mismatched)
