@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None, prog: str = "jitops-cache") -> int:
     Parser.json_errors = "--json" in argv  # a usage error is JSON too, on stdout, where the caller parses
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "package", None):  # a distribution's name in any spelling, or its import name
+            from . import registry
+
+            args.package = registry.owner_named(args.package) or args.package
         return args.handler(args)
     except UsageError as err:
         if Parser.json_errors:

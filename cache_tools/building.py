@@ -45,7 +45,15 @@ def cmd_build(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     if args.arch:
+        import torch
+
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch
+        if torch.version.cuda is None:
+            print(
+                f"jitops-cache build: --arch {args.arch} has no effect: torch {torch.__version__} is a CPU-only "
+                "build, so no CUDA kernels are built (install a CUDA build of torch to build them)",
+                file=sys.stderr,
+            )
     chosen = chosen_extensions(args.ops, args.package)
     if args.out:
         chosen = [(owner, beside(extension, Path(args.out))) for owner, extension in chosen]

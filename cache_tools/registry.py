@@ -19,6 +19,7 @@ DROP_IN = "jitops.load"  # the owner shown for jitops.load/load_inline's librari
 
 _declared: dict[str, tuple[str, Extension]] | None = None
 _broken: dict[str, str] = {}  # owner -> why its entry point was skipped
+_import_names: dict[str, str] = {}  # a package's import name (its entry point's top module) -> owner
 
 
 def declared() -> dict[str, tuple[str, Extension]]:
@@ -31,6 +32,7 @@ def declared() -> dict[str, tuple[str, Extension]]:
         found = {extension(op).qualified_name: (OWN, extension(op)) for op in available_ops()}
         for point in entry_points(group=GROUP):
             owner = point.dist.name if point.dist is not None else point.name
+            _import_names.setdefault(point.module.partition(".")[0], owner)
             try:
                 value = _load_isolated(point)
             except (Exception, SystemExit) as err:  # noqa: BLE001 - anything another package's import raises
@@ -112,6 +114,26 @@ def owner(qualified_name: str) -> str:
     if qualified_name in declared():
         return declared()[qualified_name][0]
     return DROP_IN if qualified_name.partition(".")[0] == DROP_IN_NAMESPACE else "-"
+
+
+def owner_named(name: str) -> str | None:
+    """The owner (a distribution's name, as `list` shows it) that --package NAME means: the name
+    itself, the distribution in any spelling pip accepts (demo-pkg, Demo_Pkg), or its import name."""
+    owners = {owner_ for owner_, _ in declared().values()} | set(_broken)
+    if name in owners:
+        return name
+
+    def normal(text: str) -> str:  # PEP 503: case, and runs of -, _ and . are one
+        return "-".join(text.lower().replace("_", "-").replace(".", "-").split("-"))
+
+    by_normal = {normal(owner_): owner_ for owner_ in owners}
+    return by_normal.get(normal(name)) or _import_names.get(name)
+
+
+def import_names() -> dict[str, str | None]:
+    """Each owner of packages(), with its import name where it came from an entry point."""
+    names = {owner_: name for name, owner_ in _import_names.items()}
+    return {owner_: names.get(owner_) for owner_ in packages()}
 
 
 def packages() -> list[str]:

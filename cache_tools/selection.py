@@ -52,5 +52,10 @@ def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
 
 
 def check_package(package: str | None, also_known: set[str] = frozenset()) -> None:
+    """--package names an owner (after registry.owner_named), or one with entries in the cache."""
     if package is not None and package not in set(registry.packages()) | also_known:
-        raise UsageError(f"unknown package {package!r}; packages with extensions: {', '.join(registry.packages())}")
+        known = [f"{owner} (import {name})" if name else owner for owner, name in registry.import_names().items()]
+        raise UsageError(
+            f"unknown package {package!r}: --package takes a distribution's name as `list` shows it, or "
+            f"its import name; packages with extensions: {', '.join(known)}"
+        )

@@ -20,6 +20,13 @@ class NamespaceConflict(RuntimeError):
     this process (two versions of one package): raised before dlopen, which would abort."""
 
 
+# Shown as jitops.BuildError (their public name) in tracebacks, not the private jitops._errors.
+for _error in (BuildError, CacheError, NamespaceConflict):
+    _error.__module__ = "jitops"
+# What the public entry points (jitops.load, load_inline, Extension.load) re-raise with the
+# traceback through jitops' internals dropped: the message says what failed and where.
+ERRORS = (BuildError, CacheError, NamespaceConflict)
+
 # A warning skips jitops' own frames (the package, and cache_tools/ beside it in a checkout).
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _OWN_CODE = (os.path.join(_PACKAGE_DIR, ""), os.path.join(os.path.dirname(_PACKAGE_DIR), "cache_tools", ""))

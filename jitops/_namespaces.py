@@ -15,20 +15,19 @@ from . import _torch_private
 # STABLE_TORCH_LIBRARY its STABLE_ twin), whose mangled name, length first, stays in the symbol
 # table: _ZL<length>TORCH_LIBRARY_init_<ns>... FRAGMENT and IMPL blocks may repeat; they are not read.
 _MARKER = b"TORCH_LIBRARY_init_"
+_FRAGMENT_MARKER = b"TORCH_LIBRARY_FRAGMENT_init_"
 _PREFIXES = (b"", b"STABLE_")
 
 # namespace -> (identity of the library that defined it, its path), for the libraries jitops loaded
 _defined: dict[str, tuple[tuple[int, int], str]] = {}
 
 
-def defined_in(library: str | os.PathLike) -> list[str]:
-    """The namespaces the library's TORCH_LIBRARY blocks define (none found in a stripped library)."""
-    with open(library, "rb") as file:
-        data = file.read()
+def _named_after(data: bytes, marker: bytes, prefixes=(b"",)) -> set[str]:
+    """What follows marker in the mangled names `<length><prefix><marker>...` of data."""
     found = set()
-    at = data.find(_MARKER)
+    at = data.find(marker)
     while at >= 0:
-        for prefix in _PREFIXES:
+        for prefix in prefixes:
             start = at - len(prefix)
             if data[start:at] != prefix:
                 continue
@@ -37,11 +36,28 @@ def defined_in(library: str | os.PathLike) -> list[str]:
                 digits -= 1
             if digits < start:
                 end = start + int(data[digits:start])
-                name = data[at + len(_MARKER) : end].decode("ascii", "replace")
-                if name.isidentifier():
-                    found.add(name)
-        at = data.find(_MARKER, at + 1)
-    return sorted(found)
+                found.add(data[at + len(marker) : end].decode("ascii", "replace"))
+        at = data.find(marker, at + 1)
+    return found
+
+
+def defined_in(library: str | os.PathLike) -> list[str]:
+    """The namespaces the library's TORCH_LIBRARY blocks define (none found in a stripped library)."""
+    with open(library, "rb") as file:
+        return sorted(name for name in _named_after(file.read(), _MARKER, _PREFIXES) if name.isidentifier())
+
+
+def registered_in(library: str | os.PathLike) -> list[str]:
+    """The namespaces the library's TORCH_LIBRARY and TORCH_LIBRARY_FRAGMENT blocks register ops
+    in (a fragment's function is TORCH_LIBRARY_FRAGMENT_init_<ns>_<counter>), for error messages."""
+    with open(library, "rb") as file:
+        data = file.read()
+    found = set(_named_after(data, _MARKER, _PREFIXES))
+    for name in _named_after(data, _FRAGMENT_MARKER, _PREFIXES):
+        namespace, _, counter = name.rpartition("_")
+        if counter.isdigit():
+            found.add(namespace)
+    return sorted(name for name in found if name.isidentifier())
 
 
 def _identity(library: str | os.PathLike) -> tuple[int, int]:

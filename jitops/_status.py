@@ -11,6 +11,7 @@ import threading
 import time
 
 from . import _entries
+from ._core import DROP_IN_NAMESPACE
 from ._errors import CacheError
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
@@ -36,6 +37,7 @@ class BuildStatus:
 
     def __init__(self, op: str, cuda, verbose: bool, why: str = "", left_out: tuple[str, ...] = (), started: float | None = None):
         self.op, self.step, self.cuda, self.why = op, "", cuda, why
+        self.name = op.removeprefix(DROP_IN_NAMESPACE + ".")  # a jitops.load's, as the program named it
         self.started = time.time() if started is None else started  # the build's own start, where it began earlier
         self.left_out = left_out  # the CUDA sources a CPU-only build leaves out
         self.summary = ""  # set before finish(): what was compiled and what reused
@@ -45,22 +47,29 @@ class BuildStatus:
             if self.live and len(BuildStatus._in_flight) == 1:
                 threading.Thread(target=BuildStatus._redraw, daemon=True).start()
             if not self.live:
-                self._write_line(f"jitops: building {self._label()}{self._why()} ...")
+                self._write_line(f"jitops: building {self._label(self.why)} ...")
 
     def _why(self) -> str:
         return f" ({self.why})" if self.why else ""
 
-    def _label(self) -> str:
-        """op (cpu+cuda), or op (cpu only: why) the first time this process gives that reason, and
-        the CUDA sources left out, always."""
+    def _label(self, why: str = "") -> str:
+        """The extension's name (a jitops.load's as the program gave it) and one group of notes:
+        cpu+cuda, or cpu only: why (the first time this process gives that reason) and the CUDA
+        sources left out; nothing about CUDA for a library with no CUDA source; then `why`."""
+        name = self.name
         if self.cuda.enabled:
-            return f"{self.op} (cpu+cuda)"
-        reason = self.cuda.reason
-        said = reason in BuildStatus._reasons_said
-        BuildStatus._reasons_said.add(reason)
-        left_out = ", ".join(self.left_out) if len(self.left_out) <= 2 else f"{len(self.left_out)} CUDA sources"
-        details = ([] if said else [reason]) + ([f"{left_out} left out"] if self.left_out else [])
-        return f"{self.op} (cpu only: {'; '.join(details)})" if details else f"{self.op} (cpu only)"
+            notes = ["cpu+cuda"]
+        elif not self.left_out:  # C++ alone: nothing was left out
+            notes = []
+        else:
+            reason = self.cuda.reason
+            said = reason in BuildStatus._reasons_said
+            BuildStatus._reasons_said.add(reason)
+            left_out = ", ".join(self.left_out) if len(self.left_out) <= 2 else f"{len(self.left_out)} CUDA sources"
+            details = ([] if said else [reason]) + [f"{left_out} left out"]
+            notes = [f"cpu only: {'; '.join(details)}"]
+        notes += [why] if why else []
+        return f"{name} ({'; '.join(notes)})" if notes else name
 
     @classmethod
     def _redraw(cls) -> None:
@@ -71,7 +80,7 @@ class BuildStatus:
                 if not live:
                     return
                 now = time.time()
-                line = "jitops: building " + "; ".join(f"{b.op} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
+                line = "jitops: building " + "; ".join(f"{b.name} {now - b.started:.1f}s {b.step}".rstrip() for b in live)
                 try:  # read each time: the terminal may have been resized
                     width = os.get_terminal_size(sys.stderr.fileno()).columns
                 except (OSError, ValueError):

@@ -119,7 +119,14 @@ def load(
         is_python_module,
         entries_dir(build_directory),
     )
-    return load_declared(extension, name, with_cuda, verbose)
+    try:
+        return load_declared(extension, name, with_cuda, verbose)
+    except RuntimeError as err:  # jitops' errors: the message says what failed; the loader's frames would bury it
+        from ._errors import ERRORS  # only here: a warm load imports one module fewer
+
+        if not isinstance(err, ERRORS):
+            raise
+        raise err.with_traceback(None) from err.__cause__
 
 
 def refuse_unsupported(**arguments) -> None:

@@ -7,6 +7,7 @@ No other module touches torch._C, a `cpp_extension._...` name or pybind11's inte
 | name | used for | without it |
 | --- | --- | --- |
 | `torch._C._dispatch_library` | whether torch's dispatcher defines a namespace (before a dlopen that would abort) | jitops' own record of the namespaces it loaded |
+| `torch._C._dispatch_get_all_op_names` | the ops of a namespace, named in the error for a registration of an op that does not exist | the error names none |
 | `cpp_extension._prepare_ldflags`, `_write_ninja_file_to_build_library` | torch's compile and link flags, as its load() would use them | a BuildError naming the versions tested |
 | `cpp_extension.CUDA_HOME` (assigned) | torch's build code pointed at the toolkit the key names | (a public module attribute) |
 | `torch.utils._cpp_extension_versioner.Entry` | torch's load() told which names jitops took | the type of an entry already there; else not told |
@@ -35,6 +36,17 @@ def dispatcher_has(namespace: str) -> str:
         previous = str(err).partition("Previous registration of TORCH_LIBRARY was registered at ")[2].partition(";")[0]
         return f"torch's dispatcher has it from {previous}" if previous else "torch's dispatcher has it"
     return ""
+
+
+def ops_in(namespace: str) -> list[str]:
+    """The names of the ops torch's dispatcher has in the namespace (empty where it cannot say)."""
+    import torch  # loaded by the caller already: this module imports without it
+
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+    except AttributeError:
+        return []
+    return sorted({name.partition("::")[2].partition(".")[0] for name in names if name.startswith(f"{namespace}::")})
 
 
 def write_torch_build_file(

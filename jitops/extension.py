@@ -199,7 +199,7 @@ class Extension:
         with _registering:
             self._registrations.append((kind, op, function, kwargs))
             if self._library is not None:  # already loaded: now
-                _run_registrations([self._registrations[-1]], self.namespace)
+                _run_registrations(self, [self._registrations[-1]], self._library.library)
         return function
 
     @property
@@ -276,13 +276,36 @@ def _load(token: str) -> bool:
                 raise err.with_traceback(None) from None
         with _registering:
             if extension._library is None:
-                _run_registrations(extension._registrations, extension.namespace)
+                _run_registrations(extension, extension._registrations, found.library)
                 object.__setattr__(extension, "_library", found)
     return True
 
 
-def _run_registrations(registrations: list[tuple[str, str, Any, dict[str, Any]]], namespace: str) -> None:
+def _run_registrations(extension: Extension, registrations: list[tuple[str, str, Any, dict[str, Any]]], library) -> None:
     import torch  # loaded by the library's load already
 
     for kind, op, function, kwargs in registrations:
-        getattr(torch.library, kind)(f"{namespace}::{op}", function, **kwargs)
+        # torch would take a registration for an op that does not exist, and fail only at its
+        # first call, through its own frames: an op name's typo or a C++ block in another
+        # namespace is named here, when the library loads.
+        if not hasattr(getattr(torch.ops, extension.namespace), op):
+            raise ValueError(_unknown_op(extension, kind, op, library)).with_traceback(None) from None
+        getattr(torch.library, kind)(f"{extension.namespace}::{op}", function, **kwargs)
+
+
+def _unknown_op(extension: Extension, kind: str, op: str, library) -> str:
+    from . import _namespaces, _torch_private
+
+    namespace = extension.namespace
+    said = f"Extension {extension.name!r}: {kind}({op!r}): its library defines no op {op!r} in the namespace {namespace!r}"
+    ops = _torch_private.ops_in(namespace)
+    if ops:
+        return f"{said}; the namespace has: {', '.join(ops)}. Is {op!r} a typo?"
+    elsewhere = [name for name in _namespaces.registered_in(library) if name != namespace]
+    if elsewhere:
+        return (
+            f"{said}: its C++ registers ops in {', '.join(map(repr, elsewhere))} instead. Declare the Extension "
+            f"with namespace={elsewhere[0]!r}, or write JITOPS_LIBRARY(m) (<jitops/library.h>), which takes "
+            "the Extension's namespace"
+        )
+    return f"{said}, nor in any other: does its C++ have a TORCH_LIBRARY or JITOPS_LIBRARY block defining it?"

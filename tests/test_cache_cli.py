@@ -15,6 +15,7 @@ from pathlib import Path
 
 import children
 import pytest
+import torch
 
 import jitops.ops._framework
 from cache_tools.__main__ import main as cache_tools_main
@@ -306,6 +307,12 @@ def test_doctor_has_the_compiler_compile_a_line_and_a_failing_one_cannot_build(t
     assert "the C++ compiler /bin/false does not compile one line of C++ (exit 1)" in ops[0]["detail"], ops[0]
 
 
+@pytest.mark.skipif(torch.version.cuda is not None, reason="about a CPU-only torch")
+def test_arch_on_a_cpu_only_torch_says_it_has_no_effect(tmp_path):
+    result = cli(tmp_path / "cache", "build", "--arch", "9.0", "nosuchop")  # refused before any build
+    assert "--arch 9.0 has no effect" in result.stderr and "CPU-only" in result.stderr, result.stderr
+
+
 # Every command that only reads (a dry run removes nothing), verify aside: it exits 1 on the corrupt entry.
 READING_COMMANDS = (
     ["dir"],
@@ -415,6 +422,28 @@ def test_stats_count_builds_and_cache_loads_not_warm_ones_and_zero(tmp_path):
     assert cli_json(cache, "stats")["extensions"] == []
 
 
+def installed_package(site: Path, distribution: str, module: str, code: str) -> Path:
+    """site (for PYTHONPATH) holding the module and a dist-info folder declaring its EXTS."""
+    info = site / f"{distribution}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+    (info / "RECORD").write_text("")
+    (info / "entry_points.txt").write_text(f"[jitops.extensions]\n{module} = {module}:EXTS\n")
+    (site / f"{module}.py").write_text(code + "\n")
+    return site
+
+
+def test_package_takes_the_distributions_name_in_any_spelling_or_its_import_name(tmp_path):
+    code = "import jitops; EXTS = [jitops.Extension('m', ['m.cpp'], namespace='my_mod', root='/nonexistent')]"
+    site = installed_package(tmp_path / "site", "My_Pkg", "my_mod", code)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    for name in ("My_Pkg", "my-pkg", "my_mod"):
+        result = cli(tmp_path / "cache", "doctor", "--json", "--package", name, env_extra=env, python=sys.executable)
+        assert {row["owner"] for row in json.loads(result.stdout)["ops"]} == {"My_Pkg"}, (name, result.stderr)
+    wrong = cli(tmp_path / "cache", "list", "--package", "nosuch", env_extra=env, python=sys.executable)
+    assert wrong.returncode == 2 and "My_Pkg (import my_mod)" in wrong.stderr, wrong.stderr
+
+
 # Installed packages whose declaring module misbehaves at import (N18, N19), or declares an
 # Extension whose source is missing: each made a dist-info folder on PYTHONPATH.
 BROKEN_MODULES = {
@@ -428,13 +457,7 @@ BROKEN_MODULES = {
 
 @pytest.mark.parametrize("behaviour", sorted(BROKEN_MODULES))
 def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, behaviour):
-    site = tmp_path / "site"
-    info = site / f"{behaviour}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {behaviour}\nVersion: 1.0\n")
-    (info / "RECORD").write_text("")
-    (info / "entry_points.txt").write_text(f"[jitops.extensions]\n{behaviour} = {behaviour}:EXTS\n")
-    (site / f"{behaviour}.py").write_text(BROKEN_MODULES[behaviour] + "\n")
+    site = installed_package(tmp_path / "site", behaviour, behaviour, BROKEN_MODULES[behaviour])
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "JITOPS_ENTRY_POINT_TIMEOUT": "1"}
     cache = tmp_path / "cache"
     for command in ("list", "doctor", "verify"):

@@ -321,6 +321,36 @@ def test_two_versions_of_one_namespace_raise_before_dlopen_and_the_process_lives
     assert result["value"] == 42
 
 
+REGISTER_UNKNOWN_OPS = """
+import json, sys
+import jitops
+errors = []
+for name, namespace, op in [("typo", "jitops_test_fake", "cubee"), ("wrong", "jitops_test_right", "cube")]:
+    extension = jitops.Extension(name, [name + ".cpp"], namespace=namespace, root=sys.argv[1])
+    extension.register_fake(op)(lambda x: x)
+    try:
+        extension.load()
+    except ValueError as err:
+        errors.append(str(err))
+print(json.dumps({"errors": errors}))
+"""
+
+
+@pytest.mark.slow  # two builds against torch's headers
+def test_a_registration_for_an_op_the_library_lacks_fails_at_load_naming_what_it_has(tmp_path):
+    """register_fake("cubee") for the op cube, and a C++ block in another namespace than the
+    Extension's: each a ValueError when the library loads, naming the ops or the namespace it has."""
+    schema = 'm.def("cube(Tensor x) -> Tensor");'
+    (tmp_path / "typo.cpp").write_text(f"#include <jitops/library.h>\nJITOPS_LIBRARY(m) {{ {schema} }}\n")
+    (tmp_path / "wrong.cpp").write_text(
+        f"#include <torch/library.h>\nTORCH_LIBRARY_FRAGMENT(jitops_test_elsewhere, m) {{ {schema} }}\n"
+    )
+    typo, wrong = run_child(REGISTER_UNKNOWN_OPS, tmp_path / "cache", str(tmp_path))["errors"]
+    assert "register_fake('cubee')" in typo and "the namespace has: cube. Is 'cubee' a typo?" in typo, typo
+    assert "its C++ registers ops in 'jitops_test_elsewhere' instead" in wrong, wrong
+    assert "namespace='jitops_test_elsewhere'" in wrong and "JITOPS_LIBRARY(m)" in wrong, wrong
+
+
 DISABLE_BUILD = """
 import json, sys
 import jitops

@@ -541,7 +541,7 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, size):
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode != 0
         assert f"building jitops_test.tiny failed: the disk holding the cache {cache} is full" in stderr, stderr
-        assert re.search(r"^jitops._errors.BuildError: jitops: building jitops_test.tiny failed: the disk", stderr, re.M), stderr
+        assert re.search(r"^jitops.BuildError: jitops: building jitops_test.tiny failed: the disk", stderr, re.M), stderr
         assert "Install the missing tools" not in stderr, "only advice that applies (no tool is missing)"
         assert entries(cache) == [] and list(cache.glob(".tmp-*")) == [], "nothing published or half-written"
 

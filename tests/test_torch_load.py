@@ -168,7 +168,7 @@ def test_a_crowd_of_eight_drop_in_loads_builds_once(tmp_path):
     plugin = tmp_path / "plugin"
     results = [finish(p) for p in [start_tiny_drop_in(plugin) for _ in range(8)]]
     assert all(r["value"] == 42 for r in results)
-    assert sum(r["stderr"].count("jitops: built jitops_load.tiny (") for r in results) == 1, [r["stderr"] for r in results]
+    assert sum(r["stderr"].count("jitops: built tiny in ") for r in results) == 1, [r["stderr"] for r in results]
     assert len({r["path"] for r in results}) == 1 and len(drop_in_entries(plugin)) == 1
 
 
@@ -185,7 +185,7 @@ def test_a_drop_in_build_killed_mid_compile_does_not_block_the_next(tmp_path):
     assert drop_in_entries(plugin) == [], "a killed build publishes nothing"
     started = time.monotonic()
     result = finish(start_tiny_drop_in(plugin))
-    assert result["value"] == 42 and "jitops: built jitops_load.tiny (" in result["stderr"]
+    assert result["value"] == 42 and "jitops: built tiny in " in result["stderr"]
     assert time.monotonic() - started < 60, "the next load waited on the killed build's lock"
     assert len(drop_in_entries(plugin)) == 1
 
@@ -410,6 +410,17 @@ def test_the_cli_lists_entries_built_into_a_build_directory_and_names_it_for_oth
     cleared = cli("clear", "m7")
     assert cleared.returncode == 2 and f"m7's entries are in {build / 'jitops'}" in cleared.stderr, cleared.stderr
     assert Path(row["path"]).is_dir(), "nothing removed"
+
+
+def test_a_build_error_traceback_shows_the_public_name_and_the_callers_line_not_the_loaders_frames(tmp_path):
+    source = tmp_path / "broken.cpp"
+    source.write_text("int broken( { }\n")
+    code = f"import jitops\njitops.load('broken', [{str(source)!r}], is_python_module=False)\n"
+    proc = children.run([sys.executable, "-c", code], env=tiny_env(tmp_path / "cache"), capture_output=True, text=True)
+    assert proc.returncode == 1 and "\njitops.BuildError: jitops: building jitops_load.broken" in proc.stderr, proc.stderr
+    frames = [line for line in proc.stderr.splitlines() if line.startswith('  File "')]
+    own = [line for line in frames if f"{os.sep}jitops{os.sep}" in line]
+    assert len(own) == 1 and own[0].endswith("in load") and '"<string>", line 2' in frames[-2], frames
 
 
 def test_advice_names_the_setting_that_moves_the_folder(tmp_path, monkeypatch):

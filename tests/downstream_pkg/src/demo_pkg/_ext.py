@@ -29,4 +29,4 @@ fused = Extension(
     version=VERSION,
     prebuilt_dir="prebuilt",
 )
-EXTENSIONS = [scale, fused]
+EXTENSIONS = [scale, fused]  # what the entry point below names: an Extension, or a list or tuple of them

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-#include <jitops/library.h>
-#include <ATen/ATen.h>
+#include <jitops/library.h>  // JITOPS_LIBRARY: torch.library's registration macros, in the declared namespace
+#include <ATen/ATen.h>       // at::Tensor and its operators (x * factor)
 
 #include "demo/scale_factor.h"
 
