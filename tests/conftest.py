@@ -28,6 +28,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: sweeps of processes, venvs, wheels and servers (make test-slow)")
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests, counted by reason (a CPU machine skips hundreds of CUDA cases: one line
+    says so, where -rs would list each test's location)."""
+    from collections import Counter
+
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons = Counter(
+        report.longrepr[2].removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        for report in skipped
+    )
+    if reasons:
+        terminalreporter.write_sep("-", f"{len(skipped)} skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:6d}  {reason}")
+
+
 def pytest_unconfigure(config):
     """The run's own caches go with it (workers inherit the variables, so only their creator removes them)."""
     import shutil
