@@ -55,6 +55,7 @@ redis-server:
 # loop's precompiled-header and edited-while-building tests. Every tier ends with its skipped tests
 # counted by reason (tests/conftest.py).
 FAST_DESELECT := not opcheck and not killed and not precompiled_header and not edited_while
+test-fast: TEST_WORKERS = 3  # its tests wait on their processes more than they compute: 3 fit 2 cores
 test-fast: $(PYTHON)
 	$(call run_pytest,-p no:cacheprovider tests --ignore=tests/test_reliability.py --ignore=tests/test_prebuilt.py \
 		--ignore=tests/test_cache_cli.py --ignore=tests/test_untrusted_disk.py --ignore=tests/test_torch_load.py \

@@ -700,13 +700,9 @@ def test_parallel_builds_on_an_80_column_terminal_redraw_one_line_in_place(tmp_p
     shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")[:-1]]  # each row as the terminal shows it
     assert len(shown) == 5, text
     for op in ["tiny", *names]:
-        assert (
-            sum(
-                bool(re.fullmatch(rf"jitops: built jitops_test.{op} in \d+\.\ds \[\d+/\d+\]", line))
-                for line in shown
-            )
-            == 1
-        ), text
+        assert sum(bool(re.fullmatch(rf"jitops: built jitops_test.{op} in \d+\.\ds \[\d+/\d+\]", line)) for line in shown) == 1, (
+            text
+        )
 
 
 def test_status_lines_through_logging_do_not_repeat_the_loggers_name(tmp_path, tiny_copy):
