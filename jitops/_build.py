@@ -74,8 +74,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
         failure, age = remembered
         why = (
             f"building {entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
-            f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: "
-            f"{failure.removeprefix('jitops: ')}"
+            f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: {failure}"
         )
         library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
         return library, backends, "prebuilt"
@@ -234,10 +233,10 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (under_entry_lock says so)
             failed_log = entry.failed_log_path
             shutil.copyfile(log_path, failed_log)
-            message = f"jitops: building {entry.name} failed: {failure}\nfull log: {failed_log}"
+            failure += f"\nfull log: {failed_log}"
             if not _failures.may_pass_next_time(log_path.read_text(errors="replace")):
-                _failures.remember(planned, message)
-            raise BuildError(message)
+                _failures.remember(planned, failure)
+            raise BuildError(f"jitops: building {entry.name} failed: {failure}")
         with_pch = sum(1 for unit in compiled if unit.pch)
         # gcc's -Winvalid-pch: it compiled those units from the header's text instead.
         refused = log_path.read_text(errors="replace").count(".gch: not used because") if with_pch else 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import _store, _torch_private
-from ._core import CUDA_SUFFIXES
+from ._core import CUDA_SUFFIXES, OPS_NAMESPACE
 from ._errors import BuildError
 from ._key import CudaPlan
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 LAUNCHER_VARIABLES = {"cxx": "CMAKE_CXX_COMPILER_LAUNCHER", "cuda": "CMAKE_CUDA_COMPILER_LAUNCHER"}
 
 
-FLAGS_FORMAT = 2  # of a recorded set of torch's flags: 2 since every flag is one quoted word
+FLAGS_FORMAT = 3  # of a recorded set of torch's flags: 2 since every flag is one quoted word, 3 the ops' -ltorch
 
 
 class TorchFlags:
@@ -113,8 +113,18 @@ def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, com
         variables.get("post_cflags", ""),
         variables.get("cuda_cflags", ""),
         variables.get("cuda_post_cflags", ""),
-        variables.get("ldflags", ""),
+        _link_flags(extension, variables.get("ldflags", "")),
     )
+
+
+def _link_flags(extension: Extension, ldflags: str) -> str:
+    """torch's link flags for the extension. jitops' ops take torch's symbols from c10 and
+    torch_cpu alone: their libraries do not name libtorch.so, which since torch 2.14 defines weak
+    C++ runtime symbols (std::stringstream's) that --as-needed would bind them to, so that every
+    dlopen walked it. A program's extensions are linked as torch links them."""
+    if extension.namespace != OPS_NAMESPACE:
+        return ldflags
+    return " ".join(word for word in ldflags.split(" ") if word != "-ltorch")
 
 
 def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: dict, flags: TorchFlags) -> list[Unit]:

@@ -53,6 +53,7 @@ INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on eve
 # The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
 # namespace, so the namespace guard cannot claim this one for a package.
 DROP_IN_NAMESPACE = "jitops_load"
+OPS_NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of jitops' own ops (jitops/ops/)
 
 
 # Which directories may hold libraries we load

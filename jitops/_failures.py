@@ -60,7 +60,8 @@ def _record_path(planned) -> str:
 
 
 def remember(planned, failure: str) -> None:
-    """Remember a build's failure (its message). Only saves work: a failure to write is ignored."""
+    """Remember a build's failure (why, and where its log is). Only saves work: a failure to write
+    is ignored."""
     try:
         write_json_atomic(_record_path(planned), {"inputs": _inputs(planned), "at": time.time(), "failure": failure})
     except OSError:

@@ -49,12 +49,38 @@ def ops_in(namespace: str) -> list[str]:
     return sorted({name.partition("::")[2].partition(".")[0] for name in names if name.startswith(f"{namespace}::")})
 
 
+def _cpp_extension():
+    """torch.utils.cpp_extension, imported without the warning torch >= 2.14 logs at its import on
+    a machine without a GPU ("No CUDA runtime is found, using CUDA_HOME=..."): jitops imports it
+    for its flags, not the program, and its own status line says where CUDA is and why not."""
+    import importlib
+    import logging
+    import sys
+    import threading
+
+    global _import_lock
+    _import_lock = _import_lock or threading.Lock()
+    with _import_lock:  # builds plan in threads: one sets the logger's level back, after its import
+        if "torch.utils.cpp_extension" not in sys.modules:  # slow to import (setuptools): only where needed
+            logger = logging.getLogger("torch.utils.cpp_extension")
+            level = logger.level
+            logger.setLevel(logging.ERROR)
+            try:
+                importlib.import_module("torch.utils.cpp_extension")
+            finally:
+                logger.setLevel(level)
+    # A program's thread may be importing it now: import_module waits for that to finish.
+    return importlib.import_module("torch.utils.cpp_extension")
+
+
+_import_lock = None
+
+
 def write_torch_build_file(
     path: str, name: str, source: str, cflags, cuda_cflags, ldflags, include_paths, with_cuda: bool
 ) -> None:
     """The build file torch's load() would write for one source with these flags (its private writer)."""
-    from torch.utils import cpp_extension  # slow to import (setuptools): only where no record has the flags
-
+    cpp_extension = _cpp_extension()  # only where no record has the flags
     try:
         ldflags = cpp_extension._prepare_ldflags(
             extra_ldflags=list(ldflags), with_cuda=with_cuda, with_sycl=False, verbose=False, is_standalone=False
@@ -87,8 +113,7 @@ def use_cuda_home(cuda_home) -> None:
     """Point torch's build code (read once at import) at the toolkit the key names."""
     from pathlib import Path
 
-    from torch.utils import cpp_extension
-
+    cpp_extension = _cpp_extension()
     if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != Path(cuda_home).resolve():
         cpp_extension.CUDA_HOME = str(cuda_home)
 

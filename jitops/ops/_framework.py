@@ -18,10 +18,10 @@ from functools import partial
 
 import torch
 
-from .._core import PACKAGE_DIR, VERSION, recall
+from .._core import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 from ..extension import Extension, assume_constant_result
 
-NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of every op here
+NAMESPACE = OPS_NAMESPACE  # the TORCH_LIBRARY namespace of every op here
 # -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC
 # vectorize branch-free selects such as kernels/fast_math.h's clamps; no kernel relies on
 # floating-point exceptions.
