@@ -8,7 +8,7 @@ CUDA_VENV ?= .venv-cuda
 # ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test test-slow test-fast lint format three-ways cuda-build gpu
+.PHONY: demo test test-slow test-fast test-cuda-torch lint format three-ways cuda-build gpu
 
 # numpy too: torch warns on import (every example's first screen) when it is missing.
 $(PYTHON):
@@ -84,11 +84,17 @@ three-ways: $(PYTHON)
 	$(PYTHON) examples/build_three_ways/build_three_ways.py
 
 # Compile every op's CUDA kernels through the real loader (CI has nvcc but no GPU): a CUDA
-# build of torch (about 5 GB) in its own venv, TORCH_CUDA_ARCH_LIST=9.0, nothing run on a GPU.
+# build of torch (about 5 GB; the newest pip takes here, 2.14.1 on the CI machine) in its own venv,
+# TORCH_CUDA_ARCH_LIST=9.0, nothing run on a GPU. numpy too, as in .venv.
 $(CUDA_VENV)/bin/python:
 	python3 -m venv $(CUDA_VENV)
-	$(CUDA_VENV)/bin/python -m pip install -q --no-cache-dir torch
+	$(CUDA_VENV)/bin/python -m pip install -q --no-cache-dir torch numpy
 	$(CUDA_VENV)/bin/python -m pip install -q -e '.[test]'
+
+# `make test` again under that torch, on the CPU: a second supported torch in CI (its CUDA cases skip).
+test-cuda-torch: PYTHON = $(CUDA_VENV)/bin/python
+test-cuda-torch: $(CUDA_VENV)/bin/python redis-server
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH; $(call run_pytest,-m "not slow" tests)
 
 # Then the edit loop's nvcc test (a CUDA flag change recompiles the .cu units alone), which skips
 # under `make test`'s CPU torch.
