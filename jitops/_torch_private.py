@@ -8,6 +8,8 @@ No other module touches torch._C, a `cpp_extension._...` name or pybind11's inte
 | --- | --- | --- |
 | `torch._C._dispatch_library` | whether torch's dispatcher defines a namespace (before a dlopen that would abort) | jitops' own record of the namespaces it loaded |
 | `torch._C._dispatch_get_all_op_names` | the ops of a namespace, named in the error for a registration of an op that does not exist | the error names none |
+| `torch._C._AutoDispatchBelowAutograd`, `torch._C._after_autograd_keyset` | the ops' per-call path below the autograd layer (jitops/ops/_framework.py), the guard torch.library's own autograd kernels use | an ImportError of jitops' ops naming the versions tested |
+| `torch._C._any_requires_grad` | whether an op call needs a gradient, in C | the same test in Python (slower per call) |
 | `cpp_extension._prepare_ldflags`, `_write_ninja_file_to_build_library` | torch's compile and link flags, as its load() would use them | a BuildError naming the versions tested |
 | `cpp_extension.CUDA_HOME` (assigned) | torch's build code pointed at the toolkit the key names | (a public module attribute) |
 | `torch.utils._cpp_extension_versioner.Entry` | torch's load() told which names jitops took | the type of an entry already there; else not told |
@@ -36,6 +38,27 @@ def dispatcher_has(namespace: str) -> str:
         previous = str(err).partition("Previous registration of TORCH_LIBRARY was registered at ")[2].partition(";")[0]
         return f"torch's dispatcher has it from {previous}" if previous else "torch's dispatcher has it"
     return ""
+
+
+def autograd_internals():
+    """(the guard that dispatches below autograd, the keyset after it, any_requires_grad(*args)),
+    read once where the ops' per-call path is imported (each a module-level name there)."""
+    import torch  # loaded by the caller already: this module imports without it
+
+    try:
+        below, after = torch._C._AutoDispatchBelowAutograd, torch._C._after_autograd_keyset
+    except AttributeError as err:
+        raise ImportError(
+            f"jitops' ops need torch's dispatch guard below autograd ({err}), which torch {torch.__version__} "
+            f"lacks; this jitops is tested with {TESTED}"
+        ) from None
+    any_requires_grad = getattr(torch._C, "_any_requires_grad", None)
+    if any_requires_grad is None:
+
+        def any_requires_grad(*args) -> bool:
+            return any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
+
+    return below, after, any_requires_grad
 
 
 def ops_in(namespace: str) -> list[str]:

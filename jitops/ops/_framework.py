@@ -18,6 +18,7 @@ from functools import partial
 
 import torch
 
+from .. import _torch_private
 from .._core import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 from ..extension import Extension, assume_constant_result
 
@@ -162,7 +163,7 @@ assume_constant_result(require)  # torch.compile traces a first call without the
 # directly. torch.compile and direct
 # torch.ops.jitops calls go through the Autograd kernel, which does the same. (The guard is the one
 # torch.library's own autograd kernels use.)
-_below_autograd = torch._C._AutoDispatchBelowAutograd
+_below_autograd, _after_autograd_keyset, _any_requires_grad = _torch_private.autograd_internals()
 
 
 def register_autograd(op: str, backward, setup_context=None) -> OpAutograd:
@@ -220,7 +221,7 @@ class OpAutograd:
         if _needs_grad(args):
             return function.apply(*args)
         with _below_autograd():
-            return function.overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+            return function.overload.redispatch(keyset & _after_autograd_keyset, *args)
 
 
 def call_op(op, autograd: OpAutograd, *args):
@@ -238,7 +239,6 @@ def call_op(op, autograd: OpAutograd, *args):
 # Python frame, a tenth of a microsecond apiece on a call that costs a few.
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
-_any_requires_grad = torch._C._any_requires_grad
 
 
 def _needs_grad(args: tuple) -> bool:
