@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The package metadata is in pyproject.toml. This file adds one switch:
+"""The package metadata is in setup.cfg (the build system in pyproject.toml). This file adds one switch:
 
-    JITOPS_AOT=1 pip wheel . --no-build-isolation      # torch must be importable
+    JITOPS_AOT=1 pip wheel . --no-build-isolation --no-deps -w dist   # torch must be importable
 
 compiles every op's Extension (or those JITOPS_AOT_OPS names, comma-separated) ahead of time
 with setuptools (torch's BuildExtension, the same sources and flags as the JIT loader) and ships

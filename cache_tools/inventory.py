@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """What is in a cache root, entry by entry, and what the lock files under torch's extension root
-are doing. Reads only: removing is the commands' business (__main__.py)."""
+are doing. Reads only: removing is the commands' business (removing.py)."""
 
 from __future__ import annotations
 

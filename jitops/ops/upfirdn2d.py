@@ -81,7 +81,7 @@ def upfirdn2d(
     up, down, padding = _pair(up, "up"), _pair(down, "down"), _padding(padding)
     require("upfirdn2d")
     check_backend("upfirdn2d", x, *([] if f is None else [f]))
-    # The op's autograd is its C++ Autograd kernel (bindings/upfirdn2d.cpp): called directly.
+    # The op's autograd is its C++ Autograd kernel (bindings/upfirdn2d_autograd.cpp): called directly.
     return torch.ops.jitops.upfirdn2d.default(x, _filter_2d(f, x), up, down, padding, bool(flip_filter), float(gain))
 
 
@@ -128,7 +128,7 @@ def _fake(x, f, up, down, padding, flip_filter, gain):
 
 def gradient_args(x_shape, out_hw, f_shape, up, down, padding, flip_filter, gain):
     """The upfirdn2d arguments (after grad and f) whose result is the gradient of x: what the op's
-    C++ autograd (bindings/upfirdn2d.cpp) computes, spelled out for the benchmarks, which time the
+    C++ autograd (bindings/upfirdn2d_autograd.cpp) computes, spelled out for the benchmarks, which time the
     gradient's kernel alone.
 
     StyleGAN2's identity: the gradient is upfirdn2d of grad with the same filter flipped, up and
