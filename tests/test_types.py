@@ -4,6 +4,8 @@ load_inline return a module (or, with is_python_module=False, a path), Extension
 root, register_fake is a typed decorator, load_all takes ops and extensions. And a wrong use is
 caught, so the annotations are not Any in disguise."""
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +55,10 @@ jitops.Extension("x", ["x.cpp"], namespace="n", root=3)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("mypy") is None and not os.environ.get("CI"),
+    reason="mypy is not installed (the test extra: pip install -e '.[test]'); CI must run it",
+)
 def test_a_user_script_passes_mypy_strict_and_a_wrong_one_does_not(tmp_path):
     (tmp_path / "user_script.py").write_text(USER_SCRIPT)
     (tmp_path / "wrong.py").write_text(WRONG)
