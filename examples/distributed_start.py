@@ -63,14 +63,14 @@ def run_job(mode: str, ops: list[str], ranks_per_node: int, work: Path) -> dict:
     if any(node.returncode for node in nodes):
         raise SystemExit(f"the {mode} job failed:\n" + "\n".join(log[-3000:] for log in logs))
     seconds = [json.loads(p.read_text())["seconds"] for p in out.glob("rank-*.json")]
-    builds = sum(len(re.findall(r"jitops: built [\w.]+ \(", log)) for log in logs)
+    builds = sum(len(re.findall(r"jitops: built [\w.]+ [(i]", log)) for log in logs)  # "(notes)" or "in N s"
     moved = 0
     if mode == "collective":  # each op's entry went to the node that did not build it
         from jitops import _entries
 
         for node, log in enumerate(logs):
             for entry, manifest in _entries.list_entries(out / f"cache-node{node}"):
-                if f"jitops: built {entry.name} (" not in log:
+                if not re.search(rf"jitops: built {re.escape(entry.name)} [(i]", log):
                     moved += (entry.path / manifest["library"]).stat().st_size + len(json.dumps(manifest))
     return {"start_s": max(seconds), "builds": builds, "bytes_moved": moved}
 

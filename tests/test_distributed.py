@@ -64,7 +64,7 @@ def rank_results(out: Path) -> dict[int, dict]:
 
 def builds_in(logs: list[str]) -> dict[str, int]:
     """How many times each extension (<namespace>.<name>) was compiled in logs (the loader's 'built' status lines)."""
-    return Counter(re.findall(r"jitops: built (\w+\.\w+) \(", "".join(logs)))
+    return Counter(re.findall(r"jitops: built (\w+\.\w+) [(i]", "".join(logs)))  # "(notes)" or "in N s"
 
 
 def verified_entries(cache: Path) -> dict[str, dict]:

@@ -151,17 +151,8 @@ def readme_blocks() -> list[str]:
     return re.findall(r"```\w*\n(.*?)```", (TESTS.parent / "README.md").read_text(), re.S)
 
 
-def test_readme_shows_the_package_files_as_they_are():
-    # Each README block that starts with a path of the package (`# pyproject.toml`, `# src/demo_pkg/...`)
-    # is that file, or a part of it: the recipe below builds these very files.
-    shown = {}
-    for block in readme_blocks():
-        first, _, rest = block.partition("\n")
-        path = first.lstrip("#/ ").strip()
-        if (PACKAGE / path).is_file():
-            shown[path] = rest
-            assert rest.strip() in (PACKAGE / path).read_text(), f"README's {path} differs from {PACKAGE / path}"
-    assert {"pyproject.toml", "src/demo_pkg/_ext.py", "src/demo_pkg/__init__.py"} <= set(shown), shown.keys()
+# README's blocks of the package's files are checked against them in tests/test_readme.py (whole
+# files, or marked excerpts); the recipe below builds these very files.
 
 
 def test_the_readme_recipe_gives_a_wheel_with_sources_headers_and_prebuilts_that_compiles_and_passes_opcheck(tmp_path):
