@@ -371,8 +371,10 @@ def _manifest_headers(units: list, extension: Extension) -> dict:
 
 def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None = None) -> tuple[str, ...]:
     """The folders whose headers are left out of the recorded ones: torch's, the CUDA toolkit's, the
-    compilers' installations (the key names their versions; checking each at every load would cost
-    hundreds of stat calls), and the cache's precompiled headers."""
+    compilers' installations and the system's (/usr/include, /usr/lib, /usr/lib64: packages of the
+    distribution its compiler comes with); the key names their versions, and checking each at
+    every load would cost hundreds of stat calls (docs/cache.md; tests/test_store.py). And the
+    cache's precompiled headers."""
     import torch  # loaded by the caller already: this module imports without it
 
     # A compiler's installation: the folder above its bin/, where that holds its C++ headers.

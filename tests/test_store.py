@@ -283,3 +283,20 @@ def test_a_bad_budget_is_an_error_naming_it(tmp_path):
     )
     assert bad.returncode == 2 and "JITOPS_CACHE_MAX_SIZE" in bad.stderr and "'lots'" in bad.stderr, bad.stderr
     assert [_budget.parse_size(s) for s in ("4096", "2G", "1.5GiB", "500m")] == [4096, 2 << 30, 3 << 29, 500 << 20]
+
+
+def test_the_manifest_records_the_extensions_headers_not_the_systems(tmp_path):
+    """Headers under /usr/include, /usr/lib and /usr/lib64 (the system's packages, as the
+    compiler's own), torch's and the toolkit's are left out of an entry's recorded headers: the key
+    names the compiler and torch they come with (docs/cache.md). The extension's own are recorded."""
+    from jitops import Extension, _entries
+
+    (tmp_path / "local.h").write_text("#define LOCAL_VALUE 3\n")
+    (tmp_path / "m.cpp").write_text('#include <stdio.h>\n#include "local.h"\nextern "C" int m_value() { return LOCAL_VALUE; }\n')
+    extension = Extension("system_headers", ["m.cpp"], namespace="jitops_test", root=tmp_path, cache_dir=tmp_path / "cache")
+    assert extension.load().how == "built"
+    # What the compiler says the unit includes: system headers among them.
+    included = subprocess.run(["c++", "-M", "m.cpp"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "/usr/include/" in included and "local.h" in included, included
+    (entry,) = _entries.entries(tmp_path / "cache")
+    assert list(entry.read_manifest()["headers"]) == ["local.h"]
