@@ -120,6 +120,13 @@ def cmd_clear(args: argparse.Namespace) -> int:
             _store.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
+    if args.all and not args.ops and args.package is None:  # the logs (and remembered failures) of failed builds
+        failed = sorted(root.glob(f"*{_layout.FAILED_LOG_SUFFIX}")) + sorted(root.glob(f"*{_layout.FAILED_RECORD_SUFFIX}"))
+        if failed and not args.dry_run:
+            for path in failed:
+                path.unlink(missing_ok=True)
+        if failed and not args.json:
+            print(f"{'would remove' if args.dry_run else 'removed'} {plural(len(failed), 'file', 'files')} of failed builds")
     return status
 
 

@@ -115,12 +115,15 @@ def lock_path(root, name: str, key: str) -> str:
     return os.path.join(root, key_name(name, key) + LOCK_SUFFIX)
 
 
+FAILED_LOG_SUFFIX, FAILED_RECORD_SUFFIX = ".failed.log", ".failed.json"
+
+
 def failed_log_path(root, name: str, key: str) -> str:
-    return os.path.join(root, key_name(name, key) + ".failed.log")
+    return os.path.join(root, key_name(name, key) + FAILED_LOG_SUFFIX)
 
 
 def failed_record_path(root, name: str, key: str) -> str:
-    return os.path.join(root, key_name(name, key) + ".failed.json")
+    return os.path.join(root, key_name(name, key) + FAILED_RECORD_SUFFIX)
 
 
 def staging_prefix(name: str, key: str) -> str:

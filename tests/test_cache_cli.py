@@ -375,8 +375,12 @@ def test_clear_all_on_a_terminal_asks_first(cache):
 
 
 def test_clear_all_with_yes_or_without_a_terminal_does_not_ask(cache, add2_entry):
+    failed = [cache / f"jitops.add2-{'4' * 16}{suffix}" for suffix in (".failed.log", ".failed.json")]
+    for path in failed:
+        path.write_text("{}")
     rc, text = on_a_terminal(cache, "clear", "--all", "--yes")
     assert rc == 0 and "[y/N]" not in text and "removed 4 entries" in text
+    assert "removed 2 files of failed builds" in text and not any(p.exists() for p in failed), text
     shutil.copytree(add2_entry, cache / add2_entry.name)
     piped = cli(cache, "clear", "--all")
     assert piped.returncode == 0 and "removed 1 entry," in piped.stdout, piped.stdout
