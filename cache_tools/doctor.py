@@ -146,13 +146,15 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     )
     cached = _entries.verified_or_discarded(entry, inspect=True) is not None
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.
-    shipped = _prebuilt.find_prebuilt(declared, components, shipped_only=True)[0]
-    prebuilt, manifest, refused = _prebuilt.find_prebuilt(declared, components)
+    prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components, shipped_only=True)
+    shipped = prebuilt is not None
+    if not shipped:  # then JITOPS_PREBUILT_DIR's (each library is hashed: not twice)
+        prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
     if cached:
         how, reason = "cached", str(entry.path)
-    elif shipped is not None:
-        how, reason = "prebuilt", str(shipped.parent)
+    elif shipped:
+        how, reason = "prebuilt", str(prebuilt.parent)
     elif buildable:
         how, reason = "buildable", "+".join(plan.backends) + ("" if plan.enabled else f" (CUDA off: {plan.reason})")
     elif prebuilt is not None:

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _budget, _core, _entries, _layout, _objects, _pch, _prebuilt, _stats, _store
+from jitops import _budget, _core, _entries, _flock, _layout, _objects, _pch, _prebuilt, _stats, _store
 
 from . import registry
 
@@ -102,7 +102,7 @@ def entry_rows(root: Path) -> list[Row]:
     for temporary in orphan_dirs(root):
         lock = lock_of_temporary(root, temporary)
         name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
-        building = lock is not None and _store.flock_is_held(lock)
+        building = lock is not None and _flock.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, op = name.rpartition(".")
         rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), _store.tree_size(temporary)))
@@ -128,7 +128,7 @@ def _entry_row(entry: _entries.Entry) -> Row:
             status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
             status, reason = STALE, "built for " + ", ".join(differences)
-    if _store.flock_is_held(entry.lock_path):
+    if _flock.flock_is_held(entry.lock_path):
         status, reason = BUILDING, "its lock is held: " + _holder(entry.lock_path)
     components = (manifest or {}).get("components", {})
     namespace, _, op = entry.name.partition(".")
@@ -223,7 +223,7 @@ def lock_rows(roots: list[Path]) -> list[LockRow]:
                     live = bool(pids) if pids is not None else age < BATON_STALE_AGE_S
                     rows.append(LockRow(str(path), "torch FileBaton", "live" if live else "stale", pids, age))
                 else:
-                    held = _store.flock_is_held(path)
+                    held = _flock.flock_is_held(path)
                     rows.append(LockRow(str(path), "jitops (flock)", "held" if held else "free", pids, age))
     return rows
 
@@ -295,10 +295,8 @@ def dangling_locks(root: Path) -> list[Path]:
     published = {_layout.key_name(*parsed[:2]) for f in os.listdir(root) if (parsed := _layout.parse_entry_name(f))}
     return [
         lock
-        for lock in sorted(root.glob(f"*{_layout.LOCK_SUFFIX}"))
-        if _layout.parse_entry_name(lock.name[: -len(_layout.LOCK_SUFFIX)])
-        and lock.name[: -len(_layout.LOCK_SUFFIX)] not in published
-        and not _store.flock_is_held(lock)
+        for lock in sorted(root.glob(f"*{_layout.LOCK_SUFFIX}"))  # <namespace>.<name>-<key>.lock
+        if _layout.parse_entry_name(lock.stem) and lock.stem not in published and not _flock.flock_is_held(lock)
     ]
 
 

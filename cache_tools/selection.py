@@ -22,23 +22,28 @@ def selected_rows(ops: list[str], package: str | None = None, other_roots: bool 
     entries"; one with entries only in another root is a usage error naming that root."""
     root = Path(_layout.configured_root()[0])
     rows = inventory.entry_rows(root)
-    elsewhere = [row for other in _store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
     if other_roots:
-        rows, elsewhere = rows + elsewhere, []
+        rows += rows_elsewhere()
     names = {row.op for row in rows} | {f"{row.namespace}.{row.op}" for row in rows}
-    for name in sorted(set(ops) - names):
-        for row in elsewhere:
-            if name in (row.op, f"{row.namespace}.{row.op}"):
-                where = str(Path(row.path).parent)
-                raise UsageError(
-                    f"{name}'s entries are in {where} (built with a build_directory), not in {root}: "
-                    f"run JITOPS_CACHE_DIR={shlex.quote(where)} jitops-cache with the same arguments"
-                )
+    unknown = set(ops) - names
+    for row in rows_elsewhere() if unknown and not other_roots else []:
+        if named := {row.op, f"{row.namespace}.{row.op}"} & unknown:
+            where = str(Path(row.path).parent)
+            raise UsageError(
+                f"{min(named)}'s entries are in {where} (built with a build_directory), not in {root}: "
+                f"run JITOPS_CACHE_DIR={shlex.quote(where)} jitops-cache with the same arguments"
+            )
     check_op_names(ops, names)
     check_package(package, {row.owner for row in rows})
     return root, [
         row for row in rows if (not ops or row.op in ops or f"{row.namespace}.{row.op}" in ops) and package in (None, row.owner)
     ]
+
+
+def rows_elsewhere() -> list[inventory.Row]:
+    """The rows of the roots jitops.load built into with a build_directory (the configured root
+    lists them), those still there."""
+    return [row for other in _store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
 
 
 def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from . import _entries, _layout, _store
+from . import _entries, _flock, _layout, _store
 from ._errors import BuildError
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
@@ -72,7 +72,7 @@ class HeldLock:
         self.path, self.owner = path, Path(_layout.owner_path(path))
         self._fd = None
         try:
-            self._fd = _store.try_flock(path)
+            self._fd = _flock.try_flock(path)
             if self._fd is None and blocking:
                 self._fd = self._wait(what)
         except OSError as err:  # not a lock file: a directory, say, or no permission
@@ -96,10 +96,10 @@ class HeldLock:
 
     def _wait(self, what: str) -> int:
         """The lock, once its holder lets go, polled for as filelock polls. Not filelock itself:
-        it would keep waiting on a lock file that a remover unlinked (_store._locked_fd)."""
+        it would keep waiting on a lock file that a remover unlinked (_flock._locked_fd)."""
         timeout = lock_timeout()
         deadline, pause = time.monotonic() + timeout, 0.01
-        while (fd := _store.try_flock(self.path)) is None:
+        while (fd := _flock.try_flock(self.path)) is None:
             if time.monotonic() >= deadline:
                 try:
                     holder = self.owner.read_text().strip()

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import _budget, _layout, _store
+from . import _budget, _flock, _layout, _store
 from ._core import file_identity, mark_used, write_json_atomic
 from ._errors import BuildError, CacheError
 
@@ -73,7 +73,7 @@ def foreground(root: Path | None):
     if parent is None:
         yield
         return
-    with _store.flocked(_layout.foreground_lock_path(root), shared=True):
+    with _flock.flocked(_layout.foreground_lock_path(root), shared=True):
         yield
 
 
@@ -158,7 +158,7 @@ def in_use(headers: list[str]):
     with contextlib.ExitStack() as stack:
         for header in sorted(set(headers)):
             folder = os.path.dirname(header)
-            stack.enter_context(_store.flocked(_layout.pch_lock_path(folder), shared=True))
+            stack.enter_context(_flock.flocked(_layout.pch_lock_path(folder), shared=True))
         yield
 
 
@@ -239,7 +239,7 @@ def _compile_in_background(argv: list[str], root: Path) -> int:
     foreground_lock, stopped = _layout.foreground_lock_path(root), False
     try:
         while proc.poll() is None:
-            busy = _store.flock_is_held(foreground_lock)
+            busy = _flock.flock_is_held(foreground_lock)
             if busy != stopped:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGSTOP if busy else signal.SIGCONT)
@@ -272,7 +272,7 @@ def start_background(spec: dict) -> bool:
     Returns whether it was started."""
     try:
         parent = _store.usable_part(spec["root"], _layout.PCH_DIR)
-        if parent is None or _store.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):
+        if parent is None or _flock.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):
             return False  # (held: another process is building it)
         log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:

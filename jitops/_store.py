@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The store: the one owner of a cache root on disk, in three modules. This one decides the root
-and the parts it can do without (objects/, pch/), stages, publishes and removes folders, takes
-the locks readers and removers take, and keeps the records that only save work (file hashes,
+and the parts it can do without (objects/, pch/), stages, publishes and removes folders (an
+entry's with its lock: remove_locked), and keeps the records that only save work (file hashes,
 toolchain probes, torch's flags); _entries holds the entries (immutable once published, one per
 key and set of headers) and _budget what JITOPS_CACHE_MAX_SIZE evicts. _layout names every path.
 
@@ -31,6 +31,7 @@ from ._core import (
     write_json_atomic,
 )
 from ._errors import CacheError, warn
+from ._flock import flocked
 from ._layout import TMP_PREFIX, configured_root
 
 
@@ -125,67 +126,9 @@ def tree_size(path: Path | str) -> int:
     return total
 
 
-# Locks. Builds take theirs with try_flock (_lock.HeldLock polls it where another build holds it);
-# readers, removers and counters take the same kernel locks (flock) here. A remover unlinks the
-# lock file of what it removed while holding it (remove_locked), so whoever takes a lock checks,
-# once it holds it, that the file is still the one at the path: else it locked a file no one else
-# will see, and takes the new one.
-def _open_lock_file(path: Path | str) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
-def _locked_fd(path: Path | str, operation: int) -> int | None:
-    """An fd of the file at path with flock(operation) held on it; None where LOCK_NB found it
-    held. Raises OSError where it cannot be opened."""
-    import fcntl
-
-    while True:
-        fd = _open_lock_file(path)
-        try:
-            fcntl.flock(fd, operation)
-            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
-                return fd
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except FileNotFoundError:  # unlinked by a remover once this fd was open: take the new one
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-
-
-def try_flock(path: Path | str) -> int | None:
-    """The open lock file at path (created 0600), its exclusive kernel lock held until the fd is
-    closed; None where another process holds it. Raises OSError where it cannot be opened."""
-    import fcntl
-
-    return _locked_fd(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
-@contextlib.contextmanager
-def flocked(path: Path | str, shared: bool = False, blocking: bool = True):
-    """Hold the kernel lock on path (created 0600). Yields False where it cannot be had: held by
-    another process (not blocking), or the file cannot be opened."""
-    import fcntl
-
-    try:
-        fd = _locked_fd(path, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
-    except OSError:
-        fd = None
-    if fd is None:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
     """Remove tree (None: only the lock) under its lock (None: it has none), and the lock file
-    with it, unlinked while held (see _locked_fd). False where another process holds the lock (a
+    with it, unlinked while held (see _flock._locked_fd). False where another process holds the lock (a
     build): nothing removed. Raises OSError where tree cannot be removed."""
     with flocked(lock, blocking=False) if lock else contextlib.nullcontext(True) as free:
         if not free:
@@ -196,25 +139,6 @@ def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
             with contextlib.suppress(OSError):
                 os.unlink(lock)
     return True
-
-
-def flock_is_held(lock_path: Path | str) -> bool:
-    """Whether some process holds the kernel lock on lock_path, without waiting or creating it."""
-    import fcntl
-
-    try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the lock if it was taken here
-    return False
 
 
 def foreign_problem(folders: list, files: list) -> str | None:

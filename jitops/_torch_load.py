@@ -121,11 +121,7 @@ def load(
     )
     try:
         return load_declared(extension, name, with_cuda, verbose)
-    except RuntimeError as err:  # jitops' errors: the message says what failed; the loader's frames would bury it
-        from ._errors import ERRORS  # only here: a warm load imports one module fewer
-
-        if not isinstance(err, ERRORS):
-            raise
+    except jitops_errors() as err:  # its message says what failed; the loader's frames would bury it
         raise err.with_traceback(None) from err.__cause__
 
 
@@ -135,6 +131,14 @@ def refuse_unsupported(**arguments) -> None:
         if value:  # every one of them defaults to None or False
             why = "jitops builds libraries, not executables" if argument == "is_standalone" else "jitops builds no SYCL code"
             raise ValueError(f"{argument}={value!r} is not supported: {why}")
+
+
+def jitops_errors() -> tuple[type[Exception], ...]:
+    """jitops' own errors, for an except clause (evaluated only when something was raised: a warm
+    load imports one module fewer)."""
+    from ._errors import ERRORS
+
+    return ERRORS
 
 
 def entries_dir(build_directory) -> str | None:

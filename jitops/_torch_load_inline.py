@@ -17,7 +17,7 @@ from typing import Literal, overload
 
 from . import _layout
 from ._core import DROP_IN_NAMESPACE
-from ._torch_load import Flags, declare, entries_dir, load_declared, refuse_unsupported
+from ._torch_load import Flags, declare, entries_dir, jitops_errors, load_declared, refuse_unsupported
 from .extension import check_name
 
 
@@ -141,11 +141,7 @@ def load_inline(
     )
     try:
         return load_declared(extension, name, with_cuda, verbose)
-    except RuntimeError as err:  # jitops' errors: the message says what failed; the loader's frames would bury it
-        from ._errors import ERRORS  # only here: a warm load imports one module fewer
-
-        if not isinstance(err, ERRORS):
-            raise
+    except jitops_errors() as err:  # its message says what failed; the loader's frames would bury it
         raise err.with_traceback(None) from err.__cause__
 
 

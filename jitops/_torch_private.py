@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 
 TESTED = "torch 2.11, 2.13 and 2.14"  # the versions whose suites ran: 2.11 on the GPU host, 2.13 and 2.14.1 in CI
 
@@ -79,10 +80,7 @@ def _cpp_extension():
     import importlib
     import logging
     import sys
-    import threading
 
-    global _import_lock
-    _import_lock = _import_lock or threading.Lock()
     with _import_lock:  # builds plan in threads: one sets the logger's level back, after its import
         if "torch.utils.cpp_extension" not in sys.modules:  # slow to import (setuptools): only where needed
             logger = logging.getLogger("torch.utils.cpp_extension")
@@ -96,7 +94,7 @@ def _cpp_extension():
     return importlib.import_module("torch.utils.cpp_extension")
 
 
-_import_lock = None
+_import_lock = threading.Lock()
 
 
 def write_torch_build_file(

@@ -23,7 +23,7 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _core, _entries, _layout, _store
+from jitops import _core, _entries, _flock, _layout
 from jitops._errors import BuildError
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
@@ -98,7 +98,7 @@ def test_killed_builds_never_hang_lose_or_corrupt(tmp_path, cold_wall_s):
         # kill that lands while the victim forks ninja leaves the child a copy of the lock's descriptor
         # until it execs (close_fds): microseconds, longer on a loaded machine.
         released = time.monotonic() + 10
-        while any(_store.flock_is_held(lock) for lock in cache.glob("*.lock")) and time.monotonic() < released:
+        while any(_flock.flock_is_held(lock) for lock in cache.glob("*.lock")) and time.monotonic() < released:
             time.sleep(0.01)
         rows = inventory.entry_rows(cache)
         leftovers = {str(p) for p in staging_dirs(cache)}
