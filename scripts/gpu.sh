@@ -17,7 +17,8 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 # run with carry .whl).
 [ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel pytest-xdist
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"; } | tee "$OUT/machine.txt"
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
+  echo "faster linkers: $(command -v ld.lld ld.gold | tr '\n' ' ')"; } | tee "$OUT/machine.txt"
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 TESTS_A="tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py"
 TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py tests/test_reliability.py tests/test_large_index.py tests/test_distributed.py"
