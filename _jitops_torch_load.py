@@ -2,7 +2,7 @@
 """JITOPS_TORCH_LOAD=1 at every Python start. jitops-torch-load.pth imports this module where the
 variable is 1; it imports nothing of jitops, so a start that never imports torch.utils.cpp_extension
 pays for this file alone. On that module's first import it hands the import to jitops' drop-in
-(jitops/_drop_in.py). Where jitops cannot be imported, that import says so in one line, once, and
+(jitops/compat/_drop_in.py). Where jitops cannot be imported, that import says so in one line, once, and
 the program gets torch's own module."""
 
 import sys
@@ -13,7 +13,7 @@ TORCH_MODULE = "torch.utils.cpp_extension"
 class FirstImport:
     """A sys.meta_path finder that waits for torch.utils.cpp_extension, then leaves."""
 
-    jitops_drop_in = True  # jitops._module_names looks for it: torch's load() will be jitops'
+    jitops_drop_in = True  # jitops.compat._module_names looks for it: torch's load() will be jitops'
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != TORCH_MODULE:
@@ -21,7 +21,7 @@ class FirstImport:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         try:
-            from jitops._drop_in import install
+            from jitops.compat._drop_in import install
 
             return install().find_spec(fullname, path, target)
         except Exception as err:  # a broken or half-removed jitops must not stop the program

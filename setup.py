@@ -78,8 +78,10 @@ def ahead_of_time_build() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
     sys.path.insert(0, str(ROOT))
-    from jitops import _build, _core, _entries, _key, _store
+    from jitops.build import _builder
     from jitops.ops._framework import available_ops, extension
+    from jitops.store import _entries, _key, _root
+    from jitops.warm import _libraries
 
     cxx = _key.find_cxx()
     extensions = []
@@ -110,11 +112,11 @@ def ahead_of_time_build() -> dict:
             super().build_extension(ext)
             declared, cuda, components = ext.jitops
             objects = self.compiler.object_filenames(ext.sources, output_dir=self.build_temp)
-            headers = _build.included_headers(
+            headers = _builder.included_headers(
                 Path(self.build_temp), declared, cxx, cuda, targets=[os.path.abspath(o) for o in objects]
             )
             built = Path(self.get_ext_fullpath(ext.name))
-            entry = _entries.Entry(built.parent, declared.qualified_name, _store.compute_key(components))
+            entry = _entries.Entry(built.parent, declared.qualified_name, _root.compute_key(components))
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
@@ -127,7 +129,7 @@ def ahead_of_time_build() -> dict:
                 build_seconds=round(time.time() - started, 3),
                 ahead_of_time=True,
             )
-            _core.write_json_atomic(entry.manifest_path, manifest)
+            _libraries.write_json_atomic(entry.manifest_path, manifest)
 
     return {"ext_modules": extensions, "cmdclass": {**COMMANDS, "build_ext": BuildAndStamp}}
 

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import jitops
-from jitops import _core, _entries, _layout, _store
+from jitops import _layout
 from jitops._errors import BuildError, CacheError
+from jitops.store import _entries, _root
+from jitops.warm import _libraries
 
 from . import registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
@@ -139,14 +141,14 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
     if os.path.lexists(target):
         _check_exported(target)
         return target
-    staging = _store.new_staging(out)
+    staging = _root.new_staging(out)
     try:
         shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
-        _core.write_json_atomic(staging / _layout.MANIFEST_NAME, manifest)
+        _libraries.write_json_atomic(staging / _layout.MANIFEST_NAME, manifest)
         os.chmod(staging / manifest["library"], 0o755)
         os.chmod(staging / _layout.MANIFEST_NAME, 0o644)
         os.chmod(staging, 0o755)
-        _store.publish_folder(staging, target)
+        _root.publish_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if os.path.lexists(target):  # another export of the same entry won

@@ -11,8 +11,10 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _core, _entries, _layout, _store
+from jitops import _layout
 from jitops._errors import CacheError
+from jitops.store import _entries, _root
+from jitops.warm import _libraries
 
 from . import registry
 
@@ -27,7 +29,8 @@ def report(package: str | None = None) -> dict:
     package whose entry point or extension cannot be inspected is a row saying why, not a crash."""
     import torch
 
-    from jitops import _key, _ninja, _prebuilt
+    from jitops.build import _ninja
+    from jitops.store import _key, _prebuilt
 
     cxx = _key.find_cxx()
     cuda = _key.plan_cuda()
@@ -44,7 +47,7 @@ def report(package: str | None = None) -> dict:
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
     data = {
-        "python": f"{sys.version.split()[0]} ({_core.PYTHON_SOABI}) at {sys.executable}",
+        "python": f"{sys.version.split()[0]} ({_libraries.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
         "nvcc": {
@@ -113,15 +116,15 @@ def _root_report(root, reason: str) -> dict:
         info["usable"] = os.access(_nearest_existing(root), os.W_OK)
         return info
     try:
-        _store.ensure_private_dir(root)
+        _root.ensure_private_dir(root)
         info["mode"] = oct(stat.S_IMODE(root.stat().st_mode))
         info["usable"] = os.access(root, os.W_OK | os.X_OK)
         if not info["usable"]:
-            info["problem"] = f"not writable: builds go to the per-user fallback cache {_store.fallback_root()}"
+            info["problem"] = f"not writable: builds go to the per-user fallback cache {_root.fallback_root()}"
     except (OSError, CacheError) as err:
-        info["problem"] = f"{err}; builds go to the per-user fallback cache {_store.fallback_root()}"
+        info["problem"] = f"{err}; builds go to the per-user fallback cache {_root.fallback_root()}"
         return info
-    parts = [p for part in _layout.OPTIONAL_PARTS if (p := _store.part_problem(root, part, create=False))]
+    parts = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
     if parts:  # the root is used without them: every build compiles more
         info["problem"] = "; ".join(parts) + ": builds there go without it (more compiles); fix or remove it"
     return info
@@ -134,7 +137,7 @@ def _nearest_existing(path):
 
 
 def _op_report(declared, cxx, missing: list[str]) -> dict:
-    from jitops import _key, _prebuilt
+    from jitops.store import _key, _prebuilt
 
     problem = _key.missing_sources(declared)
     if problem:
@@ -142,7 +145,7 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
     entry = _entries.Entry(
-        Path(_core.extension_root(declared)), declared.qualified_name, _store.compute_key(components), declared.root
+        Path(_libraries.extension_root(declared)), declared.qualified_name, _root.compute_key(components), declared.root
     )
     cached = _entries.verified_or_discarded(entry, inspect=True) is not None
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.

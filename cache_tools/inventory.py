@@ -11,7 +11,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _budget, _core, _entries, _flock, _layout, _objects, _pch, _prebuilt, _stats, _store
+from jitops import _flock, _layout
+from jitops.build import _pch
+from jitops.store import _budget, _entries, _object_store, _prebuilt, _root, _usage
+from jitops.warm import _libraries
 
 from . import registry
 
@@ -40,7 +43,7 @@ class Row:
     built_at: float | None = None
     build_seconds: float | None = None
     last_used: float | None = None
-    kind: str = "entry"  # or "object" (a stored unit: jitops/_objects.py) or "pch" (jitops/_pch.py)
+    kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/build/_pch.py)
     seen_in: list[str] = field(default_factory=list)  # the extension roots an entry was loaded for
 
     def as_dict(self) -> dict:
@@ -54,7 +57,7 @@ def running_components(name: str) -> dict | None:
     """The running torch/CUDA/Python/source components for the extension <namespace>.<name>: all
     of them for one a package declares, the process's alone for a script's (jitops.load: its
     sources are known only to the script), None for any other."""
-    from jitops import _key
+    from jitops.store import _key
 
     if name not in _running:
         if name in registry.declared():
@@ -64,7 +67,7 @@ def running_components(name: str) -> dict | None:
             except OSError:  # a package that lacks a source: its entries cannot be judged (doctor says why)
                 _running[name] = None
         elif registry.owner(name) == registry.DROP_IN:
-            _running[name] = _core.process_abi()
+            _running[name] = _libraries.process_abi()
         else:
             return None
     return _running[name]
@@ -72,7 +75,7 @@ def running_components(name: str) -> dict | None:
 
 def entry_rows(root: Path) -> list[Row]:
     rows = []
-    locations = _stats.read_locations(root)
+    locations = _usage.read_locations(root)
     entries = _entries.list_entries(root)
     newest = {}  # by name: when its newest entry was built
     for entry, manifest in entries:
@@ -96,7 +99,7 @@ def entry_rows(root: Path) -> list[Row]:
                 STALE,
                 "left by an older jitops (entries are now <namespace>.<name>-<key>)",
                 str(old),
-                _store.tree_size(old),
+                _root.tree_size(old),
             )
         )
     for temporary in orphan_dirs(root):
@@ -105,12 +108,12 @@ def entry_rows(root: Path) -> list[Row]:
         building = lock is not None and _flock.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, op = name.rpartition(".")
-        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), _store.tree_size(temporary)))
+        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), _root.tree_size(temporary)))
     return rows
 
 
 def _entry_row(entry: _entries.Entry) -> Row:
-    size = _store.tree_size(entry.path)
+    size = _root.tree_size(entry.path)
     if entry.name in registry.declared():  # its headers are checked where its sources are
         entry.source_root = registry.declared()[entry.name][1].root
     status, reason, manifest = OK, "", None
@@ -119,7 +122,7 @@ def _entry_row(entry: _entries.Entry) -> Row:
         manifest = entry.read_manifest()
     except _entries.StaleEntry as err:
         status, reason = STALE, f"built from other headers ({err}): another tree's, or an older one's"
-    except (_store.CacheError, OSError) as err:
+    except (_root.CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
         wanted = running_components(entry.name)
@@ -162,7 +165,7 @@ def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str]
         return False
     for tree in seen_in:
         try:
-            if all(_store.sha256_file(os.path.join(tree, name)) == digest for name, digest in sources.items()):
+            if all(_root.sha256_file(os.path.join(tree, name)) == digest for name, digest in sources.items()):
                 return False
         except (OSError, TypeError):
             continue
@@ -273,7 +276,7 @@ def orphan_dirs(root: Path) -> list[Path]:
 
 
 def dangling_warm_records(root: Path) -> list[Path]:
-    """The warm records (jitops/_core.py) under root whose entry is gone, or that cannot be read:
+    """The warm records (jitops/warm/_libraries.py) under root whose entry is gone, or that cannot be read:
     they only ever miss, so removing them loses nothing."""
     dangling = []
     for record in sorted(root.glob(f"{_layout.RECORD_PREFIX}*.json")) if root.is_dir() else []:
@@ -313,16 +316,16 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     Shared by every extension: no owner."""
     rows = []
     for folder, kind in _budget.staging_folders(root):
-        dead = _store.staging_is_dead(folder.name)
+        dead = _root.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
-        rows.append(Row("", "-", "-", "-", status, reason, str(folder), _store.tree_size(folder), kind=kind))
+        rows.append(Row("", "-", "-", "-", status, reason, str(folder), _root.tree_size(folder), kind=kind))
     for item in sorted(_budget.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
         if item.kind == "entry":
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
-            name, built_at, data, digest = (_objects if item.kind == "object" else _pch).describe(item.path)
-            if check and _store.sha256_file(data) != digest:
+            name, built_at, data, digest = (_object_store if item.kind == "object" else _pch).describe(item.path)
+            if check and _root.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:
             status, reason = CORRUPT, f"unreadable: {err}"

@@ -11,7 +11,7 @@ import re
 import shutil
 import sys
 
-from jitops import _budget
+from jitops.store import _budget
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 

@@ -7,20 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _budget, _core, _entries, _layout, _stats, _store
+from jitops import _layout
 from jitops._errors import BuildError, CacheError
+from jitops.store import _budget, _entries, _root, _usage
+from jitops.warm import _libraries
 
 from . import inventory, registry
-from .output import (
-    EXIT_OK,
-    EXIT_PROBLEM,
-    emit,
-    fit_to_terminal,
-    human_size,
-    plural,
-    print_table,
-    when,
-)
+from .output import EXIT_OK, EXIT_PROBLEM, emit, fit_to_terminal, human_size, plural, print_table, when
 from .selection import check_package, selected_rows
 
 
@@ -118,8 +111,8 @@ def budget_data(root: Path) -> dict:
         budget = _budget.max_size()
     except CacheError as err:
         budget = str(err).removeprefix("jitops: ")
-    problems = [p for part in _layout.OPTIONAL_PARTS if (p := _store.part_problem(root, part, create=False))]
-    return {"total_bytes": _store.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
+    problems = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
+    return {"total_bytes": _root.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
 
 
 def budget_summary(data: dict) -> str:
@@ -148,7 +141,7 @@ def store_summary(store: list[inventory.Row]) -> str:
 
 def lock_timeout_or_why() -> float | str:
     """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
-    from jitops import _lock
+    from jitops.store import _lock
 
     try:
         return _lock.lock_timeout()
@@ -157,7 +150,7 @@ def lock_timeout_or_why() -> float | str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from jitops import _prebuilt
+    from jitops.store import _prebuilt
 
     from . import doctor
 
@@ -204,7 +197,7 @@ def environment_summary() -> dict:
     import torch
 
     return {
-        "python": f"{sys.version.split()[0]} ({_core.PYTHON_SOABI})",
+        "python": f"{sys.version.split()[0]} ({_libraries.PYTHON_SOABI})",
         "torch": torch.__version__,
         "torch cuda": torch.version.cuda or "none (CPU-only build)",
     }
@@ -228,7 +221,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             {"name": f"{row.kind} {row.op}", "key": row.key, "path": row.path, "ok": ok, "problem": row.reason if not ok else ""}
         )
     for part in _layout.OPTIONAL_PARTS:  # unusable, it costs compiles: a problem to fix, not a wrong load
-        problem = _store.part_problem(root, part, create=False)
+        problem = _root.part_problem(root, part, create=False)
         if problem:
             results.append({"name": f"{part}/", "key": "", "path": str(root / part), "ok": False, "problem": problem})
     bad = [r for r in results if not r["ok"]]
@@ -246,10 +239,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
     root = Path(_layout.configured_root()[0])
     if args.zero:
-        _stats.zero_stats(root)
+        _usage.zero_stats(root)
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
         return EXIT_OK
-    extensions, zeroed_at = _stats.read_stats(root)
+    extensions, zeroed_at = _usage.read_stats(root)
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
     rows = [
@@ -257,7 +250,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for name, counters in sorted(extensions.items())
         if args.package in (None, owners[name])
     ]
-    totals = {f: round(sum(row[f] for row in rows), 3) for f in _stats.STATS_FIELDS}
+    totals = {f: round(sum(row[f] for row in rows), 3) for f in _usage.STATS_FIELDS}
 
     def human():
         print_table(

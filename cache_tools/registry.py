@@ -67,7 +67,7 @@ def _load_isolated(point):
     """point.load(), its module's prints sent to stderr (stdout may be --json's), its sys.exit or
     KeyboardInterrupt raised as errors, and its import stopped after JITOPS_ENTRY_POINT_TIMEOUT
     seconds; a real Ctrl-C meanwhile still stops the CLI."""
-    from jitops._lock import seconds_from_env
+    from jitops.store._lock import seconds_from_env
 
     interrupted = []
     timeout = seconds_from_env("JITOPS_ENTRY_POINT_TIMEOUT", DEFAULT_IMPORT_TIMEOUT_S)
@@ -109,7 +109,7 @@ def broken() -> dict[str, str]:
 
 def owner(qualified_name: str) -> str:
     """Who declares an extension of the cache: a package, jitops.load for a script's, else '-'."""
-    from jitops._core import DROP_IN_NAMESPACE
+    from jitops.warm._libraries import DROP_IN_NAMESPACE
 
     if qualified_name in declared():
         return declared()[qualified_name][0]

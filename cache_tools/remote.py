@@ -8,8 +8,9 @@ import argparse
 import time
 from pathlib import Path
 
-from jitops import _entries, _layout, _signing
+from jitops import _layout
 from jitops._errors import BuildError, CacheError
+from jitops.store import _entries, _signing
 
 from . import inventory
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
@@ -18,7 +19,7 @@ from .selection import selected_rows
 
 def active_remote():
     """The remote the settings name, or a usage error saying how to name one."""
-    from jitops import _remote
+    from jitops.store import _remote
 
     try:
         remote = _remote.active()

@@ -8,18 +8,12 @@ import json
 import sys
 from pathlib import Path
 
-from jitops import _budget, _entries, _layout, _store
+from jitops import _layout
 from jitops._errors import CacheError
+from jitops.store import _budget, _entries, _root
 
 from . import inventory, registry
-from .output import (
-    EXIT_OK,
-    EXIT_PROBLEM,
-    UsageError,
-    emit,
-    human_size,
-    plural,
-)
+from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural
 from .selection import selected_rows
 
 
@@ -32,7 +26,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             continue
         if not args.dry_run:
             try:
-                if not _store.remove_locked(Path(row.path), entry_lock(root, row)):
+                if not _root.remove_locked(Path(row.path), entry_lock(root, row)):
                     skipped.append({"path": row.path, "why": "a build started"})
                     continue
             except FileNotFoundError:
@@ -60,7 +54,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
         for record in records:
             record.unlink(missing_ok=True)
         for lock in inventory.dangling_locks(root):  # empty files, but one per key ever built
-            _store.remove_locked(None, lock)
+            _root.remove_locked(None, lock)
 
     def human():
         verb = "would remove" if args.dry_run else "removed"
@@ -117,7 +111,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     inline = Path(_layout.inline_dir(root))  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
-            _store.remove_tree(inline)
+            _root.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
     if args.all and not args.ops and args.package is None:  # the logs (and remembered failures) of failed builds
@@ -165,7 +159,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     limit = args.max_size if args.max_size is not None else budget()
     if args.max_size is not None or limit:  # a budget of 0 is none; --max-size 0 empties the cache
         # The whole root counts (records and warm records too), as the budget does after builds.
-        total = _store.tree_size(root) - sum(r.size for r in doomed)
+        total = _root.tree_size(root) - sum(r.size for r in doomed)
         for r in usable:
             if total <= limit:
                 break

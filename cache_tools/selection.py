@@ -8,7 +8,8 @@ import os
 import shlex
 from pathlib import Path
 
-from jitops import _layout, _store
+from jitops import _layout
+from jitops.store import _root
 
 from . import inventory, registry
 from .output import UsageError
@@ -43,7 +44,7 @@ def selected_rows(ops: list[str], package: str | None = None, other_roots: bool 
 def rows_elsewhere() -> list[inventory.Row]:
     """The rows of the roots jitops.load built into with a build_directory (the configured root
     lists them), those still there."""
-    return [row for other in _store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
+    return [row for other in _root.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
 
 
 def check_op_names(ops: list[str], also_known: set[str] = frozenset()) -> None:

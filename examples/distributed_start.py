@@ -66,7 +66,7 @@ def run_job(mode: str, ops: list[str], ranks_per_node: int, work: Path) -> dict:
     builds = sum(len(re.findall(r"jitops: built [\w.]+ [(i]", log)) for log in logs)  # "(notes)" or "in N s"
     moved = 0
     if mode == "collective":  # each op's entry went to the node that did not build it
-        from jitops import _entries
+        from jitops.store import _entries
 
         for node, log in enumerate(logs):
             for entry, manifest in _entries.list_entries(out / f"cache-node{node}"):

@@ -121,7 +121,8 @@ which, name, sources, build, cflags, cuda_cflags = sys.argv[1], sys.argv[2], jso
     + NINJA_CLOCK
     + """started = time.perf_counter()
 if which == "jitops":
-    from jitops import _budget, load
+    from jitops.store import _budget
+    from jitops import load
 else:
     from torch.utils.cpp_extension import load
 module = load(name, sources, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags, build_directory=build or None)

@@ -125,7 +125,7 @@ PHASES = """
 import atexit, functools, importlib, json, sys, time
 seconds = {}
 started = time.perf_counter()
-for module in ("jitops._loader", "jitops._build", "jitops._objects", "jitops._ninja", "jitops._lock"):
+for module in ("jitops.build._loader", "jitops.build._builder", "jitops.store._object_store", "jitops.build._ninja", "jitops.store._lock"):
     importlib.import_module(module)
 seconds["imports of the build path"] = time.perf_counter() - started
 
@@ -144,20 +144,20 @@ def timed(where, name, label):
     setattr(module, name, wrapper)
 
 for where, name, label in [
-    ("jitops._loader", "load", "loader, in all"),
-    ("jitops._build", "_build", "build, in all"),
-    ("jitops._lock", "HeldLock", "entry lock"),
-    ("jitops._buildfile", "plan_units", "plan units"),
-    ("jitops._objects", "reuse", "reuse stored objects"),
-    ("jitops._status", "newest_manifest", "last entry's manifest"),
-    ("jitops._buildfile", "write_build_file", "build file"),
-    ("jitops._ninja", "run_ninja", "ninja"),
-    ("jitops._build", "_check_inputs", "inputs unchanged"),
-    ("jitops._objects", "store", "store objects"),
-    ("jitops._namespaces", "defined_in", "namespaces"),
-    ("jitops._build", "_load_check", "load check"),
-    ("jitops._entries", "make_manifest", "manifest"),
-    ("jitops._entries", "publish", "publish"),
+    ("jitops.build._loader", "load", "loader, in all"),
+    ("jitops.build._builder", "_build", "build, in all"),
+    ("jitops.store._lock", "HeldLock", "entry lock"),
+    ("jitops.build._buildfile", "plan_units", "plan units"),
+    ("jitops.store._object_store", "reuse", "reuse stored objects"),
+    ("jitops.build._progress", "newest_manifest", "last entry's manifest"),
+    ("jitops.build._buildfile", "write_build_file", "build file"),
+    ("jitops.build._ninja", "run_ninja", "ninja"),
+    ("jitops.build._builder", "_check_inputs", "inputs unchanged"),
+    ("jitops.store._object_store", "store", "store objects"),
+    ("jitops.warm._namespaces", "defined_in", "namespaces"),
+    ("jitops.build._builder", "_load_check", "load check"),
+    ("jitops.store._entries", "make_manifest", "manifest"),
+    ("jitops.store._entries", "publish", "publish"),
 ]:
     timed(where, name, label)
 atexit.register(lambda: print("phases: " + json.dumps(seconds), file=sys.stderr))

@@ -26,13 +26,13 @@ The loader, for your own C++/CUDA:
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from ._core import VERSION, LoadedLibrary
 from .extension import Extension
+from .warm._libraries import VERSION, LoadedLibrary
 
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
     from ._errors import BuildError, CacheError, NamespaceConflict
-    from ._torch_load import load
-    from ._torch_load_inline import load_inline
+    from .compat._torch_load import load
+    from .compat._torch_load_inline import load_inline
     from .ops._framework import available_ops, load_all
     from .ops.add2 import add2, add2_ref
     from .ops.bias_act import ACTIVATIONS, bias_act, bias_act_ref
@@ -68,13 +68,13 @@ __all__ = [
 
 
 # Imported when first named (PEP 562), from the module that holds each: `import jitops` reads only
-# _core, and a warm jitops.load reads _torch_load besides (the ops and the long way stay unread).
+# warm/_libraries, and a warm jitops.load reads compat/_torch_load besides (the ops and the long way stay unread).
 _LAZY = {
     "BuildError": "_errors",
     "CacheError": "_errors",
     "NamespaceConflict": "_errors",
-    "load": "_torch_load",
-    "load_inline": "_torch_load_inline",
+    "load": "compat._torch_load",
+    "load_inline": "compat._torch_load_inline",
     "available_ops": "ops._framework",
     "load_all": "ops._framework",
 }
@@ -85,7 +85,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         value = globals()[name] = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         return value
-    if name.startswith("_") or name in ("ops", "distributed"):
+    if name.startswith("_") or name in ("ops", "distributed", "warm", "store", "build", "compat"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # An op's function: its own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
     from .ops._framework import available_ops

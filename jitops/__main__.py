@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: MIT
 """`python -m jitops run script.py|-m module [args]`: a program run with every
-torch.utils.cpp_extension.load/load_inline going through jitops (jitops/_drop_in.py).
+torch.utils.cpp_extension.load/load_inline going through jitops (jitops/compat/_drop_in.py).
 `python -m jitops <command>`: the jitops-cache command."""
 
 import sys
 
 if sys.argv[1:2] == ["run"]:
-    from jitops._drop_in import run
+    from jitops.compat._drop_in import run
 
     sys.exit(run(sys.argv[2:]))
 

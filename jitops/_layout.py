@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The layout of a cache root: the one module that names a path inside one. The store (_store)
-owns what lives there; the warm path (_core) reads its records through these names without
+"""The layout of a cache root: the one module that names a path inside one. The store (_root)
+owns what lives there; the warm path (_libraries) reads its records through these names without
 importing the store. Standard library only, and small: every warm start imports it.
 
 <root>/<namespace>.<name>-<key>-<variant>/   an entry (immutable once published): manifest.json, the .so, build.log

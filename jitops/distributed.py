@@ -10,7 +10,7 @@ lacks. A "node" is a cache: the ranks on one host that share a cache root. The r
 keys and derive one plan (`plan`): for each (extension, key), one rank provides the entry (from its cache,
 or by building it: the builds spread over the nodes) and sends it to one rank of every other node
 that lacks it, which publishes it under the entry's lock as a local build would
-(`_build.publish_received`). Each outcome is broadcast, so a failure raises on every rank. docs/distributed.md
+(`_builder.publish_received`). Each outcome is broadcast, so a failure raises on every rank. docs/distributed.md
 ("Across nodes") says what a user sees.
 """
 
@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import _build, _entries, _loader
 from ._errors import BuildError
-from ._key import PlannedEntry
+from .build import _builder, _loader
 from .extension import Extension
+from .store import _entries
+from .store._key import PlannedEntry
 
 __all__ = ["load_all"]
 
@@ -111,7 +112,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         cached = [
             name
             for name, p in planned.items()
-            if _entries.verified_or_discarded(p.entry) is not None or _build.fetch_remote(p)[0] is not None
+            if _entries.verified_or_discarded(p.entry) is not None or _builder.fetch_remote(p)[0] is not None
         ]
         state = _local_state(entries, cached)
     except Exception as err:  # sent to the others, so that every rank raises it instead of waiting
@@ -157,7 +158,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         elif rank in t.receivers:
             _collective(t, builders, lambda: dist.recv_object_list(payload, t.source, group=group))
             try:
-                _build.publish_received(entries[t.name], *payload[0])
+                _builder.publish_received(entries[t.name], *payload[0])
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish {t.name} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here

@@ -11,7 +11,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from ._core import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
+from .warm._libraries import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
 
 if TYPE_CHECKING:  # for type checkers only: a warm start pays for every line this module runs
     from collections.abc import Callable, Sequence
@@ -268,7 +268,7 @@ def _load(token: str) -> bool:
         found = recall(extension)  # a warm start goes no further
         if found is None:
             from ._errors import BuildError
-            from ._loader import load  # only on a miss: the rest of the loader costs a warm start's budget
+            from .build._loader import load  # only on a miss: the rest of the loader costs a warm start's budget
 
             try:
                 found = load(extension)
@@ -294,7 +294,8 @@ def _run_registrations(extension: Extension, registrations: list[tuple[str, str,
 
 
 def _unknown_op(extension: Extension, kind: str, op: str, library) -> str:
-    from . import _namespaces, _torch_private
+    from . import _torch_private
+    from .warm import _namespaces
 
     namespace = extension.namespace
     said = f"Extension {extension.name!r}: {kind}({op!r}): its library defines no op {op!r} in the namespace {namespace!r}"

@@ -11,7 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
-from jitops import _budget, _store
+from jitops.store import _budget, _root
 
 
 def median_ms(run, repeats: int) -> float:
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    if _store.tree_size(args.root) > _budget.max_size():
+    if _root.tree_size(args.root) > _budget.max_size():
         raise SystemExit(f"{args.root} is over its budget: measuring would evict")
     files = sum(1 for _ in args.root.rglob("*"))
     processes = sum(1 for p in os.listdir("/proc") if p.isdigit())

@@ -8,17 +8,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from jitops import _stats
+from jitops.store import _usage
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--repeats", type=int, default=50)
 repeats = parser.parse_args().repeats
 root = Path(tempfile.mkdtemp(prefix="jitops-stats-cost-"))
-_stats.count(root, "jitops.add2", cache_loads=1)  # the file exists, as it does after the first build
+_usage.count(root, "jitops.add2", cache_loads=1)  # the file exists, as it does after the first build
 seconds = []
 for _ in range(repeats):
     started = time.perf_counter()
-    _stats.count(root, "jitops.add2", cache_loads=1)
+    _usage.count(root, "jitops.add2", cache_loads=1)
     seconds.append(time.perf_counter() - started)
 print(
     f"one counter update: median {statistics.median(seconds) * 1e3:.2f} ms, range {min(seconds) * 1e3:.2f}-"

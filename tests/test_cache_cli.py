@@ -19,7 +19,9 @@ import torch
 
 import jitops.ops._framework
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _core, _layout, _lock, _store
+from jitops import _layout
+from jitops.store import _lock, _root
+from jitops.warm import _libraries
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +73,7 @@ def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None
     manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
     manifest["key"] = key
     manifest["components"].update(edit_components or {})
-    _core.write_json_atomic(target / _layout.MANIFEST_NAME, manifest)
+    _libraries.write_json_atomic(target / _layout.MANIFEST_NAME, manifest)
     return target
 
 
@@ -104,7 +106,7 @@ time.sleep(600)
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
     jitops.ops._framework.require("add2")
-    return _core.loaded["jitops.add2"].library.parent
+    return _libraries.loaded["jitops.add2"].library.parent
 
 
 @pytest.fixture
@@ -246,7 +248,7 @@ def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     older = copy_entry(add2_entry, cache, "4" * 16)
     a_day_ago = time.time() - 86400
     os.utime(older, (a_day_ago, a_day_ago))  # an entry's folder's mtime is its last-used time
-    one_entry = _store.tree_size(older)
+    one_entry = _root.tree_size(older)
     dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
     assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]
     assert dry["removed"][-1]["key"] == "4" * 16, "the least recently used usable entry goes next"

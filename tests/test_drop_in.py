@@ -83,7 +83,7 @@ def test_an_unmodified_get_plugin_program_runs_through_jitops_and_its_warm_start
     env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
     module = run(["-m", "jitops", "run", "-m", "uses_torch", str(source), str(source.parent / "build")], env)
     assert (module["value"], module["file"], module["rest"]) == (1, cold["file"], True)
-    assert module["torch_code"] and module["load_is_jitops"] == "jitops._torch_load", "torch's module, jitops' load"
+    assert module["torch_code"] and module["load_is_jitops"] == "jitops.compat._torch_load", "torch's module, jitops' load"
 
 
 # Every helper _torch_helpers answers, asked as programs ask them (the survey in docs/extensions.md).
@@ -156,7 +156,7 @@ print(json.dumps({"before": before, "after": ce.include_paths(), "cuda_home": ce
     env = tiny_env(tmp_path / "cache")
     found = run(["-m", "jitops", "run", str(script)], env)
     torchs = run([str(script)], env)
-    assert found["torch_code"] and found["load"] == "jitops._torch_load"
+    assert found["torch_code"] and found["load"] == "jitops.compat._torch_load"
     assert found["cuda_home"] == "/set/by/the/program" == found["torch_reads_it"].removesuffix("/x")
     assert {k: found[k] for k in ("before", "after", "xpu")} == {k: torchs[k] for k in ("before", "after", "xpu")}
 
@@ -171,8 +171,8 @@ print(json.dumps({"load": cpp_extension.load.__module__, "inline": cpp_extension
 """
     found = run(["-c", code], tiny_env(tmp_path / "cache"))
     assert found == {
-        "load": "jitops._torch_load",
-        "inline": "jitops._torch_load_inline",
+        "load": "jitops.compat._torch_load",
+        "inline": "jitops.compat._torch_load_inline",
         "before": False,
         "build_extension": "torch.utils.cpp_extension",
     }
@@ -386,11 +386,11 @@ def test_the_environment_switch_serves_every_process_costs_nothing_until_used_an
 
     on, off = start("1"), start("0")
     assert on.returncode == 0 and off.returncode == 0 and not on.stderr, on.stderr + off.stderr
-    assert json.loads(on.stdout) == ["jitops._torch_load", ["_jitops_torch_load"]]
+    assert json.loads(on.stdout) == ["jitops.compat._torch_load", ["_jitops_torch_load"]]
     assert json.loads(off.stdout) == ["torch.utils.cpp_extension", []]
     for breaking in ("syntax error", "package removed"):
         if breaking == "syntax error":
-            with open(package / "_drop_in.py", "a") as drop_in:
+            with open(package / "compat" / "_drop_in.py", "a") as drop_in:
                 drop_in.write("x = (\n")
         else:
             shutil.rmtree(package)

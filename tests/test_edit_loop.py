@@ -19,8 +19,10 @@ import pytest
 import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
-from jitops import _layout, _ninja, _store
-from jitops._core import INCLUDE_DIR
+from jitops import _layout
+from jitops.build import _ninja
+from jitops.store import _root
+from jitops.warm._libraries import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")
@@ -28,7 +30,8 @@ UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")
 # Loads an Extension of the tiny sources (name, root and flags from argv) in a fresh process.
 LOAD = """
 import ctypes, json, sys
-from jitops import Extension, _loader
+from jitops import Extension
+from jitops.build import _loader
 name, root, cflags, ldflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 sources = [f"kernels/cpu/{name}.cpp", "kernels/cpu/tiny_second.cpp", f"bindings/{name}.cpp"]
 loaded = _loader.load(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
@@ -151,7 +154,7 @@ def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_pat
     assert "does not match its sha256" in again["stderr"], again["stderr"]
     assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
     record = json.loads(stored.read_text())  # removed, compiled again, stored again: sound
-    assert _store.sha256_file(obj) == record["object_sha256"]
+    assert _root.sha256_file(obj) == record["object_sha256"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user takes root")
@@ -539,7 +542,7 @@ def test_a_package_extensions_first_build_starts_no_precompiled_header_and_its_r
 
 
 def pch_compiles() -> list[str]:
-    """The processes compiling a precompiled header now (not python -m jitops._pch, whose argument
+    """The processes compiling a precompiled header now (not python -m jitops.build._pch, whose argument
     holds the command with @header@)."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -559,7 +562,7 @@ def test_a_background_precompiled_header_is_paused_while_a_foreground_build_comp
     compiler, log = logging_compiler(tmp_path)
     states = tmp_path / "states"
     # The PCH's compile is slow (5 s); the second extension's compile looks at it first (its
-    # processes: not python -m jitops._pch, whose argument holds the command with @header@).
+    # processes: not python -m jitops.build._pch, whose argument holds the command with @header@).
     wrapper = tmp_path / "pausing-c++"
     wrapper.write_text(
         f'#!/bin/sh\ncase "$*" in *c++-header*) sleep 5;; *" -c "*second.cpp*) sleep 1; '

@@ -62,7 +62,7 @@ def imported_modules(path: Path, module: str, package: str) -> set[str]:
                 origin = node.module or ""
             if not origin.startswith("jitops"):
                 continue
-            for alias in node.names:  # `from . import _store` names a module; `from ._core import X` does not
+            for alias in node.names:  # `from . import _root` names a module; `from ._core import X` does not
                 candidate = f"{origin}.{alias.name}"
                 found.add(candidate if candidate in MODULES else origin)
     return found - {module}
@@ -84,10 +84,10 @@ def test_jitops_modules_import_each_other_without_cycles():
     # The core stands on nothing but three leaves: the errors, the namespace guard (checked before
     # a warm dlopen too; it asks torch's dispatcher through the one door to torch's private names)
     # and the cache's layout (the warm path reads its records by those names).
-    leaves = {"jitops._errors", "jitops._namespaces", "jitops._layout"}
+    leaves = {"jitops._errors", "jitops.warm._namespaces", "jitops._layout"}
     door = {"jitops._errors", "jitops._torch_private"}
     assert graph["jitops._torch_private"] <= {"jitops._errors"}
-    assert graph["jitops._core"] <= leaves and all(graph[leaf] <= door for leaf in leaves), "the core stands on nothing"
+    assert graph["jitops.warm._libraries"] <= leaves and all(graph[leaf] <= door for leaf in leaves), "the core stands on nothing"
     cycles = []
 
     def visit(node, stack):
@@ -105,6 +105,33 @@ def test_jitops_modules_import_each_other_without_cycles():
     assert cycles == [], f"import cycles: {cycles}"
 
 
+# The wings in their order (docs/ARCHITECTURE.md): a module imports only modules of its own rank or
+# below, inside functions too. The ground is four leaves every wing stands on; the public modules
+# are on top, jitops.extension (the declaration the compat wing makes) just below the compat wing.
+WINGS = ("ground", "warm", "store", "build", "extension", "compat", "top")
+GROUND = {"jitops._errors", "jitops._torch_private", "jitops._layout", "jitops._flock"}
+
+
+def wing_of(module: str) -> str:
+    if module in GROUND:
+        return "ground"
+    if module == "jitops.extension":
+        return "extension"
+    wing = module.split(".")[1] if module.count(".") else ""
+    return wing if wing in ("warm", "store", "build", "compat") else "top"
+
+
+def test_every_import_follows_the_order_of_the_wings():
+    upward = []
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for target in sorted(imported_modules(path, name, package) & set(MODULES)):
+            if WINGS.index(wing_of(target)) > WINGS.index(wing_of(name)):
+                upward.append(f"{name} ({wing_of(name)}) imports {target} ({wing_of(target)})")
+    assert upward == [], "imports against the order of the wings:\n" + "\n".join(upward)
+    assert {wing_of(name) for name in MODULES} == set(WINGS)
+
+
 # What names a path inside a cache root: its folders' and files' names, as string literals.
 CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
 CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "torch-flags.json", "stats.json", "stats.lck")
@@ -113,7 +140,7 @@ CACHE_NAMES += ("locations.json", "objects", "pch", "inline")
 
 def test_only_the_store_names_a_path_inside_the_cache():
     """The layout of a cache root has one owner: jitops/_layout.py names every folder and file in
-    it (the store, jitops/_store.py, and everything else ask it). A string literal elsewhere in the
+    it (the store, jitops/store/_root.py, and everything else ask it). A string literal elsewhere in the
     package or the CLI that spells one of those names is a second owner."""
     offenders = []
     for path in sorted([*(REPO / "jitops").rglob("*.py"), *(REPO / "cache_tools").rglob("*.py")]):
@@ -150,7 +177,7 @@ def test_the_errors_users_catch_are_public():
     assert jitops.BuildError is _errors.BuildError and jitops.CacheError is _errors.CacheError
     assert jitops.NamespaceConflict is _errors.NamespaceConflict
     with pytest.raises(jitops.BuildError, match="missing sources"):
-        from jitops import _loader
+        from jitops.build import _loader
 
         _loader.load(tiny_extension(TESTS / "no_such_folder"))
 
@@ -253,12 +280,13 @@ def test_every_op_declares_one_extension_in_the_jitops_namespace():
 
 LOAD_IN_TWO_NAMESPACES = f"""
 import json, sys
-from jitops import _core, _loader
+from jitops.warm import _libraries
+from jitops.build import _loader
 from tiny_extension import tiny_extension
 first = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
 second = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
 print(json.dumps({{"libraries": [str(first.library), str(second.library)], "how": [first.how, second.how],
-                  "loaded": sorted(_core.loaded)}}))
+                  "loaded": sorted(_libraries.loaded)}}))
 """
 
 
@@ -287,7 +315,7 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
 LOAD_TWO_VERSIONS = f"""
 import ctypes, json, sys, torch
 import jitops
-from jitops import _core
+from jitops.warm import _libraries
 from tiny_extension import tiny_extension
 first = tiny_extension(sys.argv[1]).load()
 errors = []
@@ -297,7 +325,7 @@ for other in (tiny_extension(sys.argv[2]), tiny_extension(sys.argv[1], name="tin
         other.load()
     except jitops.NamespaceConflict as err:
         errors.append(str(err))
-print(json.dumps({{"errors": errors, "loaded": sorted(_core.loaded), "libraries": sorted(torch.ops.loaded_libraries),
+print(json.dumps({{"errors": errors, "loaded": sorted(_libraries.loaded), "libraries": sorted(torch.ops.loaded_libraries),
                   "value": ctypes.CDLL(str(first.library)).jitops_tiny_value()}}))
 """
 
@@ -399,7 +427,8 @@ def test_disable_build_advises_a_programs_load_only_what_can_build_it(tmp_path, 
 
 LOAD_TINY_WITH_INCLUDES = """
 import ctypes, json, sys
-from jitops import Extension, _loader
+from jitops import Extension
+from jitops.build import _loader
 root, include = sys.argv[1], sys.argv[2]
 sources = ["kernels/cpu/tiny.cpp", "kernels/cpu/tiny_second.cpp", "bindings/tiny.cpp"]
 loaded = _loader.load(Extension("tiny", sources, namespace="jitops_test", root=root, include_dirs=[include]))
@@ -433,7 +462,8 @@ def test_a_header_from_another_folder_is_tracked_and_an_unused_one_is_not(tmp_pa
 
 LOAD_TWO_OPS_FROM = """
 import json, sys
-from jitops import Extension, _loader
+from jitops import Extension
+from jitops.build import _loader
 from jitops.ops.add2 import EXTENSION as add2
 from jitops.ops.bias_act import EXTENSION as bias_act
 how = {}

@@ -19,7 +19,10 @@ import torch
 from tiny_extension import tiny_extension
 
 import jitops.ops._framework
-from jitops import _buildfile, _core, _key, _layout, _loader, _store
+from jitops import _layout
+from jitops.build import _buildfile, _loader
+from jitops.store import _key, _root
+from jitops.warm import _libraries
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 TIMEOUT_S = 300  # a hang fails the test instead of stalling CI
@@ -41,7 +44,7 @@ def count_spawn_and_locks(event, args):
             LOCKS.append(path)
 sys.addaudithook(count_spawn_and_locks)
 SPAWNED, LOCKS = [], []
-from jitops import _loader
+from jitops.build import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
 started = time.perf_counter()
@@ -50,7 +53,7 @@ seconds = time.perf_counter() - started
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
                   "library": str(loaded.library),
-                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops._build" in sys.modules}))
+                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops.build._builder" in sys.modules}))
 """
 )
 
@@ -158,7 +161,7 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert warm["how"] == "cache" and warm["value"] == 42
     assert warm["spawned"] == [], f"a warm load spawned {warm['spawned']}"
     assert warm["locks"] == [], f"a warm load took the locks {warm['locks']}"
-    assert not warm["build_code"], "a warm load imports no build code (jitops._build)"
+    assert not warm["build_code"], "a warm load imports no build code (jitops.build._builder)"
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
@@ -196,7 +199,7 @@ def test_cuda_arch_list_is_part_of_the_key():
         pytest.skip("no CUDA toolkit")
     sources = tiny_extension(TINY_SOURCES)
     keys = {
-        _store.compute_key(_key.key_components(sources, _key.find_cxx(), _key.CudaPlan(True, arch, cuda_home, "")))
+        _root.compute_key(_key.key_components(sources, _key.find_cxx(), _key.CudaPlan(True, arch, cuda_home, "")))
         for arch in ("8.0", "9.0", "8.0;9.0")
     }
     assert len(keys) == 3
@@ -295,15 +298,15 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     cache = tmp_path / "cache"
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))
     monkeypatch.setenv("CXX", _compiler_reporting(tmp_path / "c++", "c++ 1.0"))
-    saved = dict(_core.loaded)  # this process's libraries: each load() below starts afresh
-    request.addfinalizer(lambda: (_core.loaded.clear(), _core.loaded.update(saved)))
+    saved = dict(_libraries.loaded)  # this process's libraries: each load() below starts afresh
+    request.addfinalizer(lambda: (_libraries.loaded.clear(), _libraries.loaded.update(saved)))
 
     def recorded() -> Path | None:
-        found = _core.recorded_library(tiny_extension(), _core.settings(tiny_extension(tiny_copy)))
+        found = _libraries.recorded_library(tiny_extension(), _libraries.settings(tiny_extension(tiny_copy)))
         return Path(found[0]) if found else None
 
     def load() -> Path:
-        _core.loaded.clear()
+        _libraries.loaded.clear()
         with contextlib.redirect_stderr(io.StringIO()):  # build progress
             return _loader.load(tiny_extension(tiny_copy)).library
 
@@ -323,9 +326,9 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     header = tiny_copy / "kernels" / "tiny.h"
     header.write_text(header.read_text() + "// edited\n")
     assert recorded() is None, "a header edited: the warm record must miss"
-    before = _core.file_identity(first)
+    before = _libraries.file_identity(first)
     first = load()
-    assert first != loaded[0] and _core.file_identity(loaded[0]) == before, "a header edited: a new variant"
+    assert first != loaded[0] and _libraries.file_identity(loaded[0]) == before, "a header edited: a new variant"
     assert _layout.parse_entry_name(first.parent.name)[:2] == _layout.parse_entry_name(loaded[0].parent.name)[:2]
     assert recorded() == first
     loaded.append(first)
@@ -343,11 +346,11 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     changed("CXX unset")
     _compiler_reporting(early / "c++", "c++ 4.0")
     changed("a compiler put earlier on the same PATH")
-    if _core.cxx_runtime():  # the libraries link against it (_key.link_flags)
+    if _libraries.cxx_runtime():  # the libraries link against it (_key.link_flags)
         other_runtime = tmp_path / "other-runtime" / "libstdc++.so.6"
         other_runtime.parent.mkdir()
-        shutil.copy(_core.cxx_runtime(), other_runtime)
-        monkeypatch.setattr(_core, "cxx_runtime", lambda: str(other_runtime))
+        shutil.copy(_libraries.cxx_runtime(), other_runtime)
+        monkeypatch.setattr(_libraries, "cxx_runtime", lambda: str(other_runtime))
         monkeypatch.setattr(_key, "cxx_runtime", lambda: str(other_runtime))
         changed("another C++ runtime in the process")
     monkeypatch.setattr(torch, "__version__", "0.0.1")
@@ -356,14 +359,14 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
     assert recorded() is None, "another arch list misses (the key names it where CUDA is built)"
     load()
     # The loader's own flags live in _key.py, whose identity every record checks.
-    record_file = Path(_core.record_path(str(cache), "jitops_test.tiny", _core.settings(tiny_extension(tiny_copy))))
+    record_file = Path(_libraries.record_path(str(cache), "jitops_test.tiny", _libraries.settings(tiny_extension(tiny_copy))))
     assert _key.__file__ in dict(json.loads(record_file.read_text())["checked"])
 
     library = recorded()
     record = json.loads(record_file.read_text())
     os.utime(library.parent, (0, 0))
-    _core.loaded.clear()
-    assert _core.recall(tiny_extension(tiny_copy)).library == library
+    _libraries.loaded.clear()
+    assert _libraries.recall(tiny_extension(tiny_copy)).library == library
     assert time.time() - library.parent.stat().st_mtime < 60, "a warm start marks its entry as used (for pruning)"
     library.touch()  # the library's identity changed: the long way, which hashes it again
     assert recorded() is None and load() == library and recorded() == library
@@ -381,11 +384,11 @@ def test_warm_record_is_trusted_only_while_nothing_the_key_depends_on_changed(tm
 
 
 def test_warm_start_imports_only_the_warm_path():
-    """jitops.ops._framework.require on a warm start reads the warm record (_core) and nothing else of the
+    """jitops.ops._framework.require on a warm start reads the warm record (_libraries) and nothing else of the
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
         "import sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
-        "print(sorted(m for m in ('jitops._loader', 'jitops._key', 'jitops._store', 'jitops._prebuilt', 'jitops._build', 'jitops._errors') if m in sys.modules))"
+        "print(sorted(m for m in ('jitops.build._loader', 'jitops.store._key', 'jitops.store._root', 'jitops.store._prebuilt', 'jitops.build._builder', 'jitops._errors') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
         proc = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -395,15 +398,15 @@ def test_warm_start_imports_only_the_warm_path():
 
 def test_warm_open_records_the_library_as_torch_does_and_says_why_one_fails(tmp_path):
     jitops.ops._framework.require("add2")
-    library = _core.loaded["jitops.add2"].library
+    library = _libraries.loaded["jitops.add2"].library
     link = tmp_path / "link.so"
     link.symlink_to(library)
-    _core.open_verified_library(str(link))  # loaded already: dlopen finds it by its inode
+    _libraries.open_library(str(link), verified=True)  # loaded already: dlopen finds it by its inode
     assert str(library.resolve()) in torch.ops.loaded_libraries
     not_elf = tmp_path / "not_elf.so"
     not_elf.write_bytes(b"not a shared library")
     with pytest.raises(OSError, match=r"Could not load this library: .*not_elf\.so: .*(ELF|too short)"):
-        _core.open_verified_library(str(not_elf))
+        _libraries.open_library(str(not_elf), verified=True)
     assert str(not_elf) not in torch.ops.loaded_libraries
 
 
@@ -416,10 +419,10 @@ def needed_libraries(library: Path) -> list[str]:
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf (binutils) is not installed")
 def test_op_libraries_name_only_the_torch_libraries_they_use():
     # Every dlopen walks the dependencies of each library the new one names, loaded or not
-    # (jitops/_key.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
+    # (jitops/store/_key.py: LDFLAGS); the ops take symbols from c10 and torch_cpu (and cudart) only.
     # torch_cuda in particular (with its two dozen CUDA libraries) would double a warm dlopen.
     jitops.ops._framework.require("add2")
-    needed = needed_libraries(_core.loaded["jitops.add2"].library)
+    needed = needed_libraries(_libraries.loaded["jitops.add2"].library)
     assert "libtorch_cpu.so" in needed
     assert not {"libtorch.so", "libtorch_python.so", "libc10_cuda.so", "libtorch_cuda.so"} & set(needed), needed
 
@@ -434,7 +437,7 @@ def exported_symbols(library: Path) -> list[str]:
 # Builds add2 (CPU) with $CXX in a fresh process, checks it computes and reports a bad argument.
 BUILD_AND_RUN_ADD2 = """
 import torch, jitops, jitops.ops._framework
-from jitops import _core
+from jitops.warm import _libraries
 jitops.ops._framework.require("add2")
 a, b = torch.randn(1000), torch.randn(1000)
 assert torch.equal(jitops.add2(a, b), a + b)
@@ -443,7 +446,7 @@ try:
     raise AssertionError("a bad argument went through")
 except RuntimeError as error:
     assert "b" in str(error), error
-print(_core.loaded["jitops.add2"].library)
+print(_libraries.loaded["jitops.add2"].library)
 """
 
 
@@ -470,7 +473,7 @@ def test_op_libraries_take_the_cxx_runtime_of_the_process_from_a_compiler_that_l
     assert "libstdc++.so.6" in needed_libraries(library)
     assert len(exported_symbols(library)) < 100, "only the op library's own symbols"
     manifest = json.loads((library.parent / _layout.MANIFEST_NAME).read_text())
-    assert _core.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
+    assert _libraries.cxx_runtime() in manifest["components"]["ldflags"], "the runtime linked is part of the key"
 
 
 @pytest.mark.parametrize(
@@ -491,7 +494,7 @@ def test_every_key_component_changes_the_key(change):
         changed["cxx"] = "/usr/bin/other-c++: 1.0"
     else:
         changed["python_soabi"] = "cpython-399"
-    assert _store.compute_key(changed) != _store.compute_key(base)
+    assert _root.compute_key(changed) != _root.compute_key(base)
 
 
 def test_failed_build_reports_first_error_and_leaves_nothing(tmp_path, tiny_copy):
@@ -550,7 +553,7 @@ LOAD_MANY = (
     + """
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from jitops import _loader
+from jitops.build import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
 names = ["tiny", *sys.argv[2:]]
@@ -598,7 +601,7 @@ def test_parallel_builds_write_whole_lines(tmp_path, tiny_copy):
 # A new process's warm load_all of two real ops, then each op on every device against its *_ref.
 LOAD_ALL_AND_RUN = """
 import json, sys, torch, jitops
-from jitops import _core
+from jitops.warm import _libraries
 jitops.load_all(["add2", "bias_act"])
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 checked = []
@@ -608,7 +611,7 @@ for device in devices:
     x, bias = torch.randn(4, 8, 5, 5, device=device), torch.randn(8, device=device)
     torch.testing.assert_close(jitops.bias_act(x, bias, act="lrelu"), jitops.bias_act_ref(x, bias, act="lrelu"))
     checked.append(device)
-print(json.dumps({"checked": checked, "how": [_core.loaded[f"jitops.{op}"].how for op in ("add2", "bias_act")]}))
+print(json.dumps({"checked": checked, "how": [_libraries.loaded[f"jitops.{op}"].how for op in ("add2", "bias_act")]}))
 """
 
 

@@ -23,8 +23,10 @@ import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny
 
 from cache_tools import inventory
-from jitops import _core, _entries, _flock, _layout
+from jitops import _flock, _layout
 from jitops._errors import BuildError
+from jitops.store import _entries
+from jitops.warm import _libraries
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -162,7 +164,7 @@ def corrupt_malformed_manifest(entry: Path) -> None:
 
 def corrupt_other_key(entry: Path) -> None:
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
-    _core.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "key": "0" * 16})
+    _libraries.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "key": "0" * 16})
 
 
 @pytest.mark.parametrize(
@@ -516,7 +518,7 @@ def small_tmpfs(folder: Path, size: str):
 
 def test_a_full_disk_when_the_lock_names_its_holder_is_the_disk_full_error(tmp_path):
     # G4: the lock file takes no block, its .owner file does: the disk fills between the two.
-    from jitops._lock import HeldLock
+    from jitops.store._lock import HeldLock
 
     with small_tmpfs(tmp_path / "disk", "16k") as disk:
         with open(disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):

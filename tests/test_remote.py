@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The remote tier (jitops/_remote.py) against a real redis-server on a free port, and a shared
+"""The remote tier (jitops/store/_remote.py) against a real redis-server on a free port, and a shared
 folder (file://): a fresh machine (a cache root of its own) loads what another built; signatures
 refuse every tampered part; machines that cannot run a library never share its entry; every
 server fault leaves a load that builds locally and a cache `verify` finds sound; 8 machines that
@@ -173,7 +173,7 @@ def other_key(sources: Path) -> str:
     """The remote lookup key of tiny built from `sources`, as the loader computes it."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[2]); from tiny_extension import tiny_extension; "
-        "from jitops._key import PlannedEntry; from jitops._remote_records import lookup_key; "
+        "from jitops.store._key import PlannedEntry; from jitops.store._remote_records import lookup_key; "
         "print(lookup_key(PlannedEntry(tiny_extension(sys.argv[1])).components))"
     )
     out = children.run([sys.executable, "-c", code, str(sources), str(Path(__file__).parent)], capture_output=True, text=True)
@@ -205,9 +205,9 @@ def test_another_compiler_of_one_abi_shares_an_entry(tmp_path, server, keys):
 
 # Another machine's torch build or Python: the process's ABI as the key reads it, changed.
 OTHER_ABI = """
-import os, jitops._key
-_abi = jitops._key.process_abi
-jitops._key.process_abi = lambda: {{**_abi(), {field!r}: {value!r}}}
+import os, jitops.store._key
+_abi = jitops.store._key.process_abi
+jitops.store._key.process_abi = lambda: {{**_abi(), {field!r}: {value!r}}}
 """
 
 
@@ -229,8 +229,8 @@ def test_machines_with_another_torch_build_or_python_never_share_an_entry(tmp_pa
 def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tmp_path):
     """What is looked up holds torch, Python ABI and C++ ABI; a record for other archs, or a newer
     glibc, is refused by the reader."""
-    from jitops import _remote_records
-    from jitops._key import portable_components
+    from jitops.store import _remote_records
+    from jitops.store._key import portable_components
 
     components = {
         "name": "ns.op",
@@ -261,7 +261,7 @@ def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tm
     ]:
         assert _remote_records.lookup_key({**components, field: value}) != key, field
     assert "cuda_arch_list" not in portable_components(components)
-    from jitops import _prebuilt
+    from jitops.store import _prebuilt
 
     assert _prebuilt.missing_archs("8.0", [(9, 0)]) == ["9.0"]
     assert _prebuilt.missing_archs("8.0;9.0", [(9, 0)]) == []
@@ -274,7 +274,7 @@ def resigned_record(server: RedisServer, keys: dict, change) -> None:
     a record the reader trusts, whose contents the test chose."""
     import redis
 
-    from jitops import _remote
+    from jitops.store import _remote
 
     client = redis.Redis(port=server.port)
     (record,) = [k for k in client.keys("jitops:entries/*") if not k.startswith(b"jitops:ls:")]
@@ -307,9 +307,9 @@ def test_a_trusted_record_that_cannot_run_here_is_built_here(tmp_path, server, k
 def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(monkeypatch):
     """A pod without a toolkit would build for the CPU alone: it looks up what a writer with nvcc
     built for its GPUs (here TORCH_CUDA_ARCH_LIST) first, then its own CPU-only key."""
-    from jitops import _remote_records
-    from jitops._key import CudaPlan, PlannedEntry, key_components
     from jitops.ops._framework import extension
+    from jitops.store import _remote_records
+    from jitops.store._key import CudaPlan, PlannedEntry, key_components
 
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     planned = PlannedEntry(extension("add2"))  # then as planned on a machine without a toolkit:
@@ -324,13 +324,13 @@ def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(mon
 
 
 # A pod without nvcc: no toolkit is found.
-NO_TOOLKIT = "import jitops._key\njitops._key.find_cuda_home = lambda: None\n"
+NO_TOOLKIT = "import jitops.store._key\njitops._key.find_cuda_home = lambda: None\n"
 LOAD_ADD2 = """
 import json, torch, jitops
-from jitops import _core
+from jitops.warm import _libraries
 x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
 ok = torch.equal(jitops.add2(x, y), x + y)
-loaded = _core.loaded["jitops.add2"]
+loaded = _libraries.loaded["jitops.add2"]
 print(json.dumps({"how": loaded.how, "with_cuda": loaded.with_cuda, "ok": bool(ok)}))
 """
 
@@ -354,7 +354,7 @@ def test_a_record_without_code_for_the_wanted_archs_is_refused():
     """A reader takes an entry whose code covers its GPUs (or TORCH_CUDA_ARCH_LIST, without one)."""
     from types import SimpleNamespace
 
-    from jitops import _remote_records
+    from jitops.store import _remote_records
 
     planned = SimpleNamespace(cuda=SimpleNamespace(arch_list="8.0;9.0"))
     body = {"backends": ["cpu", "cuda"], "cuda_arch_list": "8.0", "glibc": None}
@@ -416,7 +416,7 @@ RESTART_BETWEEN = """
 import sys, os, time
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
-from jitops import _loader
+from jitops.build import _loader
 first = _loader.load(tiny_extension(sys.argv[1], namespace="first_ns"))
 open(os.environ["MARK"], "w").close()
 while not os.path.exists(os.environ["MARK"] + ".go"):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The store (jitops/_store.py): published entries never change, a load that loses its entry
+"""The store (jitops/store/_root.py): published entries never change, a load that loses its entry
 between the check and the open finds or builds it again, a root whose objects/ or pch/ cannot be
 used only compiles more, and the budget evicts the least recently used, never what a live process
 holds. Real builds of tiny_ext and real concurrent processes."""
@@ -18,14 +18,15 @@ import children
 import pytest
 from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, load_tiny_failing, start_tiny, tiny_env
 
-from jitops import _budget, _layout
+from jitops import _layout
+from jitops.store import _budget
 
 # The long way (no warm record), paused where the test says until the file `go` appears: a third
 # process acts in the window between the entry's check and its open.
 PAUSE = """
 import os, time, torch
-import jitops._core, jitops._namespaces
-jitops._core.recall = lambda *a, **k: None
+import jitops.warm._libraries, jitops.warm._namespaces
+jitops.warm._libraries.recall = lambda *a, **k: None
 def _paused(original):
     def wait(*args, **kwargs):
         folder = os.environ["PAUSE_DIR"]
@@ -36,7 +37,7 @@ def _paused(original):
     return wait
 """
 BEFORE_DLOPEN = PAUSE + "torch.ops.load_library = _paused(torch.ops.load_library)\n"
-BEFORE_OPEN = PAUSE + "jitops._namespaces.defined_in = _paused(jitops._namespaces.defined_in)\n"
+BEFORE_OPEN = PAUSE + "jitops.warm._namespaces.defined_in = _paused(jitops.warm._namespaces.defined_in)\n"
 
 
 def tree(tmp_path: Path, name: str, value: int = 42) -> Path:
@@ -183,7 +184,7 @@ def test_a_read_only_objects_folder_costs_only_the_store(tmp_path):
 HOLD = """
 import json, sys, time, ctypes
 sys.path.insert(0, sys.argv[2])
-from jitops import _loader
+from jitops.build import _loader
 from tiny_extension import tiny_extension
 loaded = _loader.load(tiny_extension(sys.argv[1]))
 print(json.dumps({"library": str(loaded.library), "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value()}), flush=True)
@@ -289,7 +290,8 @@ def test_the_manifest_records_the_extensions_headers_not_the_systems(tmp_path):
     """Headers under /usr/include, /usr/lib and /usr/lib64 (the system's packages, as the
     compiler's own), torch's and the toolkit's are left out of an entry's recorded headers: the key
     names the compiler and torch they come with (docs/cache.md). The extension's own are recorded."""
-    from jitops import Extension, _entries
+    from jitops import Extension
+    from jitops.store import _entries
 
     (tmp_path / "local.h").write_text("#define LOCAL_VALUE 3\n")
     (tmp_path / "m.cpp").write_text('#include <stdio.h>\n#include "local.h"\nextern "C" int m_value() { return LOCAL_VALUE; }\n')

@@ -47,7 +47,7 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-warm_path = ("jitops", "jitops._core", "jitops._layout", "jitops.extension", "jitops._torch_load", "jitops._module_names", "jitops._torch_private")
+warm_path = ("jitops", "jitops.warm._libraries", "jitops._layout", "jitops.extension", "jitops.compat._torch_load", "jitops.compat._module_names", "jitops._torch_private")
 loader = sorted(m for m in sys.modules if m.startswith("jitops") and m not in warm_path)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """
@@ -424,7 +424,7 @@ def test_a_build_error_traceback_shows_the_public_name_and_the_callers_line_not_
 
 
 def test_advice_names_the_setting_that_moves_the_folder(tmp_path, monkeypatch):
-    from jitops import _lock
+    from jitops.store import _lock
 
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "configured"))
     assert _lock.setting_for(tmp_path / "configured" / "x.lock") == "JITOPS_CACHE_DIR"

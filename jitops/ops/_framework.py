@@ -19,8 +19,8 @@ from functools import partial
 import torch
 
 from .. import _torch_private
-from .._core import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 from ..extension import Extension, assume_constant_result
+from ..warm._libraries import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 
 NAMESPACE = OPS_NAMESPACE  # the TORCH_LIBRARY namespace of every op here
 # -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC
@@ -106,7 +106,7 @@ def load_all(
     to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
     for name, declaration, finish in jobs:
         if recall(declaration, seen=seen) is None:  # not a warm start: the long way
-            from .._loader import load  # only on a miss, as in require
+            from ..build._loader import load  # only on a miss, as in require
 
             if load(declaration, cached_only=True) is None:
                 to_build.append((name, finish))

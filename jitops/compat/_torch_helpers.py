@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from . import _torch_private
+from .. import _torch_private
 
 MISSING = object()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from . import _torch_private
+from .. import _torch_private
 
 # TORCH_LIBRARY(ns, m) defines `static void TORCH_LIBRARY_init_<ns>(torch::Library&)` (and
 # STABLE_TORCH_LIBRARY its STABLE_ twin), whose mangled name, length first, stays in the symbol
@@ -93,7 +93,7 @@ def record(namespaces: list[str], library: str | os.PathLike) -> None:
 
 
 def _conflict(namespace: str, name: str, where: str) -> None:
-    from ._errors import NamespaceConflict
+    from .._errors import NamespaceConflict
 
     raise NamespaceConflict(
         f"jitops: cannot load {name}: its TORCH_LIBRARY block defines the namespace {namespace!r}, "

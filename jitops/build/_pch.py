@@ -32,9 +32,10 @@ import threading
 import time
 from pathlib import Path
 
-from . import _budget, _flock, _layout, _store
-from ._core import file_identity, mark_used, write_json_atomic
-from ._errors import BuildError, CacheError
+from .. import _flock, _layout
+from .._errors import BuildError, CacheError
+from ..store import _budget, _root
+from ..warm._libraries import file_identity, mark_used, write_json_atomic
 
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
@@ -54,7 +55,7 @@ def worth_building(extension, built_before: bool) -> bool:
     here before (someone edits it), or a jitops.load/load_inline extension (a script's or
     notebook's own code, edited, and followed by others). Not for the first build of jitops' ops
     or of a package's extension, whose users seldom compile again."""
-    from ._core import DROP_IN_NAMESPACE
+    from ..warm._libraries import DROP_IN_NAMESPACE
 
     return built_before or extension.namespace == DROP_IN_NAMESPACE
 
@@ -69,7 +70,7 @@ def left_out_of_key(extension, library_name: str) -> list[str]:
 @contextlib.contextmanager
 def foreground(root: Path | None):
     """Held around a build's compiles: background PCH builds of the root pause meanwhile."""
-    parent = _store.usable_part(root, _layout.PCH_DIR) if root is not None else None
+    parent = _root.usable_part(root, _layout.PCH_DIR) if root is not None else None
     if parent is None:
         yield
         return
@@ -108,7 +109,7 @@ def command_flags(unit, left_out: list[str]) -> str | None:
 
 
 def key(header: str, unit, flags: str, components: dict) -> str:
-    from ._objects import toolchain
+    from ..store._object_store import toolchain
 
     made_of = {
         "header": header,
@@ -117,35 +118,35 @@ def key(header: str, unit, flags: str, components: dict) -> str:
         "post_flags": unit.post_flags,
         "toolchain": toolchain(components),
     }
-    return _store.json_digest(made_of, 32)
+    return _root.json_digest(made_of, 32)
 
 
 def find(root: Path, pch_key: str) -> str | None:
     """The path to -include for a published, verified PCH (its .gch's sha256, hashed in full
     unless its identity is the one recorded), else None; a corrupt one is removed."""
-    parent = _store.usable_part(root, _layout.PCH_DIR, write=False)
+    parent = _root.usable_part(root, _layout.PCH_DIR, write=False)
     if parent is None:
         return None
     folder = parent / pch_key
     gch = folder / _layout.GCH_NAME
-    problem = _store.foreign_problem([folder], [folder / _layout.RECORD_NAME, gch, folder / _layout.PCH_HEADER_NAME])
+    problem = _root.foreign_problem([folder], [folder / _layout.RECORD_NAME, gch, folder / _layout.PCH_HEADER_NAME])
     if problem:
-        from ._errors import warn
+        from .._errors import warn
 
         warn(f"not using the precompiled header {folder}: {problem}")
         return None
     try:
         record = json.loads((folder / _layout.RECORD_NAME).read_text())
-        if file_identity(gch) != record["identity"] and _store.sha256_file(gch) != record["sha256"]:
+        if file_identity(gch) != record["identity"] and _root.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
-        from ._errors import warn
+        from .._errors import warn
 
         warn(f"discarding the corrupt precompiled header {folder}: {err}")
         with contextlib.suppress(OSError):  # a read-only pch/: it stays, unused
-            _store.remove_tree(folder)
+            _root.remove_tree(folder)
         return None
     mark_used(str(folder), folder.stat().st_mtime)  # for the budget's least-recently-used order
     return str(folder / _layout.PCH_HEADER_NAME)
@@ -180,10 +181,10 @@ def build(spec: dict, blocking: bool) -> str | None:
     """Build and publish the PCH `spec` (job()) under its lock, unless published meanwhile. Returns
     the path to -include, or None: not blocking and another process holds the lock, or the
     compiler refused (the units are then compiled without one)."""
-    from ._lock import HeldLock
+    from ..store._lock import HeldLock
 
     root, pch_key = Path(spec["root"]), spec["key"]
-    parent = _store.usable_part(root, _layout.PCH_DIR)
+    parent = _root.usable_part(root, _layout.PCH_DIR)
     if parent is None:
         return None
     with HeldLock(Path(_layout.pch_lock_path(parent / pch_key)), f"the precompiled header {pch_key}", blocking=blocking) as lock:
@@ -192,10 +193,10 @@ def build(spec: dict, blocking: bool) -> str | None:
         found = find(root, pch_key)
         if found is not None:
             return found
-        _store.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
+        _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
         staging = None
         try:
-            staging = _store.new_staging(parent)
+            staging = _root.new_staging(parent)
             header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
             header.write_text(spec["header"], encoding="utf-8")
             # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
@@ -211,7 +212,7 @@ def build(spec: dict, blocking: bool) -> str | None:
             if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
                 return None
             record = {
-                "sha256": _store.sha256_file(gch),
+                "sha256": _root.sha256_file(gch),
                 "identity": file_identity(gch),
                 "command": command,
                 "built_at": time.time(),
@@ -219,7 +220,7 @@ def build(spec: dict, blocking: bool) -> str | None:
             write_json_atomic(staging / _layout.RECORD_NAME, record)
             deps.unlink()
             os.chmod(staging, 0o700)
-            _store.publish_folder(staging, parent / pch_key)
+            _root.publish_folder(staging, parent / pch_key)
         except (OSError, ValueError):
             return None  # a full disk, or flags the shell cannot split: the units compile without it
         finally:
@@ -271,13 +272,13 @@ def start_background(spec: dict) -> bool:
     <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without.
     Returns whether it was started."""
     try:
-        parent = _store.usable_part(spec["root"], _layout.PCH_DIR)
+        parent = _root.usable_part(spec["root"], _layout.PCH_DIR)
         if parent is None or _flock.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):
             return False  # (held: another process is building it)
         log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "jitops._pch", json.dumps(spec)],
+                [sys.executable, "-m", "jitops.build._pch", json.dumps(spec)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -299,7 +300,7 @@ def describe_background(spec: dict) -> str:
     )
 
 
-if __name__ == "__main__":  # the background build: python -m jitops._pch '<job as JSON>'
+if __name__ == "__main__":  # the background build: python -m jitops.build._pch '<job as JSON>'
     with contextlib.suppress(AttributeError, OSError):  # SCHED_IDLE: only on a core nothing else wants
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     os.nice(19)

@@ -6,7 +6,7 @@ import (torch is imported inside the functions that need it).
 
 One module, not one per topic: a warm start's cost is mostly importing its Python code (each module
 a file to find, read and unmarshal), so all a warm start runs is here and in extension.py, and the
-long way's modules (_key, _store, _prebuilt, _build, _loader) are imported only on a miss
+long way's modules (_key, _root, _prebuilt, _build, _loader) are imported only on a miss
 (BENCHMARKS.md).
 """
 
@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _layout
-from ._layout import MANIFEST_NAME, configured_root, is_identifier, record_entry
+from .. import _layout
+from .._layout import MANIFEST_NAME, configured_root, is_identifier, record_entry
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 VERSION = "0.1.0"  # jitops.__version__
 # How jitops turns an Extension into a library (build file, added flags, manifest): in every key
@@ -48,7 +48,7 @@ TOOLCHAIN_ENVIRONMENT = (
 )
 
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # jitops/
 INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on every extension's include path
 # The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
 # namespace, so the namespace guard cannot claim this one for a package.
@@ -197,14 +197,19 @@ def cxx_runtime() -> str | None:
 _RTLD_DI_LINKMAP = 2  # <dlfcn.h>
 
 
-def open_verified_library(library: str) -> None:
-    """torch.ops.load_library(library) with lazy binding (a third of a small library's dlopen).
-    Only for a library a warm record names: that very file loaded with every symbol bound under the
-    same settings. Anything else must fail to load, not on a call: torch.ops.load_library opens it.
-    (A pybind11 module is imported after this, and Python's own dlopen then finds it open: opening
-    it by that import alone, with Python's RTLD_NOW, made a warm CUDA module slower.)"""
+def open_library(library: str | os.PathLike, verified: bool = False) -> None:
+    """The one place jitops opens a library: torch.ops.load_library, which runs its TORCH_LIBRARY
+    registrations with every symbol bound, so that a library that cannot load fails here, not on a
+    call. verified: a library a warm record names, that very file loaded before with every symbol
+    bound under the same settings, is opened with lazy binding instead (a third of a small
+    library's dlopen). (A pybind11 module is imported after this, and Python's own dlopen then
+    finds it open: opening it by that import alone, with Python's RTLD_NOW, made a warm CUDA module
+    slower.)"""
     import torch  # loaded by the caller already: this module imports without it
 
+    if not verified:
+        torch.ops.load_library(os.fspath(library))
+        return
     path = os.path.realpath(library)  # as torch.ops.load_library records it
     dlopen, dlerror, _ = _libc_dl()
     if not dlopen(os.fsencode(path), os.RTLD_LAZY | os.RTLD_LOCAL):
@@ -276,7 +281,7 @@ def already_loaded(extension) -> LoadedLibrary | None:
             and (other.extension.root, other.extension.version) != (extension.root, extension.version)
         ]
     if others:
-        from ._errors import NamespaceConflict  # only here: a warm load imports one module fewer
+        from .._errors import NamespaceConflict  # only here: a warm load imports one module fewer
 
         other = others[0]
         raise NamespaceConflict(
@@ -398,7 +403,7 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
 
         claim(record["torch_libraries"], library, name)
     try:
-        open_verified_library(library)
+        open_library(library, verified=True)
     except OSError:  # removed since it was checked, or it does not open: the long way says what is wrong
         return None
     mark_used(os.path.dirname(library), last_used)

@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from ._errors import CacheError
+from .._errors import CacheError
 
 
 class Backend:

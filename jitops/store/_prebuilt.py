@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._errors import BuildError, CacheError, warn
+from ..warm._libraries import unsafe_path_problem
 from . import _entries
-from ._core import unsafe_path_problem
-from ._errors import BuildError, CacheError, warn
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 # What a prebuilt .so must share with the running process (the entry itself checks the headers).
 MATCH_FIELDS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "version", "sources_sha256")

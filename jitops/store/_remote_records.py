@@ -17,7 +17,7 @@ import os
 import re
 import time
 
-from . import _entries, _prebuilt, _signing, _store
+from . import _entries, _prebuilt, _root, _signing
 from ._key import PlannedEntry, portable_components
 
 FORMAT = 1  # of the records and the lookup key: bump when their meaning changes
@@ -25,12 +25,12 @@ FORMAT = 1  # of the records and the lookup key: bump when their meaning changes
 
 def lookup_key(components: dict) -> str:
     """The remote's key of a build: sha256 of its portable components."""
-    return _store.json_digest({"format": FORMAT, **portable_components(components)}, 32)
+    return _root.json_digest({"format": FORMAT, **portable_components(components)}, 32)
 
 
 def record_variant(arch_list: str | None, headers: dict) -> str:
     """A record's name under its key: the archs and the headers it was built with."""
-    return _store.json_digest({"cuda_arch_list": arch_list, "headers": headers}, 16)
+    return _root.json_digest({"cuda_arch_list": arch_list, "headers": headers}, 16)
 
 
 def glibc_needed(library: bytes) -> str | None:
@@ -77,7 +77,7 @@ def candidates(planned: PlannedEntry) -> list[dict]:
     """The key components to look up: this machine's, and where it has torch with CUDA but no
     toolkit (a pod without nvcc, which would build for the CPU alone), those of a CUDA build for
     its GPUs (or TORCH_CUDA_ARCH_LIST), first: what a writer with a toolkit built."""
-    from ._core import cuda_arch_list
+    from ..warm._libraries import cuda_arch_list
     from ._key import CudaPlan, key_components
 
     cuda, extension = planned.cuda, planned.extension

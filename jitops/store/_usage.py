@@ -10,11 +10,11 @@ import contextlib
 import time
 from pathlib import Path
 
-from ._core import write_json_atomic
+from .._flock import flocked
+from .._layout import LOCATIONS_NAME, STATS_LOCK_NAME, STATS_NAME
+from ..warm._libraries import write_json_atomic
 from ._entries import Entry
-from ._flock import flocked
-from ._layout import LOCATIONS_NAME, STATS_LOCK_NAME, STATS_NAME
-from ._store import RecordFile
+from ._root import RecordFile
 
 STATS_FIELDS = ("builds", "build_seconds", "failed_builds", "cache_loads", "prebuilt_loads", "remote_loads")
 

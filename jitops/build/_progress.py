@@ -10,9 +10,9 @@ import sys
 import threading
 import time
 
-from . import _entries
-from ._core import DROP_IN_NAMESPACE
-from ._errors import CacheError
+from .._errors import CacheError
+from ..store import _entries
+from ..warm._libraries import DROP_IN_NAMESPACE
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Literal, overload
 
+from ..extension import Extension
+from ..warm._libraries import DROP_IN_NAMESPACE, loaded
 from . import _module_names
-from ._core import DROP_IN_NAMESPACE, loaded
-from .extension import Extension
 
 BUILD_SUBFOLDER = "jitops"
 
@@ -136,7 +136,7 @@ def refuse_unsupported(**arguments) -> None:
 def jitops_errors() -> tuple[type[Exception], ...]:
     """jitops' own errors, for an except clause (evaluated only when something was raised: a warm
     load imports one module fewer)."""
-    from ._errors import ERRORS
+    from .._errors import ERRORS
 
     return ERRORS
 
@@ -199,7 +199,7 @@ def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, wi
 def _inputs_changed(found) -> bool:
     """Whether a file a loaded library was built from (a source, a header, a compiler) has changed
     since it was loaded (a folder's identity changes with any file added to it: those are left out)."""
-    from ._core import identity_or_none
+    from ..warm._libraries import identity_or_none
 
     return any(identity_or_none(path) != identity and not os.path.isdir(path) for path, identity in found.inputs)
 
@@ -209,11 +209,11 @@ def load_declared(extension: Extension, base: str, with_cuda, verbose):
     returns it: its module, or its path."""
     name = extension.qualified_name
     if with_cuda:
-        from ._key import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
+        from ..store._key import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
 
         plan = plan_cuda(extension)
         if not plan.enabled:
-            from ._errors import BuildError
+            from .._errors import BuildError
 
             raise BuildError(f"jitops: with_cuda=True, but {name} cannot be built with CUDA here: {plan.reason}")
     verbose_before = os.environ.get("JITOPS_VERBOSE")

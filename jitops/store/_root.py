@@ -6,7 +6,7 @@ toolchain probes, torch's flags); _entries holds the entries (immutable once pub
 key and set of headers) and _budget what JITOPS_CACHE_MAX_SIZE evicts. _layout names every path.
 
 Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module on
-machines whose toolchain is broken. A hash recorded with a file's identity (_core.file_identity) is
+machines whose toolchain is broken. A hash recorded with a file's identity (_libraries.file_identity) is
 trusted while the file keeps it: a load reads no file in full unless it has changed.
 """
 
@@ -23,16 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import _layout
-from ._core import (
-    file_identity,
-    private_dir_problem,
-    unsafe_path_problem,
-    write_json_atomic,
-)
-from ._errors import CacheError, warn
-from ._flock import flocked
-from ._layout import TMP_PREFIX, configured_root
+from .. import _layout
+from .._errors import CacheError, warn
+from .._flock import flocked
+from .._layout import TMP_PREFIX, configured_root
+from ..warm._libraries import file_identity, private_dir_problem, unsafe_path_problem, write_json_atomic
 
 
 # Folders: staged beside their place, published in one rename, removed by renaming away first

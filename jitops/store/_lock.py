@@ -10,8 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from . import _entries, _flock, _layout, _store
-from ._errors import BuildError
+from .. import _flock, _layout
+from .._errors import BuildError
+from . import _entries, _root
 
 # Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
 # stopped as hung (JITOPS_BUILD_TIMEOUT): far beyond a cold CUDA build on a busy machine, but finite.
@@ -23,7 +24,7 @@ def setting_for(path: Path | str) -> str:
     """The setting that moves `path` (a root, or a file in one) elsewhere: JITOPS_CACHE_DIR for the
     configured root and its fallbacks, else the caller's own build_directory (Extension.cache_dir)."""
     path = os.path.realpath(path)
-    for root in map(os.path.realpath, _store.configured_roots()):
+    for root in map(os.path.realpath, _root.configured_roots()):
         if path == root or path.startswith(os.path.join(root, "")):
             return "JITOPS_CACHE_DIR"
     return "build_directory"

@@ -178,7 +178,7 @@ def _run_script(path: str, runpy) -> None:
 
 def _from_the_program(excepthook, runpy):
     """An excepthook that leaves out the frames above the program (python's runpy, jitops' own)."""
-    above = {"<frozen runpy>", runpy.__file__, __file__, os.path.join(os.path.dirname(__file__), "__main__.py")}
+    above = {"<frozen runpy>", runpy.__file__, __file__, os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")}
 
     def hook(kind, value, traceback):
         while traceback is not None and traceback.tb_frame.f_code.co_filename in above:

@@ -15,9 +15,9 @@ import sys
 import threading
 from pathlib import Path
 
-from ._errors import BuildError
-from ._lock import build_timeout
-from ._status import BuildStatus
+from .._errors import BuildError
+from ..store._lock import build_timeout
+from ._progress import BuildStatus
 
 
 def find_ninja() -> str | None:

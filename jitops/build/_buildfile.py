@@ -12,13 +12,14 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _store, _torch_private
-from ._core import CUDA_SUFFIXES, OPS_NAMESPACE
-from ._errors import BuildError
-from ._key import CudaPlan
+from .. import _torch_private
+from .._errors import BuildError
+from ..store import _root
+from ..store._key import CudaPlan
+from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 # CMake's names for a compiler launcher (ccache, sccache), read from the environment as CMake reads
 # them: a launcher changes how a unit is compiled, not what, so it is in no key.
@@ -50,7 +51,7 @@ class Unit:
         # As torch names objects (file.o, file.cuda.o), after the wrapper: unique per source path.
         self.object = os.path.splitext(os.path.basename(wrapper))[0] + (".cuda.o" if cuda else ".o")
         self.compiler, self.flags, self.post_flags = compiler, flags, post_flags
-        self.key = ""  # _objects.plan_keys: the key its object is stored (or found) under
+        self.key = ""  # _object_store.plan_keys: the key its object is stored (or found) under
         self.name_free_key: str | None = None  # the key without the extension's name, where the source never names it
         self.name_define = f"-DTORCH_EXTENSION_NAME={library}"  # as torch's flags hold it
         self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
@@ -72,8 +73,8 @@ def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, component
     made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
     made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
     made_of["format"] = FLAGS_FORMAT
-    key = _store.json_digest(made_of)
-    record = _store.torch_flags_record(extension.cache_dir)
+    key = _root.json_digest(made_of)
+    record = _root.torch_flags_record(extension.cache_dir)
     known = record.records.get(key)
     if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):
         return TorchFlags(*known)

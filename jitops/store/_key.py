@@ -10,8 +10,9 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _core, _entries, _store
-from ._core import (
+from .._errors import BuildError, CacheError
+from ..warm import _libraries
+from ..warm._libraries import (
     COMPILER_ENVIRONMENT,
     CUDA_BUILD_ENVIRONMENT,
     DROP_IN_NAMESPACE,
@@ -21,10 +22,10 @@ from ._core import (
     private_dir_problem,
     process_abi,
 )
-from ._errors import BuildError, CacheError
+from . import _entries, _root
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 # Flags every extension is linked with. --as-needed: the library names only the libraries it takes
 # symbols from, so its dlopen does not walk all of torch's (some toolchains pass it by default).
@@ -129,8 +130,8 @@ PROBE_TIMEOUT_S = 60.0  # or JITOPS_BUILD_TIMEOUT where that is shorter
 def _tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
     """binary's resolved path and its version line (the key names both). A process is started only
     for a binary not probed before (in this cache root) with its current identity."""
-    resolved, identity = _store.binary_identity(binary)
-    probes = _store.toolchain_probes(root)
+    resolved, identity = _root.binary_identity(binary)
+    probes = _root.toolchain_probes(root)
     if not isinstance(probes.records.get(identity), str):
         import subprocess  # only for a binary not probed before
 
@@ -164,8 +165,8 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
     """sha256 over every declared source, compiled here or not (the entry checks the headers they
     include). record_hashes=False: without the cache root's hash record. each: filled with every
     source's sha256, by its name relative to the root."""
-    known = _store.known_file_hashes(extension.cache_dir) if record_hashes else None
-    return _store.hash_files(extension.paths(), Path(extension.root), known, each)
+    known = _root.known_file_hashes(extension.cache_dir) if record_hashes else None
+    return _root.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
 def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> dict:
@@ -275,7 +276,7 @@ class PlannedEntry:
         self.extension = extension
         # The cache root first: creating it must not change a folder whose identity is read below.
         try:
-            root = _store.cache_root(extension.cache_dir)
+            root = _root.cache_root(extension.cache_dir)
             self.read_only = None
         except CacheError as err:  # a read-only build_directory: what it holds still loads
             if extension.cache_dir is None or not os.path.isdir(extension.cache_dir) or private_dir_problem(extension.cache_dir):
@@ -283,12 +284,12 @@ class PlannedEntry:
             root, self.read_only = Path(extension.cache_dir), err
         # Everything the key depends on is read before the key, folders before the files in them:
         # a change meanwhile misses the warm record next time rather than matching a stale key.
-        self.settings = _core.settings(extension)
+        self.settings = _libraries.settings(extension)
         self.dependencies = [(folder, identity_or_none(folder)) for folder in _key_folders(extension)]
         self.cxx, self.cuda = find_cxx(), plan_cuda(extension)
         self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
         self.source_hashes: dict[str, str] = {}  # each source's sha256, as the key read it
         self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes)
-        key = _store.compute_key(self.components)
+        key = _root.compute_key(self.components)
         self.entry = _entries.Entry(root, extension.qualified_name, key, source_root=extension.root)

@@ -14,7 +14,7 @@ import base64
 import os
 from pathlib import Path
 
-from ._errors import CacheError
+from .._errors import CacheError
 
 PUBLIC_PREFIX = "ed25519:"
 

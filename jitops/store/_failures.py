@@ -16,8 +16,8 @@ import json
 import os
 import time
 
-from . import _layout
-from ._core import identity_or_none, write_json_atomic
+from .. import _layout
+from ..warm._libraries import identity_or_none, write_json_atomic
 
 REMEMBERED_S = 15 * 60
 

@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _layout
+from .. import _layout
+from .._errors import CacheError
+from .._layout import TMP_PREFIX
 from ._entries import entries
-from ._errors import CacheError
-from ._layout import TMP_PREFIX
-from ._store import remove_locked, tree_size
+from ._root import remove_locked, tree_size
 
 DEFAULT_MAX_SIZE = 2 << 30  # holds an edit loop: one or two PCHs, its objects and entries (docs/cache.md)
 

@@ -26,11 +26,21 @@ import time
 import uuid
 from pathlib import Path
 
-from . import _entries, _signing, _store
-from ._errors import CacheError, warn
+from .._errors import CacheError, warn
+from . import _entries, _root, _signing
 from ._key import PlannedEntry
 from ._remote_backends import Backend, open_backend
-from ._remote_records import FORMAT, candidates, glibc_needed, inspect, local_manifest, lookup_key, record_variant, seal, unfit
+from ._remote_records import (
+    FORMAT,
+    candidates,
+    glibc_needed,
+    inspect,
+    local_manifest,
+    lookup_key,
+    record_variant,
+    seal,
+    unfit,
+)
 
 DEFAULT_TIMEOUT_S = 5.0
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
@@ -166,14 +176,14 @@ class Remote:
     def blob(self, digest: str, record: str) -> bytes | None:
         """The blob of sha256 `digest`, checked; None (one warning) where it is missing or differs."""
         data = self.call("downloading from", self.backend.get, f"blobs/{digest}")
-        if data is None or _store.sha256_bytes(data) != digest:
+        if data is None or _root.sha256_bytes(data) != digest:
             why = "missing" if data is None else "does not match its sha256"
             self.warn_once(f"ignoring the remote record {record}: its blob {digest[:16]} {why}; not loaded")
             return None
         return data
 
     def put_blob(self, data: bytes) -> str:
-        digest = _store.sha256_bytes(data)
+        digest = _root.sha256_bytes(data)
         self.call("uploading to", self.backend.put, f"blobs/{digest}", data, True)
         return digest
 
@@ -230,7 +240,7 @@ class Remote:
             for unit in manifest.get("units", []):
                 self.push_object(entry.root, unit)
             data = library.read_bytes()
-            if _store.sha256_bytes(data) != manifest.get("library_sha256"):
+            if _root.sha256_bytes(data) != manifest.get("library_sha256"):
                 return False  # changed on disk: not ours to spread
             body = {
                 "format": FORMAT,
@@ -261,9 +271,9 @@ class Remote:
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
     def push_object(self, root: Path, unit: dict) -> None:
-        from . import _objects
+        from . import _object_store
 
-        found = _objects.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
+        found = _object_store.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
         if found is None:
             return
         record, data = found
@@ -284,7 +294,7 @@ class Remote:
 
     def fetch_object(self, root: Path, portable_key: str) -> tuple[dict, bytes] | None:
         """A unit's object whose headers all still hold here, and its headers; or None."""
-        from . import _objects
+        from . import _object_store
 
         try:
             names = [
@@ -292,7 +302,11 @@ class Remote:
             ]
             for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
                 body = self.opened(data, name, "object", portable_key)
-                if body is None or not isinstance(body.get("headers"), dict) or not _objects.headers_hold(root, body["headers"]):
+                if (
+                    body is None
+                    or not isinstance(body.get("headers"), dict)
+                    or not _object_store.headers_hold(root, body["headers"])
+                ):
                     continue
                 data = self.blob(body.get("object_sha256", ""), name)
                 if data is not None:

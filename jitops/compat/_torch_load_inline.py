@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, overload
 
-from . import _layout
-from ._core import DROP_IN_NAMESPACE
+from .. import _layout
+from ..extension import check_name
+from ..warm._libraries import DROP_IN_NAMESPACE
 from ._torch_load import Flags, declare, entries_dir, jitops_errors, load_declared, refuse_unsupported
-from .extension import check_name
 
 
 @overload
@@ -173,8 +173,8 @@ def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
     missing, truncated or changed) is never rewritten, since a build may be reading it: the
     content is written (atomically, each file synced first) into the next free name,
     <name>-<sha256>-<n>."""
-    from ._errors import BuildError
-    from ._store import cache_root, ensure_private_dir, new_staging, publish_folder
+    from .._errors import BuildError
+    from ..store._root import cache_root, ensure_private_dir, new_staging, publish_folder
 
     contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]

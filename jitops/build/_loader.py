@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Find or build an Extension's library and load it: from this process's registry, a warm record
-(_core.recall), a verified cache entry, a build (_build) or a prebuilt library, in the order
+(_libraries.recall), a verified cache entry, a build (_build) or a prebuilt library, in the order
 docs/ARCHITECTURE.md ("Resolution order") gives.
 """
 
@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _core, _entries, _namespaces, _stats
-from ._core import LoadedLibrary, already_loaded, loaded
-from ._errors import CacheError
-from ._key import PlannedEntry
+from .._errors import CacheError
+from ..store import _entries, _usage
+from ..store._key import PlannedEntry
+from ..warm import _libraries, _namespaces
+from ..warm._libraries import LoadedLibrary, already_loaded, loaded
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
@@ -39,7 +40,7 @@ def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | Non
 
 
 def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | None:
-    recalled = _core.recall(extension)
+    recalled = _libraries.recall(extension)
     if recalled is not None:
         return recalled
     planned = PlannedEntry(extension)
@@ -55,37 +56,36 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             try:
                 planned, (library, backends, how) = _build_settled(planned)
             except Exception:
-                _stats.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
+                _usage.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
                 raise
             if how == "built":
-                _stats.count(
+                _usage.count(
                     planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=time.monotonic() - started
                 )
-        import torch  # loaded by the caller already: this module imports without it
 
         try:
             # Entries never change once published, but one can be removed (clear, prune, the
             # budget) between its check and here: found or built again, never a raw OS error.
             namespaces = _namespaces.defined_in(library)
             _namespaces.claim(namespaces, library, planned.extension.qualified_name)
-            torch.ops.load_library(str(library))  # runs the library's TORCH_LIBRARY registrations
+            _libraries.open_library(library)
             break
         except OSError as err:
             if how == "remote" and attempt == "first":  # built elsewhere, it does not open here: build it here
-                from ._build import refuse_remote
+                from ._builder import refuse_remote
 
                 refuse_remote(planned, err)
                 continue
             if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
                 raise
     if how != "built":
-        _stats.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
+        _usage.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
     with_cuda = "cuda" in backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     inputs = []
     if how != "prebuilt":
         inputs = _remember(planned, library, with_cuda, reason, namespaces)
-        _stats.note_location(planned.entry, planned.extension.root)
+        _usage.note_location(planned.entry, planned.extension.root)
     return LoadedLibrary(planned.extension, library, with_cuda, reason, how, inputs)
 
 
@@ -93,16 +93,16 @@ BUILD_ATTEMPTS = 3  # builds of one load whose inputs kept changing while they r
 
 
 def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, list[str], str]]:
-    """_build.build_or_prebuilt, planned again (a new key) where a source or header changed while
+    """_builder.build_or_prebuilt, planned again (a new key) where a source or header changed while
     it built: what is published is always what its key says."""
-    from . import _build  # imported only on a miss: its imports cost a warm load's budget
-    from ._errors import BuildError
-    from ._objects import InputsChanged
-    from ._status import BuildStatus
+    from .._errors import BuildError
+    from ..store._object_store import InputsChanged
+    from . import _builder  # imported only on a miss: its imports cost a warm load's budget
+    from ._progress import BuildStatus
 
     for attempt in range(1, BUILD_ATTEMPTS + 1):
         try:
-            return planned, _build.build_or_prebuilt(planned)
+            return planned, _builder.build_or_prebuilt(planned)
         except InputsChanged as err:
             changed, name = ", ".join(err.paths), planned.extension.qualified_name
             if attempt == BUILD_ATTEMPTS:
@@ -130,7 +130,7 @@ def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bo
 
 
 def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str, namespaces: list[str]) -> list:
-    """Write the warm record of a library just verified or built (see _core's warm records): the
+    """Write the warm record of a library just verified or built (see _libraries's warm records): the
     settings and every file and folder the key depends on (with the identity each had before the
     key was computed), the library's and manifest's verified identities, the TORCH_LIBRARY
     namespaces it defines (checked before a warm dlopen). Returns what it lists.
@@ -142,7 +142,7 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
         except CacheError:
             return planned.dependencies
     checked = planned.dependencies + entry.checked_headers
-    root = _core.extension_root(planned.extension)
+    root = _libraries.extension_root(planned.extension)
     if os.path.abspath(entry.root) != os.path.abspath(root):
         return checked  # a fallback cache (the configured one was refused): no warm start from there
     record = {
@@ -157,8 +157,8 @@ def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str
         "torch_libraries": namespaces,
     }
     try:
-        _core.write_json_atomic(
-            _core.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False
+        _libraries.write_json_atomic(
+            _libraries.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False
         )
     except OSError:
         pass

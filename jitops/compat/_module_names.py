@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from . import _torch_private
+from .. import _torch_private
 
 TORCH_MODULE = "torch.utils.cpp_extension"
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Build one extension's library (the loader's steps 3 and 4; imported only on a cache miss):
 under the entry's lock, in a private staging folder, compiling only the units whose objects the
-object store does not hold (_objects), with a shared precompiled header where one fits (_pch),
+object store does not hold (_object_store), with a shared precompiled header where one fits (_pch),
 then a load check, the inputs' check, and an atomic publish.
 """
 
@@ -17,20 +17,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _budget, _buildfile, _entries, _failures, _layout, _namespaces, _ninja, _objects, _pch, _prebuilt, _status, _store
-from ._core import CUDA_SUFFIXES, DROP_IN_NAMESPACE
-from ._errors import BuildError, NamespaceConflict
-from ._key import CudaPlan, PlannedEntry, environment_tools
-from ._lock import build_timeout, lock_timeout, under_entry_lock
+from .. import _layout
+from .._errors import BuildError, NamespaceConflict
+from ..store import _budget, _entries, _failures, _object_store, _prebuilt, _root
+from ..store._key import CudaPlan, PlannedEntry, environment_tools
+from ..store._lock import build_timeout, lock_timeout, under_entry_lock
+from ..warm import _libraries, _namespaces
+from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
+from . import _buildfile, _ninja, _pch, _progress
 
 if TYPE_CHECKING:
-    from .extension import Extension
+    from ..extension import Extension
 
 
 def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     """Steps 3 to 5 for an entry that is not in the cache: the library, the backends it has, and
     how it was got ("built", "cache" where another process published it meanwhile, "prebuilt").
-    Raises _objects.InputsChanged where a source or header changed while it built (the loader
+    Raises _object_store.InputsChanged where a source or header changed while it built (the loader
     plans again)."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
@@ -91,7 +94,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
         raise
-    except _objects.InputsChanged:
+    except _object_store.InputsChanged:
         raise
     except BuildError as err:
         if not can_stand_in:
@@ -106,7 +109,7 @@ def _remote_tier():
     """The remote cache (JITOPS_REMOTE_CACHE), or None. Imported only where one is set."""
     if not os.environ.get("JITOPS_REMOTE_CACHE"):
         return None
-    from . import _remote
+    from ..store import _remote
 
     return _remote.active()
 
@@ -149,7 +152,7 @@ def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes
         raise BuildError(
             f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}"
         )
-    if _store.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
+    if _root.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
         raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
     return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, library_bytes))[0]
 
@@ -175,27 +178,27 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        pch_root = _store.shared_root(extension.cache_dir)
+        pch_root = _root.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
-        _objects.remove_dead_stores(entry.root)
+        _object_store.remove_dead_stores(entry.root)
         for unit in units:
-            _objects.plan_keys(unit, components, planned.source_hashes[unit.relative])
-            if not _objects.reuse(entry.root, unit, build_dir) and remote is not None:
+            _object_store.plan_keys(unit, components, planned.source_hashes[unit.relative])
+            if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry.root, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
-        previous = _status.newest_manifest(entry)
+        previous = _progress.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
         pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
-        why = entry.stale_because or _status.why_built(components, planned.source_hashes, previous)
+        why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
         log_path = staging / _layout.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
         verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
         left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
-        status = _status.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out, began)
-        known_before = dict(_store.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
+        status = _progress.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out, began)
+        known_before = dict(_root.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
         try:
@@ -207,17 +210,17 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 changed = _check_inputs(build_dir, compiled, planned, ignored, known_before, started_ns)
                 for unit in compiled:
                     if unit.headers is not None:
-                        _objects.store(entry.root, unit, build_dir)
-                _store.known_file_hashes(entry.root).save()  # the stored (and fetched) objects' hashes
+                        _object_store.store(entry.root, unit, build_dir)
+                _root.known_file_hashes(entry.root).save()  # the stored (and fetched) objects' hashes
                 if changed:
-                    raise _objects.InputsChanged(changed)
+                    raise _object_store.InputsChanged(changed)
                 # The load check opens it in this process: a namespace defined already would abort it.
                 namespaces = _namespaces.defined_in(built)
                 _namespaces.check(namespaces, built, extension.qualified_name)
                 failure = _load_check(built, log_path, left_out, cuda.reason)
                 if failure is None:
                     _namespaces.record(namespaces, built)
-        except _objects.InputsChanged:  # not a failure: the loader plans and builds it again (N47)
+        except _object_store.InputsChanged:  # not a failure: the loader plans and builds it again (N47)
             status.finish(ok=False, instead="stopped building {label} after {seconds}: an input changed while it compiled")
             raise
         except NamespaceConflict:  # it compiled; the guard keeps it out of this process (N14)
@@ -267,7 +270,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 {
                     "source": unit.relative,
                     "object_key": unit.key,
-                    "object_variant": _objects.variant_of(unit.headers),
+                    "object_variant": _object_store.variant_of(unit.headers),
                     "portable_key": unit.portable_key,
                 }
                 for unit in units
@@ -277,7 +280,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         published = True
         for spec in pch_jobs:
             if _pch.start_background(spec):
-                _status.BuildStatus.say(_pch.describe_background(spec))
+                _progress.BuildStatus.say(_pch.describe_background(spec))
         return entry.path / library.name
     finally:
         if not published:
@@ -291,7 +294,7 @@ def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
     if found is not None:
         unit.headers, data = found
         (build_dir / unit.object).write_bytes(data)
-        _objects.store(root, unit, build_dir)
+        _object_store.store(root, unit, build_dir)
         unit.reused = True
 
 
@@ -336,7 +339,7 @@ def _check_inputs(
     for unit in compiled:
         skip = {os.path.realpath(unit.wrapper), unit.source}
         unit_changed = []
-        if _objects.settled_before(started_ns, known_before, unit.source) != planned.source_hashes[unit.relative]:
+        if _object_store.settled_before(started_ns, known_before, unit.source) != planned.source_hashes[unit.relative]:
             unit_changed.append(unit.source)
         headers = {}
         for path in found.get(unit.object, []):
@@ -347,7 +350,7 @@ def _check_inputs(
                     f"jitops: the compiler's dependency list of {unit.relative} names {path!r}, which does not "
                     "exist: removed while it was compiled, or a path a depfile cannot spell (a backslash?)"
                 )
-            digest = _objects.settled_before(started_ns, known_before, path)
+            digest = _object_store.settled_before(started_ns, known_before, path)
             if digest is None:
                 unit_changed.append(path)
             headers[path] = digest
@@ -395,7 +398,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     for files in _ninja.deps(build_dir, list(targets)).values():
         for path in files:
             if path not in sources and not path.startswith(ignored) and os.path.isfile(path):
-                headers[path[len(root) :] if path.startswith(root) else path] = _store.sha256_file(path)
+                headers[path[len(root) :] if path.startswith(root) else path] = _root.sha256_file(path)
     return dict(sorted(headers.items()))
 
 
@@ -403,10 +406,8 @@ def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_le
     """None if the new library loads (unresolved symbols and refused registrations are never
     published), else why not, naming the CUDA sources left out where a symbol is missing. It
     stays loaded: the published file is this one renamed (one inode)."""
-    import torch  # loaded by the caller already: this module imports without it
-
     try:
-        torch.ops.load_library(str(library))
+        _libraries.open_library(library)
     except (OSError, RuntimeError) as err:
         # torch's message only names the file; dlopen's own ("undefined symbol: ...") is its cause.
         reason = str(err.__cause__ or err)

@@ -22,10 +22,11 @@ import shutil
 import time
 from pathlib import Path
 
-from . import _layout, _store
-from ._core import file_identity, identity_or_none, mark_used, write_json_atomic
+from .. import _layout
+from .._errors import BuildError, warn
+from ..warm._libraries import file_identity, identity_or_none, mark_used, write_json_atomic
+from . import _root
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
-from ._errors import BuildError, warn
 from ._key import portable_components
 
 FORMAT = 1  # of a unit key and record: bump when their meaning changes
@@ -47,7 +48,7 @@ class InputsChanged(BuildError):
 
 def remove_dead_stores(root: Path) -> None:
     """Remove the staging folders of stores that were killed."""
-    _store.remove_dead_staging(Path(_layout.objects_dir(root)))
+    _root.remove_dead_staging(Path(_layout.objects_dir(root)))
 
 
 def toolchain(components: dict) -> dict:
@@ -71,7 +72,7 @@ def unit_key(unit, components: dict, source_sha256: str, portable: bool = False,
         "source": unit.source,
         "source_sha256": source_sha256,
     }
-    return _store.json_digest(made_of, 32)
+    return _root.json_digest(made_of, 32)
 
 
 # The macro torch's headers never read and every unit gets: a unit whose source and headers never
@@ -101,7 +102,7 @@ def names_extension(path: str) -> bool:
 
 def headers_hold(root: Path, headers: dict) -> bool:
     """Whether every header still has its recorded sha256 here."""
-    known = _store.known_file_hashes(root)
+    known = _root.known_file_hashes(root)
     held = all(_sha256_or_none(known, path) == digest for path, digest in headers.items())
     known.save()
     return held
@@ -115,7 +116,7 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
         data = (folder / _layout.OBJECT_NAME).read_bytes()
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or _store.sha256_bytes(data) != record.get("object_sha256"):
+    if not isinstance(record, dict) or _root.sha256_bytes(data) != record.get("object_sha256"):
         return None
     return record, data
 
@@ -125,10 +126,10 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
     have their recorded sha256, under its name-free key first, then its own; set unit.headers (and
     unit.key to the key it was found under). False where there is none (or only corrupt ones, which
     are removed, with a warning)."""
-    objects = _store.usable_part(root, _layout.OBJECTS_DIR, write=False)
+    objects = _root.usable_part(root, _layout.OBJECTS_DIR, write=False)
     if objects is None:
         return False
-    known = _store.known_file_hashes(root)
+    known = _root.known_file_hashes(root)
     try:
         for key in filter(None, (unit.name_free_key, unit.key)):
             if _reuse_variant(objects / key, key, unit, build_dir, known):
@@ -139,7 +140,7 @@ def reuse(root: Path, unit, build_dir: Path) -> bool:
         known.save()
 
 
-def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.KnownFileHashes) -> bool:
+def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _root.KnownFileHashes) -> bool:
     try:
         variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
     except OSError:
@@ -149,7 +150,7 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.
             continue
         stored_object = os.path.join(variant.path, _layout.OBJECT_NAME)
         record_path = os.path.join(variant.path, _layout.RECORD_NAME)
-        problem = _store.foreign_problem([folder, variant.path], [record_path, stored_object])
+        problem = _root.foreign_problem([folder, variant.path], [record_path, stored_object])
         if problem:
             warn(f"not reusing the stored object {variant.path}: {problem}")
             continue
@@ -181,10 +182,10 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _store.
 
 def _discard(variant: Path) -> None:
     with contextlib.suppress(OSError):  # a read-only store: skipped, as before
-        _store.remove_tree(variant)
+        _root.remove_tree(variant)
 
 
-def _sha256_or_none(known: _store.KnownFileHashes, path: str) -> str | None:
+def _sha256_or_none(known: _root.KnownFileHashes, path: str) -> str | None:
     try:
         return known.sha256(path)
     except OSError:
@@ -202,7 +203,7 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
         return record[1]
     if identity[2] < started_ns - TIMESTAMP_SLACK_NS:  # its ctime, which no one can set back
         try:
-            digest = _store.sha256_file(path)
+            digest = _root.sha256_file(path)
         except OSError:
             return None
         return digest if identity_or_none(path) == identity else None
@@ -223,13 +224,13 @@ def store(root: Path, unit, build_dir: Path) -> None:
     if unit.name_free_key and not any(names_extension(header) for header in unit.headers):
         unit.key = unit.name_free_key
     variant = variant_of(unit.headers)
-    objects = _store.usable_part(root, _layout.OBJECTS_DIR)
+    objects = _root.usable_part(root, _layout.OBJECTS_DIR)
     target = objects / unit.key / variant if objects is not None else None
     if target is None or target.exists():
         return
     staging = None
     try:
-        staging = _store.new_staging(objects)
+        staging = _root.new_staging(objects)
         shutil.copyfile(build_dir / unit.object, staging / _layout.OBJECT_NAME)
         identity = file_identity(staging / _layout.OBJECT_NAME)  # before hashing: as KnownFileHashes
         record = {
@@ -237,16 +238,16 @@ def store(root: Path, unit, build_dir: Path) -> None:
             "source": unit.source,
             "command": unit.command,
             "headers": unit.headers,
-            "object_sha256": _store.sha256_file(staging / _layout.OBJECT_NAME),
+            "object_sha256": _root.sha256_file(staging / _layout.OBJECT_NAME),
             "stored_at": time.time(),
         }
         write_json_atomic(staging / _layout.RECORD_NAME, record)
         os.chmod(staging, 0o700)
         (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
-        _store.publish_folder(staging, target)  # one stored meanwhile by another build stays
+        _root.publish_folder(staging, target)  # one stored meanwhile by another build stays
         # Its hash known, so that its first reuse need not read it again (the folder's rename
         # keeps the object's identity); saved once by the build, after all its units are stored.
-        _store.known_file_hashes(root).put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
+        _root.known_file_hashes(root).put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
     except OSError:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -11,11 +11,11 @@ import json
 import os
 from pathlib import Path
 
-from . import _layout
-from ._core import file_identity, identity_or_none, mark_used, write_json_atomic
-from ._errors import BuildError, CacheError, warn
-from ._layout import MANIFEST_NAME, parse_entry_name
-from ._store import (
+from .. import _layout
+from .._errors import BuildError, CacheError, warn
+from .._layout import MANIFEST_NAME, parse_entry_name
+from ..warm._libraries import file_identity, identity_or_none, mark_used, write_json_atomic
+from ._root import (
     check_private_dir,
     json_digest,
     known_file_hashes,
@@ -176,7 +176,7 @@ class Entry:
         return checked
 
     def last_used(self) -> float:
-        """When the entry was last loaded (its folder's mtime: _core.mark_used), or else built."""
+        """When the entry was last loaded (its folder's mtime: _libraries.mark_used), or else built."""
         return os.stat(self.path).st_mtime
 
     def discard(self) -> None:
