@@ -8,7 +8,7 @@ CUDA_VENV ?= .venv-cuda
 # ninja comes from pip (a jitops dependency) and must be on PATH for torch's load().
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test test-slow test-fast test-cuda-torch lint format three-ways cuda-build gpu
+.PHONY: demo test test-slow test-fast test-cuda-torch test-torch-matrix lint format three-ways cuda-build gpu
 
 # numpy too: torch warns on import (every example's first screen) when it is missing.
 $(PYTHON):
@@ -95,6 +95,23 @@ $(CUDA_VENV)/bin/python:
 test-cuda-torch: PYTHON = $(CUDA_VENV)/bin/python
 test-cuda-torch: $(CUDA_VENV)/bin/python redis-server
 	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH; $(call run_pytest,-m "not slow" tests)
+
+# The quick tier under each other supported torch (README: 2.11 to 2.15; 2.13 is .venv's, 2.14.1
+# .venv-cuda's): CUDA builds from PyPI (about 3 GB each), run on the CPU, each in a venv of its own
+# that goes once its tests ran (7 GB of disk at most). PIP_CONSTRAINT=/dev/null: this machine's pip
+# caps torch at 2.14.1 by a constraint file, which would refuse 2.15 (and downgrade it on the
+# editable install).
+TORCH_MATRIX ?= 2.11.0 2.12.1 2.15.0
+.PHONY: test-torch-matrix
+test-torch-matrix: $(addprefix test-torch-,$(TORCH_MATRIX))
+test-torch-%: redis-server
+	rm -rf .venv-torch-$*
+	python3 -m venv .venv-torch-$*
+	PIP_CONSTRAINT=/dev/null .venv-torch-$*/bin/python -m pip install -q --no-cache-dir torch==$* numpy
+	PIP_CONSTRAINT=/dev/null .venv-torch-$*/bin/python -m pip install -q -e '.[test]'
+	.venv-torch-$*/bin/python -c "import torch; assert torch.__version__.startswith('$*'), torch.__version__"
+	PATH=$(abspath .venv-torch-$*)/bin:$$PATH .venv-torch-$*/bin/python -m pytest -q $(XDIST) --durations=3 -m "not slow" tests; \
+		rc=$$?; rm -rf .venv-torch-$*; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 # Then the edit loop's nvcc test (a CUDA flag change recompiles the .cu units alone), which skips
 # under `make test`'s CPU torch.

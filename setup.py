@@ -33,7 +33,7 @@ class FreshBuildPy(build_py):
     def run(self):
         shutil.rmtree(Path(self.build_lib) / "jitops", ignore_errors=True)
         super().run()
-        # The switch for programs run without `python -m jitops run` (JITOPS_TORCH_LOAD=1): a .pth
+        # The switch for programs run without `python -m jitops run` (JITOPS_DROP_IN=1): a .pth
         # file, which only site-packages' top level runs at start-up.
         self.copy_file(str(ROOT / STARTUP_FILE), str(Path(self.build_lib) / STARTUP_FILE))
 

@@ -3,7 +3,7 @@
 build ops ahead of time. Only `build` ever compiles.
 
 Every command takes --json. Exit status: 0 success, 1 a problem was found (a corrupt entry, a
-stale lock left in place, an op that cannot be had, a failed build), 2 bad usage, 141 the reader
+stale lock left in place, an extension that cannot be had, a failed build), 2 bad usage, 141 the reader
 of the output left early.
 """
 
@@ -65,7 +65,7 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
 
     command("dir", reading.cmd_dir, "the cache root in use and why", package=False)
     listing = command("list", reading.cmd_list, "one row per cache entry, with its status")
-    listing.add_argument("ops", nargs="*", metavar="OP")
+    listing.add_argument("names", nargs="*", metavar="NAME")
     listing.add_argument("--remote", action="store_true", help="the remote cache's entries (JITOPS_REMOTE_CACHE)")
     command("info", reading.cmd_info, "totals, the environment, the lock timeout")
     command(
@@ -73,7 +73,7 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     ).add_argument("--zero", action="store_true", help="zero the counters")
     command("verify", reading.cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
     clear = command("clear", removing.cmd_clear, "remove entries (never one being built)")
-    clear.add_argument("ops", nargs="*", metavar="OP")
+    clear.add_argument("names", nargs="*", metavar="NAME")
     clear.add_argument("--stale", action="store_true", help="only stale, corrupt and orphan entries")
     clear.add_argument("--all", action="store_true", help="every entry and leftover")
     clear.add_argument(
@@ -99,12 +99,14 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
         "remote", remote.cmd_remote, "the remote cache: status (server, hits, misses, bytes), push local entries, keygen"
     )
     remote_cmd.add_argument("action", choices=["status", "push", "keygen"])
-    remote_cmd.add_argument("ops", nargs="*", metavar="OP", help="push: only these ops; keygen: the private key's file")
+    remote_cmd.add_argument(
+        "names", nargs="*", metavar="NAME", help="push: only these extensions; keygen: the private key's file"
+    )
     locks = command("locks", reading.cmd_locks, "lock files under torch's extension root, live or stale", package=False)
     locks.add_argument("--clear-stale", action="store_true", help="remove stale torch FileBaton locks")
-    command("doctor", building.cmd_doctor, "environment report; exit 1 when an op cannot be had")
+    command("doctor", building.cmd_doctor, "environment report; exit 1 when an extension cannot be had")
     build = command("build", building.cmd_build, "build ops now, in parallel")
-    build.add_argument("ops", nargs="*", metavar="OP")
+    build.add_argument("names", nargs="*", metavar="NAME")
     build.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST for this build, e.g. '8.0;9.0'")
     build.add_argument(
         "--out",

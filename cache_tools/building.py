@@ -18,7 +18,7 @@ from jitops.warm import _libraries
 
 from . import registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
-from .selection import check_op_names, check_package
+from .selection import check_names, check_package
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -27,13 +27,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     check_package(args.package, set(registry.broken()))
     report = doctor.report(args.package)
     emit(args, report, lambda: doctor.print_report(report))
-    return EXIT_OK if all(op["available"] for op in report["ops"]) else EXIT_PROBLEM
+    return EXIT_OK if all(row["available"] for row in report["extensions"]) else EXIT_PROBLEM
 
 
 def chosen_extensions(names: list[str], package: str | None) -> list[tuple[str, jitops.Extension]]:
     """(owner, Extension) of each name (`op` of ours, else <namespace>.<name>), or of every
     extension declared here (of one package with --package)."""
-    check_op_names(names)
+    check_names(names)
     check_package(package)
     chosen = []
     for qualified, (owner, extension) in registry.declared().items():
@@ -56,7 +56,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                 "build, so no CUDA kernels are built (install a CUDA build of torch to build them)",
                 file=sys.stderr,
             )
-    chosen = chosen_extensions(args.ops, args.package)
+    chosen = chosen_extensions(args.names, args.package)
     if args.out:
         chosen = [(owner, beside(extension, Path(args.out))) for owner, extension in chosen]
     with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:  # builds run in parallel, as load_all's
@@ -68,9 +68,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         if future.exception() is not None:
             continue
         loaded = future.result()
-        op = extension.name if owner == registry.OWN else extension.qualified_name
+        name = extension.name if owner == registry.OWN else extension.qualified_name
         result = {
-            "op": op,
+            "name": name,
             "owner": owner,
             "how": loaded.how,
             "with_cuda": loaded.with_cuda,
@@ -84,7 +84,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     def human():
         for r in results:
             where = f" -> {r['prebuilt']}" if "prebuilt" in r else ""
-            print(f"{r['op']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
+            print(f"{r['name']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
             if "prebuilt" in r:
                 print(f"{'':<24} from the sources in {r['sources']}")
         if failure:

@@ -68,7 +68,7 @@ def report(package: str | None = None) -> dict:
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
-        "ops": [],
+        "extensions": [],
     }
     missing = _ninja.missing_tools(cxx) + _compiler_problem(cxx)
     for qualified, (owner, declared) in registry.declared().items():
@@ -77,13 +77,13 @@ def report(package: str | None = None) -> dict:
         try:
             row = _op_report(declared, cxx, missing)
         except Exception as err:  # noqa: BLE001 - a package's missing source, say: its row says so
-            row = {"op": declared.name, "how": "broken", "available": False, "detail": f"{type(err).__name__}: {err}"}
-        data["ops"].append({"owner": owner, **row})
+            row = {"name": declared.name, "how": "broken", "available": False, "detail": f"{type(err).__name__}: {err}"}
+        data["extensions"].append({"owner": owner, **row})
         if owner != registry.OWN:
-            data["ops"][-1]["op"] = qualified
+            data["extensions"][-1]["name"] = qualified
     for owner, why in registry.broken().items():
         if package in (None, owner):
-            data["ops"].append({"owner": owner, "op": "-", "how": "broken", "available": False, "detail": why})
+            data["extensions"].append({"owner": owner, "name": "-", "how": "broken", "available": False, "detail": why})
     return data
 
 
@@ -141,7 +141,7 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
 
     problem = _key.missing_sources(declared)
     if problem:
-        return {"op": declared.name, "how": "broken", "available": False, "detail": problem}
+        return {"name": declared.name, "how": "broken", "available": False, "detail": problem}
     plan = _key.plan_cuda(declared)
     components = _key.key_components(declared, cxx, plan)
     entry = _entries.Entry(
@@ -165,7 +165,7 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     else:
         how, reason = "unavailable", "; ".join(missing + refused) or "no prebuilt library found"
     return {
-        "op": declared.name,
+        "name": declared.name,
         "how": how,
         "available": how != "unavailable",
         "detail": reason,
@@ -204,5 +204,5 @@ def print_report(data: dict) -> None:
     for name, value in lines:
         print(f"{name:<21} {value}")
     print()
-    for op in data["ops"]:
-        print(f"{op['op']:<24} {op['how']:<12} {op['detail']}")
+    for row in data["extensions"]:
+        print(f"{row['name']:<24} {row['how']:<12} {row['detail']}")

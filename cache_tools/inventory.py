@@ -29,7 +29,7 @@ class Row:
     """One entry (or leftover build directory) of a cache root."""
 
     namespace: str
-    op: str
+    name: str  # the extension's name in its namespace
     owner: str
     key: str
     status: str
@@ -89,11 +89,11 @@ def entry_rows(root: Path) -> list[Row]:
             rows[-1].status = STALE
             rows[-1].reason = "superseded: a newer build of it exists, and its sources are in none of the trees it was loaded for"
     for old in older_layout_entries(root):
-        op, _, key = old.name.rpartition("-")
+        name, _, key = old.name.rpartition("-")
         rows.append(
             Row(
                 "",
-                op,
+                name,
                 "-",
                 key,
                 STALE,
@@ -107,8 +107,8 @@ def entry_rows(root: Path) -> list[Row]:
         name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
         building = lock is not None and _flock.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
-        namespace, _, op = name.rpartition(".")
-        rows.append(Row(namespace, op, registry.owner(name), rest, status, reason, str(temporary), _root.tree_size(temporary)))
+        namespace, _, name = name.rpartition(".")
+        rows.append(Row(namespace, name, registry.owner(name), rest, status, reason, str(temporary), _root.tree_size(temporary)))
     return rows
 
 
@@ -134,10 +134,10 @@ def _entry_row(entry: _entries.Entry) -> Row:
     if _flock.flock_is_held(entry.lock_path):
         status, reason = BUILDING, "its lock is held: " + _holder(entry.lock_path)
     components = (manifest or {}).get("components", {})
-    namespace, _, op = entry.name.partition(".")
+    namespace, _, name = entry.name.partition(".")
     return Row(
         namespace=namespace,
-        op=op,
+        name=name,
         owner=registry.owner(entry.name),
         key=entry.key,
         status=status,

@@ -27,7 +27,7 @@ def cmd_dir(args: argparse.Namespace) -> int:
 LIST_COLUMNS = [
     "OWNER",
     "NAMESPACE",
-    "OP",
+    "NAME",
     "BACKENDS",
     "KEY",
     "TORCH",
@@ -60,14 +60,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         from .remote import cmd_list_remote
 
         return cmd_list_remote(args)
-    root, rows = selected_rows(args.ops, args.package, other_roots=True)
+    root, rows = selected_rows(args.names, args.package, other_roots=True)
 
     def human():
         table = [
             [
                 r.owner,
                 r.namespace,
-                r.op,
+                r.name,
                 "+".join(r.backends) or "-",
                 r.key[:8],
                 r.torch or "-",
@@ -85,14 +85,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_table(*fit_to_terminal(LIST_COLUMNS, table, LIST_DROPPED_FIRST))
         for r in rows:
             if r.reason:
-                print(f"  {r.namespace}.{r.op}-{r.key[:8]} {r.status}: {r.reason}")
+                print(f"  {r.namespace}.{r.name}-{r.key[:8]} {r.status}: {r.reason}")
         print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
         for other in sorted({str(Path(r.path).parent) for r in rows} - {str(root)}):
             print(f"  (and in {other}: entries built with a build_directory there)")
         print(store_summary(store))
         print(budget_summary(data))
 
-    store = inventory.store_rows(root) if not (args.ops or args.package) else []
+    store = inventory.store_rows(root) if not (args.names or args.package) else []
     data = {"root": str(root), "entries": [r.as_dict() for r in rows], "store": [r.as_dict() for r in store]}
     data.update(budget_data(root))
     emit(args, data, human)
@@ -171,7 +171,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "lock_timeout_s": lock_timeout_or_why(),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "store_bytes": sum(r.size for r in store),
-        "seen_in": {f"{r.namespace}.{r.op}-{r.key}": r.seen_in for r in rows},
+        "seen_in": {f"{r.namespace}.{r.name}-{r.key}": r.seen_in for r in rows},
         **budget_data(root),
     }
 
@@ -218,7 +218,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for row in inventory.store_rows(root, check=True) if args.package is None else []:
         ok = row.status != inventory.CORRUPT
         results.append(
-            {"name": f"{row.kind} {row.op}", "key": row.key, "path": row.path, "ok": ok, "problem": row.reason if not ok else ""}
+            {
+                "name": f"{row.kind} {row.name}",
+                "key": row.key,
+                "path": row.path,
+                "ok": ok,
+                "problem": row.reason if not ok else "",
+            }
         )
     for part in _layout.OPTIONAL_PARTS:  # unusable, it costs compiles: a problem to fix, not a wrong load
         problem = _root.part_problem(root, part, create=False)

@@ -46,9 +46,9 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
 
 def keygen(args: argparse.Namespace) -> int:
-    if len(args.ops) != 1:
+    if len(args.names) != 1:
         raise UsageError("remote keygen needs one argument: the file to write the private key to")
-    path = args.ops[0]
+    path = args.names[0]
     try:
         public = _signing.keygen(Path(path))
     except FileExistsError:
@@ -97,7 +97,7 @@ def push(args: argparse.Namespace, remote) -> int:
     """Seed the remote with the local entries built here (not those fetched from it)."""
     if remote.read_only:
         raise UsageError("JITOPS_REMOTE_MODE is read-only: nothing is pushed")
-    root, rows = selected_rows(args.ops, args.package)
+    root, rows = selected_rows(args.names, args.package)
     pushed, skipped = [], 0
     for row in rows:
         parsed = _layout.parse_entry_name(Path(row.path).name)
@@ -149,7 +149,9 @@ def rows(remote) -> list[dict]:
 def cmd_list_remote(args: argparse.Namespace) -> int:
     remote = active_remote()
     try:
-        found = [r for r in rows(remote) if not args.ops or (r["name"] or "").split(".")[-1] in args.ops or r["name"] in args.ops]
+        found = [
+            r for r in rows(remote) if not args.names or (r["name"] or "").split(".")[-1] in args.names or r["name"] in args.names
+        ]
     except Exception as err:
         print(f"jitops-cache list --remote: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
         return EXIT_PROBLEM

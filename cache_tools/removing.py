@@ -38,7 +38,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             {
                 "kind": row.kind,
                 "namespace": row.namespace,
-                "op": row.op,
+                "name": row.name,
                 "key": row.key,
                 "status": row.status,
                 "path": row.path,
@@ -59,7 +59,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     def human():
         verb = "would remove" if args.dry_run else "removed"
         for r in removed:
-            label = f"{r['namespace']}.{r['op']}" if r["kind"] == "entry" else f"{r['kind']} {r['op']}"
+            label = f"{r['namespace']}.{r['name']}" if r["kind"] == "entry" else f"{r['kind']} {r['name']}"
             print(f"{verb} {label}-{r['key'][:8]} ({r['status']}, {human_size(r['bytes'])})  {r['path']}")
         for s in skipped:
             print(f"kept {s['path']}: {s['why']}")
@@ -86,16 +86,16 @@ def entry_lock(root: Path, row: inventory.Row) -> Path | None:
     objects and PCHs are published whole and read without one."""
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
         return None
-    return _entries.Entry(root, f"{row.namespace}.{row.op}", row.key).lock_path
+    return _entries.Entry(root, f"{row.namespace}.{row.name}", row.key).lock_path
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    if not (args.ops or args.stale or args.all or args.package or args.signed_by):
+    if not (args.names or args.stale or args.all or args.package or args.signed_by):
         raise UsageError("say what to clear: OP names, --package PKG, --stale, --signed-by KEY or --all")
-    root, rows = selected_rows(args.ops, args.package)
+    root, rows = selected_rows(args.names, args.package)
     if args.signed_by:  # a key no longer trusted: what was fetched under it goes
         rows = [r for r in rows if signed_by(r) == args.signed_by.strip()]
-    if not (args.ops or args.package or args.signed_by):  # stored objects and PCHs belong to no one extension
+    if not (args.names or args.package or args.signed_by):  # stored objects and PCHs belong to no one extension
         rows += inventory.store_rows(root)
     if args.stale and not args.all:
         rows = [r for r in rows if r.status in (inventory.STALE, inventory.CORRUPT, inventory.ORPHAN)]
@@ -109,12 +109,12 @@ def cmd_clear(args: argparse.Namespace) -> int:
             return EXIT_PROBLEM
     status = remove_rows(args, root, rows)
     inline = Path(_layout.inline_dir(root))  # load_inline's sources: written again by the next call that needs them
-    if args.all and not args.ops and args.package in (None, registry.DROP_IN) and inline.is_dir():
+    if args.all and not args.names and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
             _root.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
-    if args.all and not args.ops and args.package is None:  # the logs (and remembered failures) of failed builds
+    if args.all and not args.names and args.package is None:  # the logs (and remembered failures) of failed builds
         failed = sorted(root.glob(f"*{_layout.FAILED_LOG_SUFFIX}")) + sorted(root.glob(f"*{_layout.FAILED_RECORD_SUFFIX}"))
         if failed and not args.dry_run:
             for path in failed:

@@ -42,7 +42,6 @@ INLINE_DIR = "inline"
 
 FILE_HASHES_NAME = "file-hashes.json"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
-TORCH_FLAGS_NAME = "torch-flags.json"
 STATS_NAME = "stats.json"
 LOCATIONS_NAME = "locations.json"
 OTHER_ROOTS_NAME = "other-roots.txt"  # the roots of entries built into a build_directory, for the CLI

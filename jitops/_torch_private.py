@@ -10,8 +10,6 @@ No other module touches torch._C, a `cpp_extension._...` name or pybind11's inte
 | `torch._C._dispatch_get_all_op_names` | the ops of a namespace, named in the error for a registration of an op that does not exist | the error names none |
 | `torch._C._AutoDispatchBelowAutograd`, `torch._C._after_autograd_keyset` | the ops' per-call path below the autograd layer (jitops/ops/_framework.py), the guard torch.library's own autograd kernels use | an ImportError of jitops' ops naming the versions tested |
 | `torch._C._any_requires_grad` | whether an op call needs a gradient, in C | the same test in Python (slower per call) |
-| `cpp_extension._prepare_ldflags`, `_write_ninja_file_to_build_library` | torch's compile and link flags, as its load() would use them | a BuildError naming the versions tested |
-| `cpp_extension.CUDA_HOME` (assigned) | torch's build code pointed at the toolkit the key names | (a public module attribute) |
 | `torch.utils._cpp_extension_versioner.Entry` | torch's load() told which names jitops took | the type of an entry already there; else not told |
 | pybind11's `__pybind11_module_cache` (interpreter state dict) | module names pybind11 holds | only sys.modules is asked |
 | `torch._appdirs.user_cache_dir` | torch's default extensions root | $XDG_CACHE_HOME or ~/.cache, as appdirs computes it on Linux |
@@ -21,9 +19,8 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 
-TESTED = "torch 2.11, 2.13 and 2.14"  # the versions whose suites ran: 2.11 on the GPU host, 2.13 and 2.14.1 in CI
+TESTED = "torch 2.11 to 2.15"  # the versions whose suites run: each in CI (make test-torch-matrix), 2.11 on the GPU host
 
 
 def dispatcher_has(namespace: str) -> str:
@@ -71,72 +68,6 @@ def ops_in(namespace: str) -> list[str]:
     except AttributeError:
         return []
     return sorted({name.partition("::")[2].partition(".")[0] for name in names if name.startswith(f"{namespace}::")})
-
-
-def _cpp_extension():
-    """torch.utils.cpp_extension, imported without the warning torch >= 2.14 logs at its import on
-    a machine without a GPU ("No CUDA runtime is found, using CUDA_HOME=..."): jitops imports it
-    for its flags, not the program, and its own status line says where CUDA is and why not."""
-    import importlib
-    import logging
-    import sys
-
-    with _import_lock:  # builds plan in threads: one sets the logger's level back, after its import
-        if "torch.utils.cpp_extension" not in sys.modules:  # slow to import (setuptools): only where needed
-            logger = logging.getLogger("torch.utils.cpp_extension")
-            level = logger.level
-            logger.setLevel(logging.ERROR)
-            try:
-                importlib.import_module("torch.utils.cpp_extension")
-            finally:
-                logger.setLevel(level)
-    # A program's thread may be importing it now: import_module waits for that to finish.
-    return importlib.import_module("torch.utils.cpp_extension")
-
-
-_import_lock = threading.Lock()
-
-
-def write_torch_build_file(
-    path: str, name: str, source: str, cflags, cuda_cflags, ldflags, include_paths, with_cuda: bool
-) -> None:
-    """The build file torch's load() would write for one source with these flags (its private writer)."""
-    cpp_extension = _cpp_extension()  # only where no record has the flags
-    try:
-        ldflags = cpp_extension._prepare_ldflags(
-            extra_ldflags=list(ldflags), with_cuda=with_cuda, with_sycl=False, verbose=False, is_standalone=False
-        )
-        cpp_extension._write_ninja_file_to_build_library(
-            path=path,
-            name=name,
-            sources=[source],
-            extra_cflags=list(cflags),
-            extra_cuda_cflags=list(cuda_cflags),
-            extra_sycl_cflags=[],
-            extra_ldflags=ldflags,
-            extra_include_paths=list(include_paths),
-            with_cuda=with_cuda,
-            with_sycl=False,
-            is_standalone=False,
-        )
-    except (AttributeError, TypeError) as err:  # a torch whose private writer moved or changed
-        import torch
-
-        from ._errors import BuildError
-
-        raise BuildError(
-            f"jitops: cannot write a build file with torch {torch.__version__}'s cpp_extension "
-            f"(_prepare_ldflags / _write_ninja_file_to_build_library: {err}); this jitops is tested with {TESTED}"
-        ) from err
-
-
-def use_cuda_home(cuda_home) -> None:
-    """Point torch's build code (read once at import) at the toolkit the key names."""
-    from pathlib import Path
-
-    cpp_extension = _cpp_extension()
-    if cpp_extension.CUDA_HOME is None or Path(cpp_extension.CUDA_HOME).resolve() != Path(cuda_home).resolve():
-        cpp_extension.CUDA_HOME = str(cuda_home)
 
 
 def versioner_entry(existing):

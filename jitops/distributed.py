@@ -132,7 +132,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
     errors: dict[str, str] = {}
     if mine:
         with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-            futures = {t.name: pool.submit(_loader.load, declared[t.name]) for t in mine}
+            futures = {t.name: pool.submit(_loader.resolve, declared[t.name]) for t in mine}
         errors = {name: str(f.exception()) for name, f in futures.items() if f.exception() is not None}
 
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails

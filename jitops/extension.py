@@ -268,10 +268,10 @@ def _load(token: str) -> bool:
         found = recall(extension)  # a warm start goes no further
         if found is None:
             from ._errors import BuildError
-            from .build._loader import load  # only on a miss: the rest of the loader costs a warm start's budget
+            from .build._loader import resolve  # only on a miss: the rest of the loader costs a warm start's budget
 
             try:
-                found = load(extension)
+                found = resolve(extension)
             except BuildError as err:  # its message says what failed and where; the loader's frames would bury it
                 raise err.with_traceback(None) from None
         with _registering:

@@ -51,7 +51,7 @@ if op == "add2":
             raise AssertionError("a bad argument went through")
         except RuntimeError as error:
             assert "b" in str(error), error
-print(_loader.load(jitops.ops._framework.extension(op)).library)
+print(_loader.resolve(jitops.ops._framework.extension(op)).library)
 """
 
 
@@ -126,7 +126,7 @@ def main() -> None:
             rows.append(("one CUDA kernel, no torch", with_kernel))
         for op in args.ops.split(",") if args.ops else jitops.ops._framework.available_ops():
             jitops.ops._framework.require(op)
-            rows.append((f"jitops {op}", str(_loader.load(jitops.ops._framework.extension(op)).library)))
+            rows.append((f"jitops {op}", str(_loader.resolve(jitops.ops._framework.extension(op)).library)))
             for number, flags in enumerate(filter(None, args.link_variants.split(";"))):
                 rows.append((f"jitops {op} + {flags}", build_variant(op, flags, f"{tmp}/variant{number}")))
         print(f"{'library':<44}{'dlopen ms':>10}  (median of {args.repeats} new processes)")

@@ -60,7 +60,7 @@ def cli_json(cache: Path, *args: str, expect_rc: int = 0, env_extra: dict | None
 
 def list_rows(cache: Path, *args: str) -> list:
     data = cli_json(cache, "list", *args)
-    assert data["schema"] == 1 and data["root"] == str(cache)
+    assert data["schema"] == 2 and data["root"] == str(cache)
     return data["entries"]
 
 
@@ -131,7 +131,7 @@ def statuses(rows) -> dict:
 
 def test_dir_names_the_root_and_why(tmp_path):
     data = cli_json(tmp_path / "somewhere", "dir")
-    assert data == {"schema": 1, "root": str(tmp_path / "somewhere"), "reason": "JITOPS_CACHE_DIR"}
+    assert data == {"schema": 2, "root": str(tmp_path / "somewhere"), "reason": "JITOPS_CACHE_DIR"}
 
 
 def test_list_shows_every_status(cache, add2_entry):
@@ -147,7 +147,7 @@ def test_list_shows_every_status(cache, add2_entry):
         "3" * 16 + "-xyz": "building",
     }
     ok = next(r for r in rows if r["status"] == "ok")
-    assert ok["op"] == "add2" and ok["backends"] and ok["torch"] and ok["size"] > 0 and ok["built_at"] and ok["last_used"]
+    assert ok["name"] == "add2" and ok["backends"] and ok["torch"] and ok["size"] > 0 and ok["built_at"] and ok["last_used"]
     stale = next(r for r in rows if r["status"] == "stale")
     assert "torch '1.13.0'" in stale["reason"]
     readable = cli(cache, "list")
@@ -231,7 +231,7 @@ def test_bad_usage_exits_2(cache, args):
 )
 def test_an_unknown_op_name_is_bad_usage_naming_the_ops(cache, args):
     result = cli(cache, *args)
-    assert result.returncode == 2 and "unknown op(s)" in result.stderr and "available: add2, bias_act" in result.stderr, (
+    assert result.returncode == 2 and "unknown extension(s)" in result.stderr and "available: add2, bias_act" in result.stderr, (
         result.stderr
     )
     assert len(list_rows(cache)) == 4, "nothing was removed"
@@ -283,8 +283,8 @@ def test_locks_tells_live_from_stale_and_clears_only_stale(cache, tmp_path):
 
 def test_doctor_reports_every_op(tmp_path):
     data = cli_json(tmp_path / "cache", "doctor")
-    assert {op["op"] for op in data["ops"]} == set(jitops.available_ops())
-    assert all(op["how"] == "buildable" for op in data["ops"])
+    assert {row["name"] for row in data["extensions"]} == set(jitops.available_ops())
+    assert all(row["how"] == "buildable" for row in data["extensions"])
     assert data["ninja"] and data["cxx"]["path"] and data["torch"]
     text = cli(tmp_path / "cache", "doctor").stdout
     assert "C++ compiler" in text and "add2" in text
@@ -296,7 +296,7 @@ def test_doctor_exits_1_when_an_op_cannot_be_had(tmp_path, python_without_ninja)
     python, env = python_without_ninja
     result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"PATH": str(bin_dir), "CXX": "c++", **env}, python=python)
     assert result.returncode == 1, result.stderr
-    ops = json.loads(result.stdout)["ops"]
+    ops = json.loads(result.stdout)["extensions"]
     assert all(op["how"] == "unavailable" and "no ninja on PATH" in op["detail"] for op in ops)
 
 
@@ -304,7 +304,7 @@ def test_doctor_has_the_compiler_compile_a_line_and_a_failing_one_cannot_build(t
     """CXX=/bin/false answers no --version but exits 1: no op is "buildable" with it."""
     result = cli(tmp_path / "cache", "doctor", "--json", env_extra={"CXX": "/bin/false"}, python=sys.executable)
     assert result.returncode == 1, result.stderr
-    ops = json.loads(result.stdout)["ops"]
+    ops = json.loads(result.stdout)["extensions"]
     assert ops and all(op["how"] == "unavailable" and not op["buildable"] for op in ops), ops
     assert "the C++ compiler /bin/false does not compile one line of C++ (exit 1)" in ops[0]["detail"], ops[0]
 
@@ -352,7 +352,7 @@ def test_every_json_output_is_an_object_with_its_schema(cache):
         result = cli(cache, *command, "--json")
         assert result.returncode in (0, 1), f"{command}: {result.stderr}"
         data = json.loads(result.stdout)
-        assert isinstance(data, dict) and data["schema"] == 1, command
+        assert isinstance(data, dict) and data["schema"] == 2, command
 
 
 def on_a_terminal(cache: Path, *args: str, answer: bytes = b"", columns: int = 80) -> tuple[int, str]:
@@ -391,11 +391,11 @@ def test_clear_all_with_yes_or_without_a_terminal_does_not_ask(cache, add2_entry
 def test_list_fits_an_80_column_terminal_and_is_whole_when_piped(cache):
     rc, text = on_a_terminal(cache, "list", columns=80)
     table = text.splitlines()[: 1 + 4]  # the header and the four rows
-    assert rc == 0 and "OP" in table[0].split(), text
+    assert rc == 0 and "NAME" in table[0].split(), text
     assert all(len(line) <= 80 for line in table), table
     assert "STATUS" in table[0] and "SIZE" in table[0] and "corrupt" in text
     piped = cli(cache, "list").stdout.splitlines()[0].split()
-    assert piped[:3] == ["OWNER", "NAMESPACE", "OP"] and piped[-1] == "STATUS" and "BUILT" in piped
+    assert piped[:3] == ["OWNER", "NAMESPACE", "NAME"] and piped[-1] == "STATUS" and "BUILT" in piped
 
 
 def test_version_and_python_m_jitops():
@@ -404,7 +404,7 @@ def test_version_and_python_m_jitops():
     )
     assert version.returncode == 0 and version.stdout.strip() == f"jitops-cache {jitops.__version__}"
     module = children.run([sys.executable, "-m", "jitops", "dir", "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert module.returncode == 0 and json.loads(module.stdout)["schema"] == 1, module.stderr
+    assert module.returncode == 0 and json.loads(module.stdout)["schema"] == 2, module.stderr
 
 
 def test_stats_count_builds_and_cache_loads_not_warm_ones_and_zero(tmp_path):
@@ -445,7 +445,7 @@ def test_package_takes_the_distributions_name_in_any_spelling_or_its_import_name
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     for name in ("My_Pkg", "my-pkg", "my_mod"):
         result = cli(tmp_path / "cache", "doctor", "--json", "--package", name, env_extra=env, python=sys.executable)
-        assert {row["owner"] for row in json.loads(result.stdout)["ops"]} == {"My_Pkg"}, (name, result.stderr)
+        assert {row["owner"] for row in json.loads(result.stdout)["extensions"]} == {"My_Pkg"}, (name, result.stderr)
     wrong = cli(tmp_path / "cache", "list", "--package", "nosuch", env_extra=env, python=sys.executable)
     assert wrong.returncode == 2 and "My_Pkg (import my_mod)" in wrong.stderr, wrong.stderr
 
@@ -471,16 +471,18 @@ def test_one_broken_package_does_not_break_the_cli_for_the_others(tmp_path, beha
         assert result.returncode in (0, 1), f"{command}: rc {result.returncode}\n{result.stderr}"
         data = json.loads(result.stdout)  # stdout stays JSON: the package's print went to stderr
         if command == "doctor":
-            rows = {row["owner"]: row for row in data["ops"]}
+            rows = {row["owner"]: row for row in data["extensions"]}
             assert rows[behaviour]["how"] == "broken" and not rows[behaviour]["available"], rows[behaviour]
-            assert any(row["owner"] == "jitops" and row["available"] for row in data["ops"]), "jitops' own ops still reported"
+            assert any(row["owner"] == "jitops" and row["available"] for row in data["extensions"]), (
+                "jitops' own ops still reported"
+            )
             assert result.returncode == 1, "an op that cannot be had: exit 1, as documented"
     if behaviour != "lacks_a_source":
         assert "skipping the jitops.extensions entry point" in result.stderr, result.stderr
     else:  # the likely cause named: a wheel without its package data
         assert "missing sources" in rows[behaviour]["detail"] and "package data" in rows[behaviour]["detail"], rows
     only = cli(cache, "doctor", "--package", behaviour, "--json", env_extra=env, python=sys.executable)
-    assert {row["owner"] for row in json.loads(only.stdout)["ops"]} == {behaviour}, "--package: that package alone"
+    assert {row["owner"] for row in json.loads(only.stdout)["extensions"]} == {behaviour}, "--package: that package alone"
 
 
 @pytest.mark.parametrize("args", [["--json", "list", "--bogus"], ["clear", "--json"], ["--json", "nosuchcommand"]])

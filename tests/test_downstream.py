@@ -109,7 +109,7 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     assert warm["how"] == ["cache", "cache"] and (warm["spawned"], warm["locks"]) == (0, 0)
 
     rows = [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
-    assert sorted((row["namespace"], row["op"], row["status"]) for row in rows) == [
+    assert sorted((row["namespace"], row["name"], row["status"]) for row in rows) == [
         ("demo_pkg", "fused", "ok"),
         ("demo_pkg", "scale", "ok"),
     ]
@@ -123,14 +123,14 @@ def test_a_downstream_package_builds_loads_warm_and_is_managed_by_owner(venv):
     header.write_text(header.read_text().replace("2.0f", "3.0f"))
     edited = use(venv)
     assert edited["factors"] == [3.0, 2.0] and edited["scale_ok"] and edited["add_ok"] and edited["how"] == ["built", "cache"]
-    statuses = sorted((row["op"], row["status"]) for row in cli(venv, "list", "--package", OWNER)["entries"])
+    statuses = sorted((row["name"], row["status"]) for row in cli(venv, "list", "--package", OWNER)["entries"])
     assert statuses == [("fused", "ok"), ("scale", "ok"), ("scale", "stale")], statuses
 
     # Prebuilts shipped inside the package (`jitops-cache build --package ... --out`) load before
     # any build: with the cache cleared, nothing compiles.
     prebuilt = Path(cold["package"]).parent / "prebuilt"
     built = cli(venv, "build", "--package", OWNER, "--out", str(prebuilt))["built"]
-    assert sorted(b["op"] for b in built) == ["demo_pkg.fused", "demo_pkg.scale"]
+    assert sorted(b["name"] for b in built) == ["demo_pkg.fused", "demo_pkg.scale"]
     cleared = cli(venv, "clear", "--package", OWNER)
     assert len(cleared["removed"]) == 3 and not [row for row in cli(venv, "list")["entries"] if row["owner"] == OWNER]
     shipped = use(venv)
@@ -197,7 +197,7 @@ def test_the_readme_recipe_gives_a_wheel_with_sources_headers_and_prebuilts_that
     (broken / "broken_pkg" / "__init__.py").write_text(BROKEN_MODULE)
     pip(user / "venv" / "bin" / "python", "install", "--no-deps", str(broken))
     doctor = run(user, "-m", "jitops.cache_tools", "doctor", "--json")
-    ops = json.loads(doctor.stdout)["ops"]
+    ops = json.loads(doctor.stdout)["extensions"]
     rows = {row["owner"]: row for row in ops}
     assert doctor.returncode == 1, "an op that cannot be had: exit 1, as documented"
     assert rows["jitops-broken-pkg"]["how"] == "broken" and rows[OWNER]["available"], rows
@@ -205,7 +205,7 @@ def test_the_readme_recipe_gives_a_wheel_with_sources_headers_and_prebuilts_that
     # As the loader: the wheel's prebuilt libraries before a build, though a compiler is here.
     assert [row["how"] for row in ops if row["owner"] == OWNER] == ["prebuilt", "prebuilt"], ops
     listed = run(user, "-m", "jitops.cache_tools", "list", "--json")
-    assert listed.returncode == 0 and json.loads(listed.stdout)["schema"] == 1, listed.stdout + listed.stderr
+    assert listed.returncode == 0 and json.loads(listed.stdout)["schema"] == 2, listed.stdout + listed.stderr
 
 
 # The README's calling pattern, compiled: the first call loads the (prebuilt) library while dynamo

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Unmodified programs through jitops (`python -m jitops run`, JITOPS_TORCH_LOAD=1, `from jitops
+"""Unmodified programs through jitops (`python -m jitops run`, JITOPS_DROP_IN=1, `from jitops
 import cpp_extension`), and what real programs rely on beyond load()'s signature: the module in
 sys.modules (StyleGAN's get_plugin), never another build's module when both loaders share a process
 (either order, two threads), and the namespace guard before any dlopen. Real builds, real processes."""
@@ -341,7 +341,11 @@ def installed_jitops(tmp_path: Path, how: str) -> tuple[Path, Path]:
     of this checkout installed as a wheel or editable, torch and the rest from this environment.
     Returns (its python, the installed jitops package)."""
     tree = tmp_path / "tree"
-    skip = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", ".remote", "bench_*")
+    patterns = shutil.ignore_patterns(".git", ".venv*", "*.egg-info", "__pycache__", ".remote", "bench_*")
+
+    def skip(folder: str, names: list[str]) -> set[str]:  # setuptools' build/ at the top, not jitops/build/
+        return set(patterns(folder, names)) | ({"build"} if Path(folder) == REPO else set())
+
     shutil.copytree(REPO, tree, ignore=skip, symlinks=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT_S)
@@ -372,21 +376,21 @@ def installed_jitops(tmp_path: Path, how: str) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("how", ["wheel", "editable"])
 def test_the_environment_switch_serves_every_process_costs_nothing_until_used_and_survives_a_broken_jitops(tmp_path, how):
-    """JITOPS_TORCH_LOAD=1 in a regular and an editable install: torch.utils.cpp_extension.load is
+    """JITOPS_DROP_IN=1 (and its older name, JITOPS_TORCH_LOAD) in a regular and an editable install: torch.utils.cpp_extension.load is
     jitops' in a Python started by anyone; a start imports nothing of jitops until the program
     imports that module (E9); a broken or removed jitops says so in one line, once (E10)."""
     python, package = installed_jitops(tmp_path, how)
     env = tiny_env(tmp_path / "cache")
     env.pop("PYTHONPATH", None)
 
-    def start(switch: str) -> subprocess.CompletedProcess:
+    def start(switch: str, variable: str = "JITOPS_DROP_IN") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(python), "-c", SWITCHED], env={**env, "JITOPS_TORCH_LOAD": switch}, capture_output=True, text=True, cwd=tmp_path
+            [str(python), "-c", SWITCHED], env={**env, variable: switch}, capture_output=True, text=True, cwd=tmp_path
         )
 
-    on, off = start("1"), start("0")
+    on, off, old_name = start("1"), start("0"), start("1", "JITOPS_TORCH_LOAD")
     assert on.returncode == 0 and off.returncode == 0 and not on.stderr, on.stderr + off.stderr
-    assert json.loads(on.stdout) == ["jitops.compat._torch_load", ["_jitops_torch_load"]]
+    assert json.loads(on.stdout) == json.loads(old_name.stdout) == ["jitops.compat._torch_load", ["_jitops_torch_load"]]
     assert json.loads(off.stdout) == ["torch.utils.cpp_extension", []]
     for breaking in ("syntax error", "package removed"):
         if breaking == "syntax error":
@@ -397,4 +401,4 @@ def test_the_environment_switch_serves_every_process_costs_nothing_until_used_an
         broken = start("1")
         assert broken.returncode == 0 and json.loads(broken.stdout)[0] == "torch.utils.cpp_extension", broken.stderr
         (line,) = broken.stderr.splitlines()
-        assert line.startswith("jitops: JITOPS_TORCH_LOAD=1 is ignored: jitops does not import"), broken.stderr
+        assert line.startswith("jitops: JITOPS_DROP_IN=1 is ignored: jitops does not import"), broken.stderr

@@ -20,8 +20,8 @@ import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
 from jitops import _layout
-from jitops.build import _ninja
-from jitops.store import _root
+from jitops.build import _ninja, _torch_flags
+from jitops.store import _key, _root
 from jitops.warm._libraries import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -34,7 +34,7 @@ from jitops import Extension
 from jitops.build import _loader
 name, root, cflags, ldflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 sources = [f"kernels/cpu/{name}.cpp", "kernels/cpu/tiny_second.cpp", f"bindings/{name}.cpp"]
-loaded = _loader.load(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
+loaded = _loader.resolve(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
                   "library": str(loaded.library)}))
@@ -515,6 +515,42 @@ def test_compile_commands_are_torchs(tmp_path, tree):
     assert [f for f in ours if f in torch_flags["cflags"]] == torch_flags["cflags"], "torch's flags, in torch's order"
     added = {f for f in ours if f not in torch_flags["cflags"]}
     assert added == {"-fvisibility-inlines-hidden", "-DJITOPS_NAMESPACE=jitops_test", f"-I{INCLUDE_DIR}"}, added
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "cuda"])
+def test_flags_are_torchs(tmp_path, monkeypatch, cuda):
+    """The flags jitops makes from its own table (jitops/build/_torch_flags.py) are, word for word,
+    those torch's private build-file writer gives the same extension under the torch that runs
+    this: defines, include folders, the C++ standard, nvcc's flags, the libraries and their order."""
+    from torch.utils import cpp_extension
+
+    cuda_home = _key.find_cuda_home() if cuda else None
+    if cuda and (torch.version.cuda is None or cuda_home is None):
+        pytest.skip("needs a CUDA build of torch and nvcc")
+    if cuda:
+        monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(cuda_home))  # torch's, as jitops' plan finds it
+    include = tmp_path / "my include"
+    include.mkdir()
+    cflags, cuda_cflags, ldflags = ["-O2", "-DVALUE=1"], ["-gencode=arch=compute_90,code=sm_90", "-O3"], ["-Wl,--as-needed"]
+    written = tmp_path / "build.ninja"
+    cpp_extension._write_ninja_file_to_build_library(
+        path=str(written),
+        name="flags_lib",
+        sources=[str(tmp_path / ("unit.cu" if cuda else "unit.cpp"))],
+        extra_cflags=cflags,
+        extra_cuda_cflags=cuda_cflags,
+        extra_sycl_cflags=[],
+        extra_ldflags=cpp_extension._prepare_ldflags(list(ldflags), cuda, False, False, False),
+        extra_include_paths=[str(include)],
+        with_cuda=cuda,
+        with_sycl=False,
+        is_standalone=False,
+    )
+    torchs = dict(re.findall(r"^(\w+) = (.*)$", written.read_text(), flags=re.M))
+    ours, ours_cuda = _torch_flags.compile_flags("flags_lib", cflags, cuda_cflags, [str(include)], cuda_home)
+    assert ours == torchs["cflags"] and torchs.get("post_cflags", "") == ""
+    assert ours_cuda == torchs.get("cuda_cflags", "") and torchs.get("cuda_post_cflags", "") == ""
+    assert _torch_flags.link_flags(ldflags, cuda_home) == torchs["ldflags"]
 
 
 def test_a_package_extensions_first_build_starts_no_precompiled_header_and_its_rebuild_does(tmp_path):

@@ -134,7 +134,7 @@ def test_every_import_follows_the_order_of_the_wings():
 
 # What names a path inside a cache root: its folders' and files' names, as string literals.
 CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
-CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "torch-flags.json", "stats.json", "stats.lck")
+CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "stats.json", "stats.lck")
 CACHE_NAMES += ("locations.json", "objects", "pch", "inline")
 
 
@@ -179,7 +179,7 @@ def test_the_errors_users_catch_are_public():
     with pytest.raises(jitops.BuildError, match="missing sources"):
         from jitops.build import _loader
 
-        _loader.load(tiny_extension(TESTS / "no_such_folder"))
+        _loader.resolve(tiny_extension(TESTS / "no_such_folder"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,8 +283,8 @@ import json, sys
 from jitops.warm import _libraries
 from jitops.build import _loader
 from tiny_extension import tiny_extension
-first = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
-second = _loader.load(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
+first = _loader.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
+second = _loader.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
 print(json.dumps({{"libraries": [str(first.library), str(second.library)], "how": [first.how, second.how],
                   "loaded": sorted(_libraries.loaded)}}))
 """
@@ -431,7 +431,7 @@ from jitops import Extension
 from jitops.build import _loader
 root, include = sys.argv[1], sys.argv[2]
 sources = ["kernels/cpu/tiny.cpp", "kernels/cpu/tiny_second.cpp", "bindings/tiny.cpp"]
-loaded = _loader.load(Extension("tiny", sources, namespace="jitops_test", root=root, include_dirs=[include]))
+loaded = _loader.resolve(Extension("tiny", sources, namespace="jitops_test", root=root, include_dirs=[include]))
 print(json.dumps({"how": loaded.how, "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(),
                   "headers": json.load(open(loaded.library.parent / "manifest.json"))["headers"]}))
 """
@@ -470,7 +470,7 @@ how = {}
 for d in (add2, bias_act):  # the same declarations, over a copy of the sources
     copy = Extension(d.name, d.sources, namespace=d.namespace, root=sys.argv[1], cflags=d.cflags,
                      cuda_cflags=d.cuda_cflags, version=d.version)
-    how[d.name] = _loader.load(copy).how
+    how[d.name] = _loader.resolve(copy).how
 print(json.dumps(how))
 """
 

@@ -33,7 +33,7 @@ def test_the_wheel_carries_the_licence_and_the_type_marker(wheel):
     names = wheel.namelist()
     assert any(re.fullmatch(r"jitops-[^/]+\.dist-info/licenses/LICENSE", n) for n in names), names
     assert "jitops/py.typed" in names and "jitops/include/jitops/library.h" in names
-    # site-packages gains the package, JITOPS_TORCH_LOAD's .pth and the one module it imports.
+    # site-packages gains the package, JITOPS_DROP_IN's .pth and the one module it imports.
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"jitops", "jitops-torch-load.pth", "_jitops_torch_load.py"}, top
     metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -417,11 +417,11 @@ import sys, os, time
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
 from jitops.build import _loader
-first = _loader.load(tiny_extension(sys.argv[1], namespace="first_ns"))
+first = _loader.resolve(tiny_extension(sys.argv[1], namespace="first_ns"))
 open(os.environ["MARK"], "w").close()
 while not os.path.exists(os.environ["MARK"] + ".go"):
     time.sleep(0.05)
-second = _loader.load(tiny_extension(sys.argv[1], namespace="second_ns"))
+second = _loader.resolve(tiny_extension(sys.argv[1], namespace="second_ns"))
 print(first.how, second.how)
 """
 

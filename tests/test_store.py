@@ -186,7 +186,7 @@ import json, sys, time, ctypes
 sys.path.insert(0, sys.argv[2])
 from jitops.build import _loader
 from tiny_extension import tiny_extension
-loaded = _loader.load(tiny_extension(sys.argv[1]))
+loaded = _loader.resolve(tiny_extension(sys.argv[1]))
 print(json.dumps({"library": str(loaded.library), "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value()}), flush=True)
 sys.stdin.read()  # holds the library until the test closes stdin
 """

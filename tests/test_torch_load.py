@@ -47,7 +47,7 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-warm_path = ("jitops", "jitops.warm._libraries", "jitops._layout", "jitops.extension", "jitops.compat._torch_load", "jitops.compat._module_names", "jitops._torch_private")
+warm_path = ("jitops", "jitops.warm", "jitops.compat", "jitops.warm._libraries", "jitops._layout", "jitops.extension", "jitops.compat._torch_load", "jitops.compat._module_names", "jitops._torch_private")
 loader = sorted(m for m in sys.modules if m.startswith("jitops") and m not in warm_path)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """
@@ -406,7 +406,7 @@ def test_the_cli_lists_entries_built_into_a_build_directory_and_names_it_for_oth
     listed = cli("--json", "list", "m7")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     (row,) = json.loads(listed.stdout)["entries"]
-    assert row["op"] == "m7" and Path(row["path"]).parent == build / "jitops"
+    assert row["name"] == "m7" and Path(row["path"]).parent == build / "jitops"
     cleared = cli("clear", "m7")
     assert cleared.returncode == 2 and f"m7's entries are in {build / 'jitops'}" in cleared.stderr, cleared.stderr
     assert Path(row["path"]).is_dir(), "nothing removed"

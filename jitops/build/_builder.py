@@ -174,7 +174,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
     try:
         build_dir = staging / "build"
         build_dir.mkdir()
-        flags = _buildfile.torch_flags(build_dir, extension, cuda, components, planned.cxx)
+        flags = _buildfile.torch_flags(extension, cuda, components, planned.cxx)
         units = _buildfile.plan_units(staging, extension, cuda, components, flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.

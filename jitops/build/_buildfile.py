@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""build.ninja for one extension: torch's flags (from the writer behind torch's load(), so that
-every unit is compiled and linked as torch's load() would), jitops' own edges: one per unit to
-compile (a unit whose object is reused gets none), a precompiled header where one is used, a
-compiler launcher where one is configured, and the link."""
+"""build.ninja for one extension: torch's flags (_torch_flags: every unit is compiled and linked as
+torch's load() would), jitops' own edges: one per unit to compile (a unit whose object is reused
+gets none), a precompiled header where one is used, a compiler launcher where one is configured,
+and the link."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _torch_private
 from .._errors import BuildError
-from ..store import _root
 from ..store._key import CudaPlan
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
+from . import _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -26,16 +25,12 @@ if TYPE_CHECKING:
 LAUNCHER_VARIABLES = {"cxx": "CMAKE_CXX_COMPILER_LAUNCHER", "cuda": "CMAKE_CUDA_COMPILER_LAUNCHER"}
 
 
-FLAGS_FORMAT = 3  # of a recorded set of torch's flags: 2 since every flag is one quoted word, 3 the ops' -ltorch
-
-
 class TorchFlags:
     """The compiler commands and flags torch's load() would use for this extension (shell text)."""
 
-    def __init__(self, cxx: str, nvcc: str, cflags: str, post_cflags: str, cuda_cflags: str, cuda_post_cflags: str, ldflags: str):
+    def __init__(self, cxx: str, nvcc: str, cflags: str, cuda_cflags: str, ldflags: str):
         self.cxx, self.nvcc, self.ldflags = cxx, nvcc, ldflags
-        self.cflags, self.post_cflags = cflags, post_cflags
-        self.cuda_cflags, self.cuda_post_cflags = cuda_cflags, cuda_post_cflags
+        self.cflags, self.cuda_cflags = cflags, cuda_cflags
 
 
 class Unit:
@@ -64,58 +59,17 @@ class Unit:
         return [self.compiler, self.flags, self.post_flags]
 
 
-def torch_flags(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
-    """torch's flags for the extension, read from the build file torch's private writer (torch >=
-    2.10) makes of it, or recorded from an earlier build with the same inputs (the key's components
-    but the sources' hash: torch, flags, archs, compilers, environment; and the include paths, the
-    library's name, the toolkit); the compilers are the ones the key names."""
-    made_of = {k: v for k, v in components.items() if k != "sources_sha256"}
-    made_of |= {"library": extension.library_name, "include_paths": extension.include_paths(), "cxx_path": str(cxx)}
-    made_of |= {"cuda_home": str(cuda.cuda_home), "PYTORCH_NVCC": os.environ.get("PYTORCH_NVCC")}
-    made_of["format"] = FLAGS_FORMAT
-    key = _root.json_digest(made_of)
-    record = _root.torch_flags_record(extension.cache_dir)
-    known = record.records.get(key)
-    if isinstance(known, list) and len(known) == 7 and all(isinstance(v, str) for v in known):
-        return TorchFlags(*known)
-    flags = _written_by_torch(build_dir, extension, cuda, components, cxx)
-    record.put(
-        key, [flags.cxx, flags.nvcc, flags.cflags, flags.post_cflags, flags.cuda_cflags, flags.cuda_post_cflags, flags.ldflags]
+def torch_flags(extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
+    """torch's flags for the extension (_torch_flags), with the compilers the key names and jitops'
+    own flags (the key's cflags and ldflags), the archs as -gencode flags."""
+    cuda_home = cuda.cuda_home if cuda.enabled else None
+    cuda_cflags = list(components["cuda_cflags"]) + (gencode_flags(cuda.arch_list) if cuda.enabled else [])
+    cflags, cuda_cflags_text = _torch_flags.compile_flags(
+        extension.library_name, components["cflags"], cuda_cflags, extension.include_paths(), cuda_home
     )
-    record.save()
-    return flags
-
-
-def _written_by_torch(build_dir: Path, extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
-    cuda_cflags = list(components["cuda_cflags"])
-    if cuda.enabled:
-        _torch_private.use_cuda_home(cuda.cuda_home)  # where torch's guess (read at import) is no toolkit
-        cuda_cflags += gencode_flags(cuda.arch_list)  # explicit -gencode: torch skips its own choice
-    scratch = build_dir / "torch.ninja"
-    # Every flag is one word (Extension: flag_words), quoted for the shell that ninja hands the
-    # command to: torch's writer joins them as they are, so it would run a `;` as a second command.
-    _torch_private.write_torch_build_file(
-        str(scratch),
-        extension.library_name,
-        os.path.join(extension.root, "unit.cu" if cuda.enabled else "unit.cpp"),
-        [shlex.quote(flag) for flag in components["cflags"]],
-        [shlex.quote(flag) for flag in cuda_cflags],
-        [shlex.quote(flag) for flag in components["ldflags"]],
-        extension.include_paths(),
-        cuda.enabled,
-    )
-    variables = dict(re.findall(r"^(\w+) = (.*)$", scratch.read_text(encoding="utf-8"), flags=re.M))
-    scratch.unlink()
     nvcc = os.environ.get("PYTORCH_NVCC") or (shlex.quote(str(cuda.nvcc)) if cuda.enabled else "")
-    return TorchFlags(
-        shlex.quote(str(cxx)),
-        nvcc,
-        variables.get("cflags", ""),
-        variables.get("post_cflags", ""),
-        variables.get("cuda_cflags", ""),
-        variables.get("cuda_post_cflags", ""),
-        _link_flags(extension, variables.get("ldflags", "")),
-    )
+    ldflags = _link_flags(extension, _torch_flags.link_flags(components["ldflags"], cuda_home))
+    return TorchFlags(shlex.quote(str(cxx)), nvcc, cflags, cuda_cflags_text, ldflags)
 
 
 def _link_flags(extension: Extension, ldflags: str) -> str:
@@ -149,14 +103,12 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
                     True,
                     flags.nvcc,
                     flags.cuda_cflags,
-                    flags.cuda_post_cflags,
+                    "",
                     extension.library_name,
                 )
             )
         else:
-            units.append(
-                Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, flags.post_cflags, extension.library_name)
-            )
+            units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, "", extension.library_name))
     if len({unit.object for unit in units}) < len(units):  # x.cpp beside x.cc: objects named in full
         for unit in units:
             unit.object = os.path.basename(unit.wrapper) + (".cuda.o" if unit.cuda else ".o")

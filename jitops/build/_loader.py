@@ -25,7 +25,7 @@ _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
 
 
-def load(extension: Extension, cached_only: bool = False) -> LoadedLibrary | None:
+def resolve(extension: Extension, cached_only: bool = False) -> LoadedLibrary | None:
     """The extension's library, loaded into this process. cached_only=True stops after step 2: None
     where it would have to be built (or taken prebuilt), for a caller to hand those to threads."""
     name = extension.qualified_name

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Unmodified programs through jitops: `python -m jitops run script.py|-m module [args]`, or any
-Python started with JITOPS_TORCH_LOAD=1 (jitops' .pth file reads it at start-up).
+Python started with JITOPS_DROP_IN=1 (jitops' .pth file reads it at start-up).
 
 Either way, torch.utils.cpp_extension is served lazily: importing it gives a module whose load and
 load_inline are jitops', whose helpers that programs use most (_get_build_directory, CUDA_HOME,
@@ -22,7 +22,8 @@ import threading
 from . import _module_names, _torch_helpers
 from ._module_names import TORCH_MODULE
 
-SWITCH = "JITOPS_TORCH_LOAD"  # "1": every torch.utils.cpp_extension.load in the process is jitops'
+SWITCH = "JITOPS_DROP_IN"  # "1": every torch.utils.cpp_extension.load in the process is jitops'
+# Its name before it said what it does, JITOPS_TORCH_LOAD, is still read (jitops-torch-load.pth).
 
 
 class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -120,7 +120,7 @@ def load(
         entries_dir(build_directory),
     )
     try:
-        return load_declared(extension, name, with_cuda, verbose)
+        return as_torch_returns(extension, name, with_cuda, verbose)
     except jitops_errors() as err:  # its message says what failed; the loader's frames would bury it
         raise err.with_traceback(None) from err.__cause__
 
@@ -204,7 +204,7 @@ def _inputs_changed(found) -> bool:
     return any(identity_or_none(path) != identity and not os.path.isdir(path) for path, identity in found.inputs)
 
 
-def load_declared(extension: Extension, base: str, with_cuda, verbose):
+def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
     """The declared library (of the name `base` that load() was given), loaded, as torch's load()
     returns it: its module, or its path."""
     name = extension.qualified_name

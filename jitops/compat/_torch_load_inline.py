@@ -18,7 +18,7 @@ from typing import Literal, overload
 from .. import _layout
 from ..extension import check_name
 from ..warm._libraries import DROP_IN_NAMESPACE
-from ._torch_load import Flags, declare, entries_dir, jitops_errors, load_declared, refuse_unsupported
+from ._torch_load import Flags, as_torch_returns, declare, entries_dir, jitops_errors, refuse_unsupported
 
 
 @overload
@@ -140,7 +140,7 @@ def load_inline(
         cache_dir,
     )
     try:
-        return load_declared(extension, name, with_cuda, verbose)
+        return as_torch_returns(extension, name, with_cuda, verbose)
     except jitops_errors() as err:  # its message says what failed; the loader's frames would bury it
         raise err.with_traceback(None) from err.__cause__
 

@@ -106,9 +106,9 @@ def load_all(
     to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
     for name, declaration, finish in jobs:
         if recall(declaration, seen=seen) is None:  # not a warm start: the long way
-            from ..build._loader import load  # only on a miss, as in require
+            from ..build._loader import resolve  # only on a miss, as in require
 
-            if load(declaration, cached_only=True) is None:
+            if resolve(declaration, cached_only=True) is None:
                 to_build.append((name, finish))
                 continue
         finish()  # the Python-side registrations

@@ -2,7 +2,7 @@
 """The store: the one owner of a cache root on disk, in three modules. This one decides the root
 and the parts it can do without (objects/, pch/), stages, publishes and removes folders (an
 entry's with its lock: remove_locked), and keeps the records that only save work (file hashes,
-toolchain probes, torch's flags); _entries holds the entries (immutable once published, one per
+toolchain probes); _entries holds the entries (immutable once published, one per
 key and set of headers) and _budget what JITOPS_CACHE_MAX_SIZE evicts. _layout names every path.
 
 Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module on
@@ -368,12 +368,6 @@ def binary_identity(path: Path) -> tuple[str, str]:
     return resolved, "|".join(map(str, [resolved, *file_identity(resolved)]))
 
 
-def torch_flags_record(root: Path | str | None = None) -> RecordFile:
-    """torch's compile and link flags for an extension, by everything they are made of
-    (<root>/torch-flags.json): importing torch's build code costs a rebuild more than its edit."""
-    return _root_record(RecordFile, _layout.TORCH_FLAGS_NAME, root)
-
-
 def toolchain_probes(root: Path | str | None = None) -> RecordFile:
     """Each compiler's `--version` line, by its binary_identity (<root>/toolchain.json): a warm
     load must start no process, and `c++ --version` costs one."""
@@ -409,7 +403,7 @@ def compute_key(components: dict) -> str:
 
 def json_digest(value, length: int = 64) -> str:
     """sha256 (hex, its first `length` digits) of a value's JSON, keys sorted: the key of what a
-    dict of inputs made (objects, PCHs, variants, torch's flags, remote records)."""
+    dict of inputs made (objects, PCHs, variants, remote records)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
 
 
