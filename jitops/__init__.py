@@ -5,15 +5,8 @@ loader behind them for anyone's C++/CUDA.
 `import jitops` compiles nothing and does not even import torch. Each op is built (or loaded from
 the cache) the first time it is called; `jitops.load_all()` does every op at once.
 
-Ops (each with a pure-torch `<op>_ref`):
-    add2(a, b, *, out=None)                  elementwise a + b
-    trilinear_interpolation(feats, points)   each point's 8 cell-corner features, blended
-    lltm(input, weights, bias, old_h, old_cell), LLTM(input_features, state_size)
-                                             the C++-extension tutorial's recurrent cell
-    bias_act(x, b=None, dim=1, act="linear", alpha=None, gain=None, clamp=None)
-                                             StyleGAN2's fused bias + activation (ACTIVATIONS)
-    upfirdn2d(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1)
-                                             StyleGAN2's upsample, FIR filter, downsample
+Ops: one module each in jitops/ops/, each with a pure-torch `<op>_ref`: `jitops.available_ops()`
+names them, `help(jitops.<op>)` describes one.
 
 The loader, for your own C++/CUDA:
     load(...), load_inline(...)              torch.utils.cpp_extension's, through jitops' cache
@@ -26,23 +19,28 @@ The loader, for your own C++/CUDA:
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from .extension import Extension
-from .warm._libraries import VERSION, LoadedLibrary
+from .extension import Extension as Extension
+from .warm._libraries import VERSION
+from .warm._libraries import LoadedLibrary as LoadedLibrary
 
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
-    from ._errors import BuildError, CacheError, NamespaceConflict
-    from .compat._torch_load import load
-    from .compat._torch_load_inline import load_inline
-    from .ops._framework import available_ops, load_all
-    from .ops.add2 import add2, add2_ref
-    from .ops.bias_act import ACTIVATIONS, bias_act, bias_act_ref
-    from .ops.lltm import LLTM, lltm, lltm_ref
-    from .ops.trilinear_interpolation import trilinear_interpolation, trilinear_interpolation_ref
-    from .ops.upfirdn2d import upfirdn2d, upfirdn2d_ref
+    from typing import Any
+
+    from ._errors import BuildError as BuildError
+    from ._errors import CacheError as CacheError
+    from ._errors import NamespaceConflict as NamespaceConflict
+    from .compat._torch_load import load as load
+    from .compat._torch_load_inline import load_inline as load_inline
+    from .ops._framework import available_ops as available_ops
+    from .ops._framework import load_all as load_all
+
+    def __getattr__(name: str) -> Any: ...  # an op's names: found in jitops/ops/ when asked
+
 
 __version__ = VERSION
-# The loader's names, then the ops' (each op module's __all__: a test keeps the two in step).
-__all__ = [
+# The loader's names. The ops' are each op module's __all__ (jitops/ops/<op>.py), found when asked
+# (__all__, dir(), help(), an op's name): adding an op edits no list here.
+LOADER_NAMES = [
     "BuildError",
     "CacheError",
     "Extension",
@@ -52,18 +50,6 @@ __all__ = [
     "load",
     "load_all",
     "load_inline",
-    "add2",
-    "add2_ref",
-    "bias_act",
-    "bias_act_ref",
-    "ACTIVATIONS",
-    "lltm",
-    "lltm_ref",
-    "LLTM",
-    "trilinear_interpolation",
-    "trilinear_interpolation_ref",
-    "upfirdn2d",
-    "upfirdn2d_ref",
 ]
 
 
@@ -80,8 +66,18 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def _op_names() -> list[str]:
+    """Every op module's public names (imports the op modules, not their libraries)."""
+    from .ops._framework import available_ops
+
+    return [name for op in available_ops() for name in _importlib.import_module(f"{__name__}.ops.{op}").__all__]
+
+
+def __getattr__(name: str):  # noqa: F811 (the TYPE_CHECKING declaration above is for type checkers)
     # (The import system probes for submodules with getattr before importing them.)
+    if name == "__all__":  # `from jitops import *`
+        value = globals()["__all__"] = LOADER_NAMES + _op_names()
+        return value
     if name in _LAZY:
         value = globals()[name] = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         return value
@@ -105,4 +101,4 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     """The public names only (not the modules this one imports), the lazy ones included."""
-    return sorted(set(__all__) | {"__version__", "distributed", "ops"})
+    return sorted(set(LOADER_NAMES) | set(_op_names()) | {"__version__", "distributed", "ops"})

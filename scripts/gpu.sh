@@ -21,7 +21,7 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
   echo "faster linkers: $(command -v ld.lld ld.gold | tr '\n' ' ')"; } | tee "$OUT/machine.txt"
 pytest() { python3 -m pytest -q -rs -p no:cacheprovider --durations=15 "$@"; }
 TESTS_A="tests/test_add2.py tests/test_bias_act.py tests/test_lltm.py tests/test_loader.py"
-TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_properties.py tests/test_reliability.py tests/test_large_index.py tests/test_distributed.py"
+TESTS_B="tests/test_trilinear_interpolation.py tests/test_prebuilt.py tests/test_reliability.py tests/test_large_index.py tests/test_distributed.py"
 # Part d: the drop-ins (torch's tests' expectations of both loaders, unmodified programs) and the
 # downstream package (wheel, venv, CUDA builds of their own).
 TESTS_D="tests/test_torch_load.py tests/test_torch_parity.py tests/test_drop_in.py tests/test_downstream.py"
@@ -29,7 +29,7 @@ TESTS_D="tests/test_torch_load.py tests/test_torch_parity.py tests/test_drop_in.
 TESTS_C=$(for f in tests/test_*.py; do case " $TESTS_A $TESTS_B $TESTS_D " in *" $f "*) ;; *) echo "$f";; esac; done | tr '\n' ' ')
 # Part b without the loader's slow fault and packaging suites (prebuilt wheel, killed builds,
 # distributed, CLI): every op's CUDA tests in about 4 minutes, when only bindings or kernels changed.
-TESTS_B_OPS="tests/test_trilinear_interpolation.py tests/test_properties.py tests/test_large_index.py"
+TESTS_B_OPS="tests/test_trilinear_interpolation.py tests/test_large_index.py"
 part() {  # part NAME FILES...: one part of the suite, with a cache of its own, logged to pytest-NAME.log
   local name=$1; shift
   JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-$name pytest "$@" > "$OUT/pytest-$name.log" 2>&1

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("trees", nargs=2, type=Path, metavar="TREE")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--ops", default="add2,bias_act,lltm,trilinear_interpolation,upfirdn2d")
+    parser.add_argument("--ops", help="comma-separated (default: every op of this checkout)")
     parser.add_argument("--drop-in", action="store_true", help="time jitops.load of drop_in_time.py's extensions")
     args = parser.parse_args()
     if args.drop_in:  # name -> (child, its arguments)
@@ -55,6 +55,10 @@ def main() -> None:
             for case, (name, sources, cflags, includes) in cases().items()
         }
     else:
+        if args.ops is None:
+            from jitops.ops._framework import available_ops
+
+            args.ops = ",".join(available_ops())
         loads = {"add2": (JITOPS_CHILD, ["add2"]), "load_all": (JITOPS_CHILD, [args.ops])}
     with tempfile.TemporaryDirectory(prefix="jitops-warm-ab-") as tmp:
         trees = [tree.resolve() for tree in args.trees]

@@ -2,6 +2,8 @@
 import pytest
 import torch
 from conftest import DEVICE_DTYPES, needs_cuda
+from hypothesis import strategies as st
+from properties import check, dtypes_for, property_test, shapes, tensor
 
 import jitops
 import jitops.ops._framework
@@ -117,3 +119,13 @@ def test_device_mix_is_an_error():
     a = random((3, 4), "cpu", torch.float32)
     with pytest.raises(RuntimeError, match="a and b must be on the same device"):
         jitops.add2(a, a.cuda())
+
+
+@property_test
+def test_add2_on_drawn_shapes_dtypes_strides_and_arguments(device, data):
+    """The property (tests/properties.py): every drawn case matches add2_ref or raises a clean error."""
+    dtype = data.draw(st.sampled_from(dtypes_for(device)))
+    shape_a = data.draw(shapes)
+    shape_b = data.draw(st.one_of(st.just(shape_a), shapes))
+    a, b = data.draw(tensor(shape_a, device, dtype)), data.draw(tensor(shape_b, device, dtype))
+    check(lambda: jitops.add2(a, b), lambda: a + b, shape_a == shape_b and dtype.is_floating_point, dtype)

@@ -4,6 +4,8 @@ import typing
 import pytest
 import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
+from hypothesis import strategies as st
+from properties import check, dtypes_for, property_test, tensor
 
 import jitops
 import jitops.ops._framework
@@ -229,3 +231,23 @@ def test_device_mix_is_an_error():
 def test_the_type_of_act_names_every_activation():
     # What type checkers offer for act is the table the op takes.
     assert typing.get_args(ActivationName) == tuple(ACTIVATIONS)
+
+
+@property_test
+def test_bias_act_on_drawn_shapes_dtypes_strides_and_arguments(device, data):
+    """The property (tests/properties.py): every drawn case matches bias_act_ref or raises a clean error."""
+    dtype = data.draw(st.sampled_from(dtypes_for(device)))
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = data.draw(tensor(shape, device, dtype))
+    channels = data.draw(st.sampled_from([shape[dim], shape[dim], shape[dim] + 1]))
+    b = data.draw(st.one_of(st.none(), tensor([channels], device, dtype)))
+    act = data.draw(st.sampled_from([*ACTIVATIONS, "gelu"]))
+    alpha = data.draw(st.one_of(st.none(), st.floats(0, 1)))
+    gain = data.draw(st.one_of(st.none(), st.floats(0.1, 4)))
+    clamp = data.draw(st.one_of(st.none(), st.floats(0, 10), st.just(-1.0)))
+    kwargs = dict(dim=dim, act=act, alpha=alpha, gain=gain, clamp=clamp)
+    valid = (
+        dtype.is_floating_point and act in ACTIVATIONS and (clamp is None or clamp >= 0) and (b is None or channels == shape[dim])
+    )
+    check(lambda: jitops.bias_act(x, b, **kwargs), lambda: bias_act_ref(x, b, **kwargs), valid, dtype)

@@ -4,6 +4,8 @@ import math
 import pytest
 import torch
 from conftest import DEVICE_DTYPES, DEVICES, TOLERANCES, float64_leaves, needs_cuda
+from hypothesis import strategies as st
+from properties import check, dtypes_for, property_test, tensor
 
 import jitops
 import jitops.ops._framework
@@ -189,3 +191,20 @@ def test_device_mix_is_an_error():
     input, weights, bias, old_h, old_cell = make_inputs(4, 5, 6, "cpu", torch.float32)
     with pytest.raises(RuntimeError, match="input and bias must be on the same device"):
         jitops.lltm(input.cuda(), weights.cuda(), bias, old_h.cuda(), old_cell.cuda())
+
+
+@property_test
+def test_lltm_on_drawn_shapes_dtypes_strides_and_arguments(device, data):
+    """The property (tests/properties.py): every drawn case matches lltm_ref or raises a clean error."""
+    dtype = data.draw(st.sampled_from(dtypes_for(device)))
+    batch, features, state = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 5)), data.draw(st.integers(1, 6))
+    bias_len = data.draw(st.sampled_from([3 * state, 3 * state, state]))
+    inputs = [
+        data.draw(tensor([batch, features], device, dtype)),
+        data.draw(tensor([3 * state, state + features], device, dtype)),
+        data.draw(tensor([bias_len], device, dtype)),
+        data.draw(tensor([batch, state], device, dtype)),
+        data.draw(tensor([batch, state], device, dtype)),
+    ]
+    valid = dtype.is_floating_point and bias_len == 3 * state
+    check(lambda: jitops.lltm(*inputs), lambda: lltm_ref(*inputs), valid, dtype)

@@ -2,6 +2,8 @@
 import pytest
 import torch
 from conftest import DEVICE_DTYPES, DEVICES, assert_close_to_float64, float64_leaves, needs_cuda
+from hypothesis import strategies as st
+from properties import check, dtypes_for, property_test, tensor
 
 import jitops
 import jitops.ops._framework
@@ -146,3 +148,17 @@ def test_device_mix_is_an_error():
     feats, points = make_inputs(4, 5, "cpu", torch.float32)
     with pytest.raises(RuntimeError, match="feats and points must be on the same device"):
         jitops.trilinear_interpolation(feats.cuda(), points)
+
+
+@property_test
+def test_trilinear_interpolation_on_drawn_shapes_dtypes_strides_and_arguments(device, data):
+    """The property (tests/properties.py): every drawn case matches trilinear_interpolation_ref or raises a clean error."""
+    dtype = data.draw(st.sampled_from(dtypes_for(device)))
+    n, f = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 9))
+    corners = data.draw(st.sampled_from([8, 8, 8, 7]))
+    feats = data.draw(tensor([n, corners, f], device, dtype))
+    points = data.draw(tensor([n, data.draw(st.sampled_from([3, 3, 3, 2]))], device, dtype))
+    if dtype.is_floating_point:
+        points = points.clamp(-1, 1)
+    valid = corners == 8 and points.shape[1] == 3 and dtype.is_floating_point
+    check(lambda: jitops.trilinear_interpolation(feats, points), lambda: trilinear_interpolation_ref(feats, points), valid, dtype)
