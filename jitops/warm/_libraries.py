@@ -39,9 +39,18 @@ LAST_USED_RESOLUTION_S = 60.0
 # The Python ABI tag, from the import system rather than sysconfig (slow to import, and its lazy
 # variables are not thread-safe: load_all() plans in several threads).
 PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-# Environment variables that change what a build produces (torch's build-file writer and nvcc for
-# CUDA units; the compiler's search paths), then every one a key depends on.
-CUDA_BUILD_ENVIRONMENT = ("CC", "PYTORCH_NVCC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+# Environment variables that change what a build produces (torch's flags, build/_torch_flags: nvcc's
+# -ccbin and the CUDA units' include folders; nvcc's own; the compiler's search paths), then every
+# one a key depends on.
+CUDA_BUILD_ENVIRONMENT = (
+    "CC",
+    "PYTORCH_NVCC",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+)
 COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
 TOOLCHAIN_ENVIRONMENT = (
     ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
