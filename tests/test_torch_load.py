@@ -15,6 +15,7 @@ from pathlib import Path
 
 import children
 import pytest
+import torch
 from test_loader import TINY_SOURCES, finish, slow_compiler, tiny_env
 from torch.utils import cpp_extension
 
@@ -60,8 +61,10 @@ module = jitops.load_inline("twice", "torch::Tensor twice(torch::Tensor x) { ret
 path = jitops.load_inline("thrice", '#include <ATen/ATen.h>\\n#include <torch/library.h>\\n'
                           'TORCH_LIBRARY(jitops_test_inline, m) { m.def("thrice(Tensor x) -> Tensor", '
                           '[](const at::Tensor& x) { return x * 3; }); }', is_python_module=False, no_implicit_headers=True)
+free = jitops.load_inline("gil_free", "#include <pybind11/pybind11.h>\\nint f() { return 4; }", functions=["f"],
+                         no_implicit_headers=True, with_pytorch_error_handling=False, gil_not_used=True)
 x = torch.rand(100)
-print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": path,
+print(json.dumps({"twice": bool(torch.equal(module.twice(x), x * 2)), "path": path, "gil_free": free.f(),
                   "thrice": bool(torch.equal(torch.ops.jitops_test_inline.thrice(x), x * 3)),
                   "spawned": len(SPAWNED), "locks": len(LOCKS)}))
 """
@@ -76,15 +79,23 @@ def run_child(code: str, cache: Path, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# Parameters a newer supported torch added at the end (jitops takes the newest torch's), by release.
+ADDED_LATER = {"gil_not_used": (2, 15)}
+
+
 @pytest.mark.parametrize(
     "ours, torchs",
     [(jitops.load, cpp_extension.load), (jitops.load_inline, cpp_extension.load_inline)],
     ids=["load", "load_inline"],
 )
 def test_parameters_are_torchs_in_order_with_its_defaults(ours, torchs):
+    """torch's parameters, in order, with its defaults; under an older torch, jitops' extra ones are
+    those the newest supported torch added after them."""
     mine = [(p.name, p.default, p.kind) for p in inspect.signature(ours).parameters.values()]
     theirs = [(p.name, p.default, p.kind) for p in inspect.signature(torchs).parameters.values()]
-    assert mine == theirs
+    assert mine[: len(theirs)] == theirs
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    assert all(ADDED_LATER.get(name, (0, 0)) > release for name, _, _ in mine[len(theirs) :]), mine[len(theirs) :]
 
 
 @pytest.mark.slow
@@ -106,7 +117,9 @@ def test_tutorial_add2_builds_once_into_its_build_directory_then_loads_warm(tmp_
 @pytest.mark.slow
 def test_load_inline_gives_a_module_or_the_library_path(tmp_path):
     cold = run_child(INLINE_CHILD, tmp_path / "cache")
-    assert cold["twice"] and cold["thrice"]
+    assert cold["twice"] and cold["thrice"] and cold["gil_free"] == 4  # gil_not_used=True (torch 2.15's)
+    (main,) = (tmp_path / "cache").glob("inline/gil_free-*/main.cpp")
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, pybind11::mod_gil_not_used())" in main.read_text()
     assert Path(cold["path"]).is_file() and Path(cold["path"]).is_relative_to(tmp_path / "cache")
     warm = run_child(INLINE_CHILD, tmp_path / "cache")
     assert warm["twice"] and warm["thrice"] and warm["path"] == cold["path"]

@@ -42,6 +42,7 @@ def load_inline(
     keep_intermediates: bool = True,
     use_pch: bool = False,
     no_implicit_headers: bool = False,
+    gil_not_used: bool = False,
 ) -> ModuleType: ...
 @overload
 def load_inline(
@@ -65,6 +66,7 @@ def load_inline(
     keep_intermediates: bool = True,
     use_pch: bool = False,
     no_implicit_headers: bool = False,
+    gil_not_used: bool = False,
 ) -> str: ...
 @overload
 def load_inline(
@@ -87,6 +89,7 @@ def load_inline(
     keep_intermediates: bool = True,
     use_pch: bool = False,
     no_implicit_headers: bool = False,
+    gil_not_used: bool = False,
 ) -> ModuleType | str: ...
 def load_inline(
     name: str,
@@ -108,6 +111,7 @@ def load_inline(
     keep_intermediates: bool = True,
     use_pch: bool = False,
     no_implicit_headers: bool = False,
+    gil_not_used: bool = False,
 ) -> ModuleType | str:
     """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
     writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
@@ -123,7 +127,7 @@ def load_inline(
         if cuda:
             cuda.insert(0, "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>")
     if functions is not None:
-        cpp.append(_pybind_block(functions, with_pytorch_error_handling))
+        cpp.append(_pybind_block(functions, with_pytorch_error_handling, gil_not_used))
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
     cache_dir = entries_dir(build_directory)
     root = _written(name, files, cache_dir)
@@ -145,9 +149,10 @@ def load_inline(
         raise err.with_traceback(None) from err.__cause__
 
 
-def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
+def _pybind_block(functions, with_pytorch_error_handling: bool, gil_not_used: bool = False) -> str:
     """The PYBIND11_MODULE block torch's load_inline writes for `functions` (a name, a list of
-    names, or a dict of name -> docstring)."""
+    names, or a dict of name -> docstring); gil_not_used (torch 2.15): the module declares that it
+    runs without the GIL."""
     if isinstance(functions, str):
         functions = [functions]
     if isinstance(functions, list):
@@ -161,7 +166,8 @@ def _pybind_block(functions, with_pytorch_error_handling: bool) -> str:
     for function, doc in docs.items():
         bound = f"torch::wrap_pybind_function({function})" if with_pytorch_error_handling else function
         lines.append(f'm.def("{function}", {bound}, "{doc}");')
-    return "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "\n".join(lines) + "\n}"
+    gil = ", pybind11::mod_gil_not_used()" if gil_not_used else ""
+    return f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m{gil}) {{\n" + "\n".join(lines) + "\n}"
 
 
 INLINE_COPIES = 8  # folders of one content tried, each found damaged, before an error
