@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..extension import Extension
 from ..warm._libraries import DROP_IN_NAMESPACE, loaded
@@ -25,59 +25,40 @@ Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 Flags = Sequence[str] | None
 
 
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from typing_extensions import Unpack
+
+    class Options(TypedDict, total=False):
+        """The parameters load() and load_inline() share, for their overloads (written once here)."""
+
+        extra_cflags: Flags
+        extra_cuda_cflags: Flags
+        extra_sycl_cflags: Flags
+        extra_ldflags: Flags
+        extra_include_paths: Flags
+        build_directory: str | os.PathLike[str] | None
+        verbose: bool
+        with_cuda: bool | None
+        with_sycl: bool | None
+        keep_intermediates: bool
+
+    class LoadOptions(Options, total=False):
+        is_standalone: bool
+
+
+# Type checkers see the options as keywords, and is_python_module picks the result's type; a call
+# passing options by position (as torch's signature allows) gets the third form.
+@overload
+def load(name: str, sources: Paths, *, is_python_module: Literal[True] = True, **options: Unpack[LoadOptions]) -> ModuleType: ...
+@overload
+def load(name: str, sources: Paths, *, is_python_module: Literal[False], **options: Unpack[LoadOptions]) -> str: ...
 @overload
 def load(
-    name: str,
-    sources: Paths,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    is_python_module: Literal[True] = True,
-    is_standalone: bool = False,
-    keep_intermediates: bool = True,
-) -> ModuleType: ...
-@overload
-def load(
-    name: str,
-    sources: Paths,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    *,
-    is_python_module: Literal[False],
-    is_standalone: bool = False,
-    keep_intermediates: bool = True,
-) -> str: ...
-@overload
-def load(
-    name: str,
-    sources: Paths,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    is_python_module: bool = True,
-    is_standalone: bool = False,
-    keep_intermediates: bool = True,
+    name: str, sources: Paths, *positional: Any, is_python_module: bool = True, **options: Unpack[LoadOptions]
 ) -> ModuleType | str: ...
-def load(
+def load(  # type: ignore[misc]  # options given by position bind to the parameters below
     name: str,
     sources: Paths,
     extra_cflags: Flags = None,

@@ -13,85 +13,42 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import _layout
 from ..extension import check_name
 from ..warm._libraries import DROP_IN_NAMESPACE
 from ._torch_load import Flags, as_torch_returns, declare, entries_dir, jitops_errors, refuse_unsupported
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
+    from ._torch_load import Options
+
+    class InlineOptions(Options, total=False):
+        cuda_sources: str | Sequence[str] | None
+        sycl_sources: str | Sequence[str] | None
+        functions: str | Sequence[str] | dict[str, str] | None
+        with_pytorch_error_handling: bool
+        use_pch: bool
+        no_implicit_headers: bool
+        gil_not_used: bool
+
+
+# As load()'s overloads: the options as keywords, is_python_module picking the result's type.
 @overload
 def load_inline(
-    name: str,
-    cpp_sources: str | Sequence[str],
-    cuda_sources: str | Sequence[str] | None = None,
-    sycl_sources: str | Sequence[str] | None = None,
-    functions: str | Sequence[str] | dict[str, str] | None = None,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    is_python_module: Literal[True] = True,
-    with_pytorch_error_handling: bool = True,
-    keep_intermediates: bool = True,
-    use_pch: bool = False,
-    no_implicit_headers: bool = False,
-    gil_not_used: bool = False,
+    name: str, cpp_sources: str | Sequence[str], *, is_python_module: Literal[True] = True, **options: Unpack[InlineOptions]
 ) -> ModuleType: ...
 @overload
 def load_inline(
-    name: str,
-    cpp_sources: str | Sequence[str],
-    cuda_sources: str | Sequence[str] | None = None,
-    sycl_sources: str | Sequence[str] | None = None,
-    functions: str | Sequence[str] | dict[str, str] | None = None,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    *,
-    is_python_module: Literal[False],
-    with_pytorch_error_handling: bool = True,
-    keep_intermediates: bool = True,
-    use_pch: bool = False,
-    no_implicit_headers: bool = False,
-    gil_not_used: bool = False,
+    name: str, cpp_sources: str | Sequence[str], *, is_python_module: Literal[False], **options: Unpack[InlineOptions]
 ) -> str: ...
 @overload
 def load_inline(
-    name: str,
-    cpp_sources: str | Sequence[str],
-    cuda_sources: str | Sequence[str] | None = None,
-    sycl_sources: str | Sequence[str] | None = None,
-    functions: str | Sequence[str] | dict[str, str] | None = None,
-    extra_cflags: Flags = None,
-    extra_cuda_cflags: Flags = None,
-    extra_sycl_cflags: Flags = None,
-    extra_ldflags: Flags = None,
-    extra_include_paths: Flags = None,
-    build_directory: str | os.PathLike[str] | None = None,
-    verbose: bool = False,
-    with_cuda: bool | None = None,
-    with_sycl: bool | None = None,
-    is_python_module: bool = True,
-    with_pytorch_error_handling: bool = True,
-    keep_intermediates: bool = True,
-    use_pch: bool = False,
-    no_implicit_headers: bool = False,
-    gil_not_used: bool = False,
+    name: str, cpp_sources: str | Sequence[str], *positional: Any, is_python_module: bool = True, **options: Unpack[InlineOptions]
 ) -> ModuleType | str: ...
-def load_inline(
+def load_inline(  # type: ignore[misc]  # options given by position bind to the parameters below
     name: str,
     cpp_sources: str | Sequence[str],
     cuda_sources: str | Sequence[str] | None = None,
