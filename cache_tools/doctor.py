@@ -37,7 +37,7 @@ def report(package: str | None = None) -> dict:
     nvcc = _key.find_cuda_home()
     nvcc_version = None
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
-        nvcc_version = _key.tool_version(nvcc / "bin" / "nvcc")
+        nvcc_version = _key.tool_probe(nvcc / "bin" / "nvcc")[1]
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
     root, root_reason = _layout.configured_root()
     root = Path(root)
@@ -62,7 +62,7 @@ def report(package: str | None = None) -> dict:
             ),
         },
         "ninja": _ninja.find_ninja(),
-        "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_version(cxx) if cxx else None},
+        "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_probe(cxx)[1] if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",

@@ -315,7 +315,7 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     sha256 hashed in full, as `verify` does), and their stores in progress or left by killed ones.
     Shared by every extension: no owner."""
     rows = []
-    for folder, kind in _budget.staging_folders(root):
+    for folder, kind in staging_folders(root):
         dead = _root.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
         rows.append(Row("", "-", "-", "-", status, reason, str(folder), _root.tree_size(folder), kind=kind))
@@ -346,3 +346,19 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
             )
         )
     return rows
+
+
+def staging_folders(root: Path) -> list[tuple[Path, str]]:
+    """The folders being written into objects/ and pch/ (or left by killed writers), by kind."""
+    found = []
+    for kind, parent in (("object", _layout.objects_dir(root)), ("pch", _layout.pch_dir(root))):
+        try:
+            with os.scandir(parent) as children:
+                found += [
+                    (Path(c.path), kind)
+                    for c in children
+                    if c.name.startswith(_layout.TMP_PREFIX) and c.is_dir(follow_symlinks=False)
+                ]
+        except OSError:
+            continue
+    return sorted(found)

@@ -11,10 +11,13 @@ from pathlib import Path
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
 from jitops.store import _entries, _signing
+from jitops.store._remote_records import inspect
 
 from . import inventory
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
 from .selection import selected_rows
+
+COUNTERS = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")  # stats/<name>: _remote.Remote.count
 
 
 def active_remote():
@@ -66,7 +69,7 @@ def keygen(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace, remote) -> int:
-    entries = remote.records("entries")
+    entries = records(remote, "entries")
     data = {
         "server": remote.backend.describe(),
         "mode": remote.mode,
@@ -75,7 +78,7 @@ def status(args: argparse.Namespace, remote) -> int:
         "entries": len(entries),
         "untrusted_entries": sum(1 for r in entries if not r["trusted"]),
         "bytes": remote.backend.size(),
-        **remote.counters(),
+        **{name: remote.backend.counter(f"stats/{name}") for name in COUNTERS},
     }
 
     def human():
@@ -129,7 +132,7 @@ def push(args: argparse.Namespace, remote) -> int:
 def rows(remote) -> list[dict]:
     """One row per remote entry record."""
     found = []
-    for record in remote.records("entries"):
+    for record in records(remote, "entries"):
         body = record["body"] or {}
         found.append(
             {
@@ -196,7 +199,7 @@ def cmd_prune_remote(args: argparse.Namespace) -> int:
                 if r not in doomed:
                     doomed.append(r)
                     total -= r["size"] or 0
-        freed = 0 if args.dry_run else remote.remove([r["record"] for r in doomed])
+        freed = 0 if args.dry_run else remove(remote, [r["record"] for r in doomed])
     except Exception as err:
         print(f"jitops-cache prune --remote: {remote.backend.describe()} failed: {type(err).__name__}: {err}")
         return EXIT_PROBLEM
@@ -212,3 +215,43 @@ def cmd_prune_remote(args: argparse.Namespace) -> int:
 
     emit(args, {"dry_run": args.dry_run, "removed": [r["record"] for r in doomed], "bytes_freed": freed}, human)
     return EXIT_OK
+
+
+def records(remote, kind: str) -> list[dict]:
+    """Every record of a kind ("entries", "objects"): its name, body (None: malformed), signer, and
+    whether that is trusted. Raises where the remote fails."""
+    found = []
+    for key in remote.backend.list(kind):
+        for variant in remote.backend.list(f"{kind}/{key}"):
+            name = f"{kind}/{key}/{variant}"
+            data = remote.backend.get(name)
+            if data is None:
+                continue
+            try:
+                body, signer, trusted = inspect(data, remote.trusted)
+            except ValueError:
+                body, signer, trusted = None, None, False
+            found.append({"record": name, "body": body, "signed_by": signer, "trusted": trusted})
+    return found
+
+
+def remove(remote, names: list[str]) -> int:
+    """Remove records, then every blob no remaining record names; returns the bytes of those blobs
+    that a record gave the size of. (A writer pushing meanwhile may lose a blob: its record is then
+    a miss, never a wrong load.)"""
+    everything = records(remote, "entries") + records(remote, "objects")
+    for name in names:
+        remote.backend.delete(name)
+    sizes, named = {}, set()
+    for record in everything:
+        if body := record["body"]:
+            digest = body.get("library_sha256") or body.get("object_sha256")
+            sizes[digest] = body.get("size", 0)
+            if record["record"] not in names:
+                named.add(digest)
+    freed = 0
+    for digest in remote.backend.list("blobs"):
+        if digest not in named:
+            freed += sizes.get(digest, 0)
+            remote.backend.delete(f"blobs/{digest}")
+    return freed

@@ -38,21 +38,6 @@ if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is im
 
 
 __version__ = VERSION
-# The loader's names. The ops' are each op module's __all__ (jitops/ops/<op>.py), found when asked
-# (__all__, dir(), help(), an op's name): adding an op edits no list here.
-LOADER_NAMES = [
-    "BuildError",
-    "CacheError",
-    "Extension",
-    "LoadedLibrary",
-    "NamespaceConflict",
-    "available_ops",
-    "load",
-    "load_all",
-    "load_inline",
-]
-
-
 # Imported when first named (PEP 562), from the module that holds each: `import jitops` reads only
 # warm/_libraries, and a warm jitops.load reads compat/_torch_load besides (the ops and the long way stay unread).
 _LAZY = {
@@ -64,6 +49,9 @@ _LAZY = {
     "available_ops": "ops._framework",
     "load_all": "ops._framework",
 }
+# The loader's names. The ops' are each op module's __all__ (jitops/ops/<op>.py), found when asked
+# (__all__, dir(), help(), an op's name): adding an op edits no list here.
+LOADER_NAMES = sorted(["Extension", "LoadedLibrary", *_LAZY])
 
 
 def _op_names() -> list[str]:

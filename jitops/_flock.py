@@ -1,11 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Kernel file locks (flock), the primitives every lock taker uses: builds (_lock.HeldLock),
-readers, removers and counters. The OS drops a lock when its holder dies, so a killed process
-blocks no one. Standard library only: the warm path's counters and the CLI import it.
-
-A remover unlinks the lock file of what it removed while holding it (_root.remove_locked), so
-whoever takes a lock checks, once it holds it, that the file is still the one at the path: else it
-locked a file no one else will see, and takes the new one."""
+"""Kernel file locks (flock): the OS drops one when its holder dies, so a killed process blocks no
+one. A taker checks that the file it locked is still the one at the path (a remover unlinks it
+while held). Standard library only."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The layout of a cache root: the one module that names a path inside one. The store (_root)
-owns what lives there; the warm path (_libraries) reads its records through these names without
-importing the store. Standard library only, and small: every warm start imports it.
-
-<root>/<namespace>.<name>-<key>-<variant>/   an entry (immutable once published): manifest.json, the .so, build.log
-<root>/<namespace>.<name>-<key>.lock         the key's build lock (.owner beside it while held)
-<root>/<namespace>.<name>-<key>.failed.log   the last failed build's log
-<root>/<namespace>.<name>-<key>.failed.json  its failure, remembered a while (_failures)
-<root>/.tmp-<...>-<pid>-*                    a folder being written (staging), or a killed writer's
-<root>/warm-<namespace>.<name>-<hash>.json   a warm record
-<root>/objects/<unit key>/<variant>/         a stored object: object.o, record.json
-<root>/pch/<key>/, pch/<key>.lock, .log      a precompiled header: pch.h, pch.h.gch, record.json
-<root>/pch/.foreground.lock                   held by each build's compile (background PCH builds pause)
-<root>/inline/<name>-<sha256>[-<n>]/         jitops.load_inline's sources
-<root>/*.json, stats.lck, other-roots.txt    records that only save work or inform
-
-A key is what an entry was built from that is known before the build (declared sources, flags,
-toolchain); a variant is the set of headers the build included, with their sha256 (ccache's
-manifest mode): trees that differ in a header get entries of their own. Prebuilt folders (wheels,
-JITOPS_PREBUILT_DIR) name entries <namespace>.<name>-<key>, without a variant.
-"""
+"""The layout of a cache root (drawn in docs/ARCHITECTURE.md): the one module that names a path
+inside one. Standard library only, and small: every warm start imports it."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Every private torch and pybind11 name jitops uses, behind this one door: each is probed where it
-is used, and each has a fallback or an error that names the torch versions jitops was tested with.
-No other module touches torch._C, a `cpp_extension._...` name or pybind11's internals
-(tests/test_extension.py holds that). Standard library at import: the warm path imports it.
-
-| name | used for | without it |
-| --- | --- | --- |
-| `torch._C._dispatch_library` | whether torch's dispatcher defines a namespace (before a dlopen that would abort) | jitops' own record of the namespaces it loaded |
-| `torch._C._dispatch_get_all_op_names` | the ops of a namespace, named in the error for a registration of an op that does not exist | the error names none |
-| `torch._C._AutoDispatchBelowAutograd`, `torch._C._after_autograd_keyset` | the ops' per-call path below the autograd layer (jitops/ops/_framework.py), the guard torch.library's own autograd kernels use | an ImportError of jitops' ops naming the versions tested |
-| `torch._C._any_requires_grad` | whether an op call needs a gradient, in C | the same test in Python (slower per call) |
-| `torch.utils._cpp_extension_versioner.Entry` | torch's load() told which names jitops took | the type of an entry already there; else not told |
-| pybind11's `__pybind11_module_cache` (interpreter state dict) | module names pybind11 holds | only sys.modules is asked |
-| `torch._appdirs.user_cache_dir` | torch's default extensions root | $XDG_CACHE_HOME or ~/.cache, as appdirs computes it on Linux |
-"""
+"""Every private torch and pybind11 name jitops uses, behind this one door, each probed where it is
+used, with a fallback or an error naming the torch versions tested (docs/ARCHITECTURE.md, "torch's
+internals", lists them). No other module spells one (tests/test_extension.py). Standard library only."""
 
 from __future__ import annotations
 
@@ -82,9 +70,8 @@ def versioner_entry(existing):
 
 
 def pybind11_module_names():
-    """The names in pybind11's per-interpreter module cache (its interpreter state dict's
-    "__pybind11_module_cache", which Python code cannot reach but through the C API); () where
-    there is none."""
+    """The names in pybind11's per-interpreter module cache ("__pybind11_module_cache" in the
+    interpreter state dict, reachable only through the C API); () where there is none."""
     state = _interpreter_state_dict()
     cache = state.get("__pybind11_module_cache") if isinstance(state, dict) else None
     return cache if isinstance(cache, dict) else ()

@@ -5,13 +5,9 @@
     jitops.distributed.load_all()   # every rank calls it once; then the ops load from the local cache
     jitops.distributed.load_all(extensions=[mypkg.EXTENSION])   # a package's, without jitops' ops
 
-With a remote cache set (JITOPS_REMOTE_CACHE), each rank first takes from it what its cache
-lacks. A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their
-keys and derive one plan (`plan`): for each (extension, key), one rank provides the entry (from its cache,
-or by building it: the builds spread over the nodes) and sends it to one rank of every other node
-that lacks it, which publishes it under the entry's lock as a local build would
-(`_builder.publish_received`). Each outcome is broadcast, so a failure raises on every rank. docs/distributed.md
-("Across nodes") says what a user sees.
+A "node" is a cache: the ranks on one host that share a cache root. The ranks all-gather their keys
+and derive one plan (`plan`): one rank provides each entry and sends it to one rank of every node
+that lacks it, which publishes it as a local build would. docs/distributed.md says what a user sees.
 """
 
 from __future__ import annotations
@@ -92,11 +88,9 @@ def plan(names: list[str], states: dict[int, dict]) -> list[Transfer]:
 
 
 def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] | None = None, *, group: Any = None) -> None:
-    """jitops.load_all across a job: jitops' ops (all, or those named) and `extensions` (any
-    package's Extensions) on every rank of `group` (default: the whole job), each compiled once in
-    the job. With only extensions given, none of jitops' ops. A collective, after torch.distributed.init_process_group:
-    every rank passes the same list (else every rank raises); then each extension's .load() and
-    each op are ready without building."""
+    """jitops.load_all across a job: jitops' ops (all, or those named; none where only extensions are
+    given) and `extensions`, each compiled once in the job. A collective: every rank of `group` passes
+    the same lists, after init_process_group."""
     import torch.distributed as dist  # imported by the call, not by `import jitops.distributed`
 
     if not dist.is_initialized():

@@ -42,14 +42,8 @@ def check_name(name, namespace: str, caller: str) -> None:
 
 
 def assume_constant_result(fn: Function) -> Function:
-    """torch.compiler.assume_constant_result(fn), without importing torch._dynamo when nothing has.
-
-    Dynamo runs such a function eagerly while tracing and keeps its result as a constant, so that
-    torch.compile(fullgraph=True) traces a first call that loads a library without tracing the
-    loader's I/O. The torch API imports torch._dynamo (about a second), which would dwarf a warm
-    load; all it does is set one marker attribute, read when dynamo meets the function, so where
-    dynamo is not imported yet this sets that attribute itself. tests/test_loader.py holds the
-    marker to the one this torch sets, and tests/test_downstream.py to dynamo honouring it."""
+    """torch.compiler.assume_constant_result(fn) (dynamo keeps fn's result: a graph never traces the
+    loader) without importing torch._dynamo where nothing has: it sets only the marker (test_loader.py)."""
     if "torch._dynamo" in sys.modules:
         return sys.modules["torch"].compiler.assume_constant_result(fn)  # type: ignore[no-any-return]
     fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
@@ -58,13 +52,10 @@ def assume_constant_result(fn: Function) -> Function:
 
 # Hand-written, since creating a frozen dataclass is a large share of a warm start.
 class Extension:
-    """One library: its name and TORCH_LIBRARY namespace (its identity), sources (relative to root;
-    .cu files are built only with CUDA), include directories (relative to root, or absolute), flags,
-    CUDA policy and archs, and a version (the package's: bump it to rebuild when something the key
-    cannot see changes). python_module: the library is also a pybind11 module
-    (PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)), named `name`. cache_dir: its entries live there
-    instead of the cache root. prebuilt_dir: prebuilt libraries shipped with the package (relative
-    to root), loaded before building when one matches."""
+    """One library: its name and TORCH_LIBRARY namespace (its identity), sources and include
+    directories (relative to root), flags, CUDA policy and archs, and a version (bump it where the key
+    cannot see a change). python_module: also a pybind11 module named `name`. cache_dir: its entries'
+    folder instead of the cache root. prebuilt_dir: libraries shipped with the package, tried first."""
 
     __slots__ = (
         "name",
@@ -179,10 +170,8 @@ class Extension:
         return self._library  # type: ignore[no-any-return]
 
     def register_fake(self, op: str) -> Callable[[Function], Function]:
-        """A decorator: torch.library.register_fake for `<namespace>::<op>`, one of this library's
-        ops, run when the library loads (torch needs the op's schema, which the library defines).
-        The op then works under torch.compile and passes torch.library.opcheck's fake-tensor test.
-        (`ext.register_fake("op")(fake)` registers a function already written.)"""
+        """A decorator: torch.library.register_fake for `<namespace>::<op>`, run when the library loads
+        (which defines the op's schema): the op then works under torch.compile and passes opcheck."""
         return self._register("register_fake", op, None)  # type: ignore[no-any-return]
 
     def register_autograd(
@@ -230,9 +219,8 @@ SHELL_CODE = (";", "|", "&", "`", "$", "\n")  # control operators, substitutions
 
 
 def flag_words(name: str, argument: str, flags) -> tuple[str, ...]:
-    """Each flag split into words as a shell would (torch's load() hands flags to one, and users
-    write '-O3 -fopenmp'), each word then passed to the compiler as one argument: never run by a
-    shell. A flag that holds shell code is refused, naming it."""
+    """Each flag split into words as a shell would (users write '-O3 -fopenmp'), each word passed to the
+    compiler as one argument, never to a shell; a flag holding shell code is refused, naming it."""
     import shlex
 
     words: list[str] = []
@@ -260,9 +248,8 @@ _declared: weakref.WeakValueDictionary[str, Extension] = weakref.WeakValueDictio
 
 @assume_constant_result
 def _load(token: str) -> bool:
-    """Load the library of the Extension named by token (a warm record, else the loader's long
-    way) and run its registrations, once per Extension object; the result is on the object, so
-    that dynamo, which runs this eagerly, keeps nothing but a constant True."""
+    """Load the library of the Extension named by token and run its registrations, once per object; the
+    result is kept on the object, so that dynamo, which runs this eagerly, keeps only a constant."""
     extension = _declared[token]
     if extension._library is None:
         found = recall(extension)  # a warm start goes no further

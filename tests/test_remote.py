@@ -274,13 +274,13 @@ def resigned_record(server: RedisServer, keys: dict, change) -> None:
     a record the reader trusts, whose contents the test chose."""
     import redis
 
-    from jitops.store import _remote
+    from jitops.store import _remote, _remote_records
 
     client = redis.Redis(port=server.port)
     (record,) = [k for k in client.keys("jitops:entries/*") if not k.startswith(b"jitops:ls:")]
     body = json.loads(json.loads(client.get(record))["body"])
     writer = _remote.Remote({**remote_env(server.url, keys), "JITOPS_REMOTE_TRUST": "keys"})
-    client.set(record, writer.seal(change(writer, body)))
+    client.set(record, _remote_records.seal(change(writer, body), writer.signer))
 
 
 @pytest.mark.parametrize(

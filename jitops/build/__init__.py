@@ -1,4 +1,3 @@
 # SPDX-License-Identifier: MIT
-"""The build wing: imported on a miss only. The loader's resolution order, one build (its build
-file, ninja, precompiled headers, the status line) and the publish into the store. Imports the
-ground modules, the warm wing and the store wing."""
+"""The build wing, imported on a miss only: the resolution order, one build (build file, ninja,
+PCHs, the status line) and its publish. Imports the ground, the warm wing and the store wing."""

@@ -1,9 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Build one extension's library (the loader's steps 3 and 4; imported only on a cache miss):
-under the entry's lock, in a private staging folder, compiling only the units whose objects the
-object store does not hold (_object_store), with a shared precompiled header where one fits (_pch),
-then a load check, the inputs' check, and an atomic publish.
-"""
+"""Build one extension's library (imported only on a miss): under the entry's lock, in a private
+staging folder, compiling only the units the object store lacks, then a load check, the inputs'
+check and an atomic publish."""
 
 from __future__ import annotations
 
@@ -31,10 +29,8 @@ if TYPE_CHECKING:
 
 
 def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
-    """Steps 3 to 5 for an entry that is not in the cache: the library, the backends it has, and
-    how it was got ("built", "cache" where another process published it meanwhile, "prebuilt").
-    Raises _object_store.InputsChanged where a source or header changed while it built (the loader
-    plans again)."""
+    """Steps 3 to 5 for an entry not in the cache: the library, its backends, and how it was got
+    ("built", "cache": another process published it meanwhile, "remote", "prebuilt")."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
     lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
@@ -48,26 +44,9 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     library, how = fetch_remote(planned)
     if library is not None:
         return library, entry.backends or cuda.backends, how
-    if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
-        library, backends = _prebuilt.prebuilt_or_error(
-            extension,
-            components,
-            required=True,
-            why=f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {entry.path} for this key",
-            advice=disabled_build_advice(extension),
-        )
-        return library, backends, "prebuilt"
-    missing = _ninja.missing_tools(planned.cxx)
-    if missing:
-        library, backends = _prebuilt.prebuilt_or_error(
-            extension,
-            components,
-            why="; ".join(missing),
-            required=True,
-            advice="Install the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
-            "`jitops-cache build --out DIR` under this same torch.",
-        )
-        return library, backends, "prebuilt"
+    why, advice = _why_not_build(planned)
+    if why:
+        return *_prebuilt.prebuilt_or_error(extension, components, why, required=True, advice=advice), "prebuilt"
     # torch has CUDA but no toolkit is found: a build here would be CPU-only; a prebuilt may have the CUDA kernels.
     toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
     if toolkit_missing and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
@@ -79,8 +58,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
             f"building {entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
             f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: {failure}"
         )
-        library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
-        return library, backends, "prebuilt"
+        return *_prebuilt.prebuilt_or_error(extension, components, why, required=True), "prebuilt"
     try:
         if remote is not None:  # one build per key in the fleet: another machine's may come meanwhile
             fetched: list[bool] = []
@@ -99,10 +77,26 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     except BuildError as err:
         if not can_stand_in:
             raise  # no prebuilt library could stand in: the build's own error, alone
-        failure = err
-    why = str(failure).removeprefix("jitops: ")
-    library, backends = _prebuilt.prebuilt_or_error(extension, components, why=why, required=True)
-    return library, backends, "prebuilt"
+        why = str(err).removeprefix("jitops: ")
+    return *_prebuilt.prebuilt_or_error(extension, components, why, required=True), "prebuilt"
+
+
+def _why_not_build(planned: PlannedEntry) -> tuple[str, str]:
+    """Why this entry cannot be built here, and what to do; ("", "") where it can."""
+    if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
+        why = f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {planned.entry.path} for this key"
+        # `jitops-cache build` builds jitops' ops and packages' extensions, never a program's jitops.load (N21).
+        if planned.extension.namespace == DROP_IN_NAMESPACE:
+            where = "Run the program once where compiling is allowed (its jitops.load builds it; `jitops-cache build` cannot)"
+        else:
+            where = "Build it where compiling is allowed (`jitops-cache build`, or a first run)"
+        return why, f"{where}, with this same torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD."
+    if missing := _ninja.missing_tools(planned.cxx):
+        return "; ".join(missing), (
+            "Install the missing tools, or point JITOPS_PREBUILT_DIR at libraries made by "
+            "`jitops-cache build --out DIR` under this same torch."
+        )
+    return "", ""
 
 
 def _remote_tier():
@@ -115,9 +109,8 @@ def _remote_tier():
 
 
 def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
-    """The entry from the remote cache, where one is set and has it, published here under the key's
-    lock: (library, "remote"), or (library, "cache") where another process published it meanwhile;
-    else (None, "")."""
+    """The entry from the remote cache, published here under the key's lock: (library, "remote"), or
+    (library, "cache") where another process published it meanwhile; else (None, "")."""
     remote = _remote_tier()
     if remote is None:
         return None, ""
@@ -157,16 +150,6 @@ def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes
     return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, library_bytes))[0]
 
 
-def disabled_build_advice(extension: Extension) -> str:
-    """What to do where JITOPS_DISABLE_BUILD refuses a build: `jitops-cache build` builds jitops'
-    ops and packages' extensions, never a program's jitops.load/load_inline (N21)."""
-    if extension.namespace == DROP_IN_NAMESPACE:
-        where = "run the program once where compiling is allowed (its jitops.load builds it; `jitops-cache build` cannot)"
-    else:
-        where = "build it where compiling is allowed (`jitops-cache build`, or a first run)"
-    return f"{where[0].upper()}{where[1:]}, with this same torch, toolchain and sources, or unset JITOPS_DISABLE_BUILD."
-
-
 def _build(planned: PlannedEntry, remote=None) -> Path:
     entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
     staging = _entries.new_build_dir(entry)
@@ -180,7 +163,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         # its own: one .gch serves every extension, wherever its entries are.
         pch_root = _root.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
-        _object_store.remove_dead_stores(entry.root)
+        _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
         for unit in units:
             _object_store.plan_keys(unit, components, planned.source_hashes[unit.relative])
             if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
@@ -252,7 +235,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _failures.forget(planned)
         library = staging / library_file
         os.replace(built, library)
-        headers = _manifest_headers(units, extension)
+        headers = _named_from_root(extension, {p: d for unit in units for p, d in unit.headers.items()})
         unit_seconds = _ninja.unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
@@ -301,9 +284,8 @@ def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
 def _plan_pch(
     root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], built_before: bool
 ) -> list[dict]:
-    """Give each C++ unit to compile that starts with torch's headers its PCH where one is ready
-    (JITOPS_PCH=wait: built now); returns the PCHs to build in the background after the build,
-    where they will pay (_pch.worth_building)."""
+    """Give each C++ unit that starts with torch's headers its PCH where one is ready (JITOPS_PCH=wait:
+    built now); returns the PCHs worth building in the background after the build."""
     mode = _pch.mode()
     if mode == "off":
         return []
@@ -330,10 +312,8 @@ def _plan_pch(
 def _check_inputs(
     build_dir: Path, compiled: list, planned: PlannedEntry, ignored, known_before: dict, started_ns: int
 ) -> list[str]:
-    """Set each compiled unit's headers (sha256 of each, as the compiler read it) from its depfile,
-    and return the inputs that changed while the build ran: a source no longer what the key
-    hashed, or any input whose status changed after the build started (ccache's "modified during
-    compilation"). A unit with such an input gets headers None: its object is not stored."""
+    """Set each compiled unit's headers (sha256 of each, from its depfile) and return the inputs that
+    changed while it compiled (ccache's "modified during compilation"): such a unit's object is not stored."""
     found = _ninja.deps(build_dir, [unit.object for unit in compiled]) if compiled else {}
     changed = []
     for unit in compiled:
@@ -359,25 +339,20 @@ def _check_inputs(
     return changed
 
 
-def _manifest_headers(units: list, extension: Extension) -> dict:
-    """The headers the manifest checks at every load: every unit's, less the declared sources (the
-    key hashes those), named relative to the extension's root where under it."""
+def _named_from_root(extension: Extension, headers: dict) -> dict:
+    """The headers the manifest checks at every load (path -> sha256): less the declared sources
+    (the key hashes those), named relative to the extension's root where under it."""
     root = os.path.join(os.path.realpath(extension.root), "")
     sources = {os.path.realpath(path) for path in extension.paths()}
-    headers = {}
-    for unit in units:
-        for path, digest in unit.headers.items():
-            if path not in sources:
-                headers[path[len(root) :] if path.startswith(root) else path] = digest
-    return dict(sorted(headers.items()))
+    named = {
+        path[len(root) :] if path.startswith(root) else path: digest for path, digest in headers.items() if path not in sources
+    }
+    return dict(sorted(named.items()))
 
 
 def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None = None) -> tuple[str, ...]:
-    """The folders whose headers are left out of the recorded ones: torch's, the CUDA toolkit's, the
-    compilers' installations and the system's (/usr/include, /usr/lib, /usr/lib64: packages of the
-    distribution its compiler comes with); the key names their versions, and checking each at
-    every load would cost hundreds of stat calls (docs/cache.md; tests/test_store.py). And the
-    cache's precompiled headers."""
+    """The folders whose headers are not recorded: torch's, the CUDA toolkit's, the compilers' and the
+    system's (the key names their versions; a stat of each at every load would cost hundreds), and the PCHs'."""
     import torch  # loaded by the caller already: this module imports without it
 
     # A compiler's installation: the folder above its bin/, where that holds its C++ headers.
@@ -389,23 +364,18 @@ def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None
 
 
 def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan, targets: list[str] = ()) -> dict:
-    """The headers the units (ninja's `targets`, or all) of a build folder included, each with its
-    sha256, named relative to the extension's root where under it (setup.py's ahead-of-time build)."""
+    """The headers the units (ninja's `targets`, or all) of a build folder included, as the manifest
+    names them (setup.py's ahead-of-time build)."""
     ignored = toolchain_prefixes(cxx, cuda)
-    root = os.path.join(os.path.realpath(extension.root), "")
-    sources = {os.path.realpath(p) for p in extension.paths()}
-    headers = {}
-    for files in _ninja.deps(build_dir, list(targets)).values():
-        for path in files:
-            if path not in sources and not path.startswith(ignored) and os.path.isfile(path):
-                headers[path[len(root) :] if path.startswith(root) else path] = _root.sha256_file(path)
-    return dict(sorted(headers.items()))
+    found = {path for files in _ninja.deps(build_dir, list(targets)).values() for path in files}
+    return _named_from_root(
+        extension, {p: _root.sha256_file(p) for p in found if not p.startswith(ignored) and os.path.isfile(p)}
+    )
 
 
 def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_left_out: str) -> str | None:
-    """None if the new library loads (unresolved symbols and refused registrations are never
-    published), else why not, naming the CUDA sources left out where a symbol is missing. It
-    stays loaded: the published file is this one renamed (one inode)."""
+    """None if the new library loads, else why not (naming the CUDA sources left out where a symbol is
+    missing). It stays loaded: the published file is this one renamed (one inode)."""
     try:
         _libraries.open_library(library)
     except (OSError, RuntimeError) as err:

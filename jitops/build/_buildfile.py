@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""build.ninja for one extension: torch's flags (_torch_flags: every unit is compiled and linked as
-torch's load() would), jitops' own edges: one per unit to compile (a unit whose object is reused
-gets none), a precompiled header where one is used, a compiler launcher where one is configured,
-and the link."""
+"""build.ninja for one extension: torch's flags (_torch_flags), an edge per unit to compile (with
+its PCH and compiler launcher, where there are), and the link."""
 
 from __future__ import annotations
 
@@ -34,10 +32,8 @@ class TorchFlags:
 
 
 class Unit:
-    """One source compiled to one object: its wrapper (a one-line file in the staging folder that
-    includes the source by its absolute path: object names stay unique and no source path reaches
-    a shell), its compiler and flags, and, once planned, its object key, headers and whether its
-    object was reused."""
+    """One source compiled to one object, through a one-line wrapper that includes it by its absolute
+    path (object names stay unique, and no source path reaches a command line); planned: key, headers, reuse."""
 
     def __init__(
         self, relative: str, source: str, wrapper: str, cuda: bool, compiler: str, flags: str, post_flags: str, library: str
@@ -73,10 +69,8 @@ def torch_flags(extension: Extension, cuda: CudaPlan, components: dict, cxx: Pat
 
 
 def _link_flags(extension: Extension, ldflags: str) -> str:
-    """torch's link flags for the extension. jitops' ops take torch's symbols from c10 and
-    torch_cpu alone: their libraries do not name libtorch.so, which since torch 2.14 defines weak
-    C++ runtime symbols (std::stringstream's) that --as-needed would bind them to, so that every
-    dlopen walked it. A program's extensions are linked as torch links them."""
+    """torch's link flags. jitops' ops take torch's symbols from c10 and torch_cpu alone: since torch
+    2.14, libtorch.so's weak C++ runtime symbols would otherwise make every dlopen walk it."""
     if extension.namespace != OPS_NAMESPACE:
         return ldflags
     return " ".join(word for word in ldflags.split(" ") if word != "-ltorch")
@@ -95,18 +89,7 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
         wrapper.write_text(f'#include "{source}"\n', encoding="utf-8")
         is_cuda = cuda.enabled and relative.endswith(CUDA_SUFFIXES)
         if is_cuda:
-            units.append(
-                Unit(
-                    relative,
-                    source,
-                    str(wrapper),
-                    True,
-                    flags.nvcc,
-                    flags.cuda_cflags,
-                    "",
-                    extension.library_name,
-                )
-            )
+            units.append(Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, "", extension.library_name))
         else:
             units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, "", extension.library_name))
     if len({unit.object for unit in units}) < len(units):  # x.cpp beside x.cc: objects named in full
@@ -125,10 +108,8 @@ def launchers() -> dict[str, str]:
 
 
 def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, library: str) -> None:
-    """build_dir/build.ninja: an edge for each unit whose object is not reused (reused objects are
-    in build_dir already, plain inputs of the link), and the link. Paths are escaped as ninja reads
-    them; compiler commands are torch's, with -MMD depfiles for the headers, kept beside each object
-    for _ninja.deps to read (ninja's own depfile reader stops at a `;` or `*` in a path)."""
+    """build_dir/build.ninja: an edge per unit whose object is not reused (a reused one is a plain
+    input of the link), with -MMD depfiles kept for _ninja.deps, and the link; paths escaped for ninja."""
     launcher = launchers()
     lines = [
         "ninja_required_version = 1.3",

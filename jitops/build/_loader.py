@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Find or build an Extension's library and load it: from this process's registry, a warm record
-(_libraries.recall), a verified cache entry, a build (_build) or a prebuilt library, in the order
-docs/ARCHITECTURE.md ("Resolution order") gives.
-"""
+"""Find or build an Extension's library and load it, in the order docs/ARCHITECTURE.md ("Resolution
+order") gives: this process's registry, a warm record, a verified entry, a build or a prebuilt."""
 
 from __future__ import annotations
 
@@ -130,11 +128,8 @@ def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bo
 
 
 def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str, namespaces: list[str]) -> list:
-    """Write the warm record of a library just verified or built (see _libraries's warm records): the
-    settings and every file and folder the key depends on (with the identity each had before the
-    key was computed), the library's and manifest's verified identities, the TORCH_LIBRARY
-    namespaces it defines (checked before a warm dlopen). Returns what it lists.
-    A record that cannot be written costs only time."""
+    """Write the warm record of a library just verified or built (settings, what the key read with its
+    identities, the library's and manifest's, its namespaces). Returns what it lists."""
     entry = planned.entry
     if entry.verified_identities is None:
         try:

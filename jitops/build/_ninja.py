@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Running ninja: finding it, one run from this process (its steps live in the status line, its
-output kept as the build log, stopped on a timeout, an exception or SIGTERM), what it recorded
-(each unit's headers from its depfile or ninja's deps log, each step's seconds), and the first compiler error."""
+"""Running ninja: finding it, one run (its steps on the status line, its output in the build log,
+stopped on a timeout, an exception or SIGTERM), what it recorded, and the first compiler error."""
 
 from __future__ import annotations
 
@@ -51,9 +50,8 @@ _NINJA_STEP = r"^\[\d+/\d+\]"
 
 
 def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool) -> str | None:
-    """Run ninja in build_dir, teeing its output to the log. None if it succeeded, else the first
-    compiler error or the timeout. ninja stays in this process's group, so a terminal's Ctrl-C
-    reaches it directly; on a timeout, an exception or SIGTERM it is stopped (_stop_ninja)."""
+    """Run ninja in build_dir (in this process's group: Ctrl-C reaches it), teeing its output to the
+    log. None if it succeeded, else the first compiler error or the timeout."""
     timeout = build_timeout()
     command = [find_ninja() or "ninja", "-v"]
     jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
@@ -103,10 +101,8 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
 
 
 def _stop_ninja(proc: subprocess.Popen) -> None:
-    """Stop ninja and the compilers it started: SIGINT, on which ninja interrupts every command it
-    runs (each in a process group of its own) and waits for them to end. A command that misses the
-    interrupt (one that ignores SIGINT, or one still starting when it came) keeps ninja waiting:
-    after 5 s its group is killed; ninja itself is killed only if it still waits."""
+    """Stop ninja and its compilers: SIGINT (ninja interrupts each command's process group and waits);
+    a command that misses it has its group killed after 5 s, and ninja is killed if it still waits."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
@@ -140,9 +136,8 @@ class BuildInterrupted(BaseException):
 
 @contextlib.contextmanager
 def _sigterm_raises():
-    """On the main thread of a program without a SIGTERM handler: SIGTERM raises BuildInterrupted,
-    so ninja, the staging folder and the lock are cleaned up on the way out; the build then
-    delivers the signal again, to end as SIGTERM would have."""
+    """On the main thread of a program without a SIGTERM handler: SIGTERM raises BuildInterrupted, so
+    ninja, the staging folder and the lock are cleaned up; the build then ends as SIGTERM would have."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
@@ -159,9 +154,8 @@ def _sigterm_raises():
 
 @contextlib.contextmanager
 def _held_while_starting():
-    """On the main thread: SIGINT and SIGTERM that arrive while ninja starts are held, then
-    delivered once `proc` names it, so run_ninja's cleanup stops it. Raised inside Popen, they
-    would leave ninja and its compilers running with nobody to stop them."""
+    """On the main thread: SIGINT and SIGTERM are held while ninja starts, then delivered once `proc`
+    names it (raised inside Popen, they would leave ninja and its compilers running)."""
     held = []
     signals = [signal.SIGINT, signal.SIGTERM] if threading.current_thread() is threading.main_thread() else []
     previous = {
@@ -177,9 +171,8 @@ def _held_while_starting():
 
 
 def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
-    """The files each target (ninja's `targets`, or all) was compiled from: {target: [absolute,
-    resolved paths]}, from the compiler's depfile (<target>.d) where the build kept it (jitops'
-    build files), else from ninja's deps log (torch's, whose rules hand the depfiles to ninja)."""
+    """The files each target (or all) was compiled from, absolute and resolved: from the compiler's
+    depfile where the build kept it (jitops'), else from ninja's deps log (torch's)."""
     kept = {target: build_dir / f"{target}.d" for target in targets}
     resolved = _Resolver(build_dir)
     if targets and all(depfile.exists() for depfile in kept.values()):

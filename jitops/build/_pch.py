@@ -1,21 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Precompiled headers, shared by every extension in a cache root: a C++ unit that starts with
-torch's headers (`#include <torch/extension.h>`, `<ATen/...>`, `<c10/...>`) is compiled with
-`-include <pch>/pch.h -Winvalid-pch`, where pch.h holds those lines and pch.h.gch their compiled
-form. gcc uses the .gch only where it was made with the same compiler and flags, and otherwise
-reads pch.h as text (and says so): a PCH can make a unit faster, never different.
-
-<root>/pch/<key>/ holds pch.h, pch.h.gch and record.json (the .gch's sha256 and identity); the key
-is the header lines, compiler, flags (less the extension's own name defines and the -D/-U flags it
-declares: gcc refuses a PCH where such a macro changes what the headers mean, and compiles from the
-text), torch and the build environment. Built once under <root>/pch/<key>.lock. nvcc units get none
-(nvcc compiles device code with a front end of its own, which cannot read gcc's .gch).
-
-JITOPS_PCH: unset (or 1) uses a PCH that exists, and builds a missing one where it will pay
-(`worth_building`) after the build, in a background process at idle priority that pauses while any
-build of the root compiles (a first build never waits for it); `wait` builds it during the build;
-0 turns PCHs off.
-"""
+"""Precompiled headers, shared by a cache root's extensions, for C++ units that start with torch's
+headers (docs/ARCHITECTURE.md). gcc uses a .gch only where made with the same compiler and flags
+(-Winvalid-pch), else reads the header as text: a PCH makes a unit faster, never different."""
 
 from __future__ import annotations
 
@@ -49,12 +35,8 @@ def mode() -> str:
 
 
 def worth_building(extension, built_before: bool) -> bool:
-    """Whether a missing PCH is built after this build. One costs a compile of torch's headers in
-    the background and 0.4-0.8 GB, and saves that compile in every later unit that starts with them
-    (BENCHMARKS.md, "The edit loop"). It pays where such compiles follow: an extension built
-    here before (someone edits it), or a jitops.load/load_inline extension (a script's or
-    notebook's own code, edited, and followed by others). Not for the first build of jitops' ops
-    or of a package's extension, whose users seldom compile again."""
+    """Whether a missing PCH (a compile of torch's headers, 0.4-0.8 GB) is built after this build: where
+    compiles follow, an extension built here before or a jitops.load one; not a first build of a package's."""
     from ..warm._libraries import DROP_IN_NAMESPACE
 
     return built_before or extension.namespace == DROP_IN_NAMESPACE
@@ -79,9 +61,8 @@ def foreground(root: Path | None):
 
 
 def leading_torch_includes(source: str) -> str:
-    """The `#include <torch/...>` (ATen, c10) lines a source starts with (after comments and blank
-    lines), as text; "" where it starts with anything else. Only these may be precompiled: a
-    macro defined or a header included before them could change what they mean."""
+    """The `#include <torch/...>` (ATen, c10) lines a source starts with, as text; "" where it starts
+    with anything else (a macro or header before them could change what they mean)."""
     try:
         text = Path(source).read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -178,9 +159,8 @@ def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixe
 
 
 def build(spec: dict, blocking: bool) -> str | None:
-    """Build and publish the PCH `spec` (job()) under its lock, unless published meanwhile. Returns
-    the path to -include, or None: not blocking and another process holds the lock, or the
-    compiler refused (the units are then compiled without one)."""
+    """Build and publish the PCH `spec` under its lock, unless published meanwhile. The path to
+    -include, or None (not blocking and the lock is held, or the compiler refused)."""
     from ..store._lock import HeldLock
 
     root, pch_key = Path(spec["root"]), spec["key"]
@@ -233,9 +213,8 @@ def build(spec: dict, blocking: bool) -> str | None:
 
 
 def _compile_in_background(argv: list[str], root: Path) -> int:
-    """Run the compiler in a process group of its own, stopped (SIGSTOP) while any build of the root
-    holds the foreground lock and continued after. Its group stays in this session: if this process
-    dies while it is stopped, the kernel hangs it up (an orphaned group with a stopped process)."""
+    """Run the compiler in a process group of its own, stopped while any build of the root holds the
+    foreground lock. If this process dies meanwhile, the kernel hangs up the orphaned, stopped group."""
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
     foreground_lock, stopped = _layout.foreground_lock_path(root), False
     try:
@@ -259,18 +238,16 @@ PAUSE_POLL_S = 0.1
 
 
 def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> bool:
-    """Whether every file the PCH holds is torch's, the toolkit's or the compiler's: a header of
-    the extension's own (under an include dir that shadows one of torch's) would escape the
-    manifest's header list inside the .gch."""
+    """Whether every file the PCH holds is torch's, the toolkit's or the compiler's: an extension's own
+    header (shadowing one of torch's) would escape the manifest's header list inside the .gch."""
     text = deps.read_text().replace("\\\n", " ")
     files = shlex.split(text.partition(":")[2])
     return all(os.path.realpath(f).startswith(tuple(ignored)) or f == str(header) for f in files)
 
 
 def start_background(spec: dict) -> bool:
-    """Build a PCH in a process of its own, detached, at idle priority; its output goes to
-    <root>/pch/<key>.log. Nothing waits for it; a build that needs it meanwhile compiles without.
-    Returns whether it was started."""
+    """Build a PCH in a detached process at idle priority (output in <root>/pch/<key>.log); nothing
+    waits for it. Returns whether it was started."""
     try:
         parent = _root.usable_part(spec["root"], _layout.PCH_DIR)
         if parent is None or _flock.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):

@@ -24,11 +24,8 @@ def _status_on_stderr() -> bool:
 
 
 class BuildStatus:
-    """One build's status: op, backends, why it is built, elapsed seconds, ninja's step. Every write
-    is a whole line under one lock (builds run in threads). In a log, or through the "jitops"
-    logger: a line at the start and at the end. On a terminal: one live line for every build in
-    flight, cut to the terminal's width (one thread redraws it), and each build's final line printed
-    above it. Why an op is built without CUDA is said once per process."""
+    """One build's status, each write a whole line under one lock: logged, a line at its start and end;
+    on a terminal, one live line for all builds in flight, each build's final line printed above it."""
 
     _lock = threading.Lock()
     _in_flight: list[BuildStatus] = []
@@ -53,9 +50,8 @@ class BuildStatus:
         return f" ({self.why})" if self.why else ""
 
     def _label(self, why: str = "") -> str:
-        """The extension's name (a jitops.load's as the program gave it) and one group of notes:
-        cpu+cuda, or cpu only: why (the first time this process gives that reason) and the CUDA
-        sources left out; nothing about CUDA for a library with no CUDA source; then `why`."""
+        """The extension's name and one group of notes: cpu+cuda, or cpu only and why (once per reason)
+        with the CUDA sources left out (nothing for a library without CUDA sources); then `why`."""
         name = self.name
         if self.cuda.enabled:
             notes = ["cpu+cuda"]
@@ -127,11 +123,8 @@ class BuildStatus:
 # Why a library is built: its key's components against those of the newest other entry of its name.
 _COMPONENT_WORDS = {
     "recipe": "new jitops build recipe",
-    "torch": "new torch",
-    "torch_git": "new torch",
-    "torch_cuda": "new torch",
+    **dict.fromkeys(("torch", "torch_git", "torch_cuda", "cxx11_abi"), "new torch"),
     "python_soabi": "new Python",
-    "cxx11_abi": "new torch",
     "version": "version changed",
     "cuda_arch_list": "CUDA archs changed",
     "backends": "backends changed",
@@ -142,8 +135,7 @@ _COMPONENT_WORDS = {
     "ldflags": "link flags changed",
     "cxx": "C++ compiler changed",
     "nvcc": "nvcc changed",
-    "environment": "build environment changed",
-    "environment_tools": "build environment changed",
+    **dict.fromkeys(("environment", "environment_tools"), "build environment changed"),
 }
 
 
@@ -166,9 +158,8 @@ def why_built(components: dict, source_hashes: dict, previous: dict | None) -> s
 
 
 def newest_manifest(entry: _entries.Entry) -> dict | None:
-    """The manifest of the other entry of entry's extension in its root that was loaded or built
-    last (what the user last ran: a new build says what changed since), or None. One manifest read,
-    whatever the number of entries: an edit loop leaves one per edit until the budget evicts them."""
+    """The manifest of the extension's entry loaded or built last (a new build says what changed
+    since), or None: one manifest read, however many entries an edit loop left."""
     others = [other for other in _entries.entries(entry.root, entry.name) if other.key != entry.key]
     for other in sorted(others, key=_last_used, reverse=True):
         try:

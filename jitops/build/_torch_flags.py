@@ -1,10 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""torch's compile and link flags for an extension, as torch's load() writes them into its build
-file on Linux (torch 2.11 to 2.15: cpp_extension's _write_ninja_file_to_build_library and
-_prepare_ldflags), made here from torch's include and library folders and the table below. No code
-of torch's cpp_extension runs, so a build imports none of it. A torch whose flags differ fails
-tests/test_edit_loop.py's comparisons with torch's own build file under that torch
-(`make test-torch-matrix` runs them for every supported torch)."""
+"""torch's compile and link flags, as torch's load() writes them (torch 2.11 to 2.15), made from
+torch's include and library folders and the table below, with no code of torch's cpp_extension run.
+tests/test_edit_loop.py compares them with torch's own under each supported torch."""
 
 from __future__ import annotations
 
@@ -63,10 +60,8 @@ def cuda_library_dir(cuda_home: Path) -> str:
 
 
 def compile_flags(library: str, cflags: list[str], cuda_cflags: list[str], include_dirs: list[str], cuda_home: Path | None):
-    """(cflags, cuda_cflags) as shell text: torch's defines, the extension's include folders
-    (-I), torch's (-isystem), -fPIC and the standard, then the extension's own flags (each one word,
-    quoted); nvcc's with torch's NVCC_FLAGS, and -ccbin $CC where CC is set, as torch's. cuda_cflags
-    must name the archs (-gencode): torch then adds none of its own."""
+    """(cflags, cuda_cflags) as shell text: torch's defines, the extension's -I and torch's -isystem,
+    -fPIC and the standard, then the extension's own words, quoted; nvcc's add NVCC_FLAGS and -ccbin $CC."""
     import torch  # loaded by the caller already
 
     standard = f"-std={cxx_standard(torch.__version__)}"

@@ -1,15 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Unmodified programs through jitops: `python -m jitops run script.py|-m module [args]`, or any
-Python started with JITOPS_DROP_IN=1 (jitops' .pth file reads it at start-up).
-
-Either way, torch.utils.cpp_extension is served lazily: importing it gives a module whose load and
-load_inline are jitops', whose helpers that programs use most (_get_build_directory, CUDA_HOME,
-include_paths, ...: _torch_helpers) are answered as torch would answer them, and whose every other
-name (BuildExtension, ...) makes it torch's module on first use: torch's code run into it, then
-load and load_inline put back, and any value the program set there kept. A program that only
-loads and asks those helpers never imports setuptools; one that uses the rest gets torch's module,
-the very object (so attributes it sets are the ones torch's code reads).
-"""
+"""Unmodified programs through jitops: `python -m jitops run script.py|-m module [args]`, or Python
+started with JITOPS_DROP_IN=1 (jitops' .pth). torch.utils.cpp_extension is then served lazily: its
+load and load_inline are jitops', and any name _torch_helpers cannot answer makes it torch's module."""
 
 from __future__ import annotations
 
@@ -112,9 +104,8 @@ def install() -> LazyTorchCppExtension:
 
 
 def run(argv: list[str]) -> int:
-    """`python -m jitops run script.py [args]` or `python -m jitops run -m module [args]`: the
-    program runs as `python script.py` or `python -m module` would run it (sys.argv, sys.path[0],
-    an absolute __file__, tracebacks that start at the program, python's one-line errors)."""
+    """`python -m jitops run script.py|-m module [args]`: the program runs as python would run it
+    (sys.argv, sys.path[0], an absolute __file__, tracebacks from the program, one-line errors)."""
     usage = "usage: python -m jitops run script.py [args ...] | -m module [args ...]"
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{usage}\n\nRuns the program with every torch.utils.cpp_extension.load/load_inline going through jitops.")
@@ -159,9 +150,8 @@ def _new_main():
 
 
 def _run_script(path: str, runpy) -> None:
-    """Run a script as python does: in a new __main__ whose __file__ (and the code's file name) is
-    absolute (3.9+), sys.argv[0] as given. A folder or zip file with a __main__.py goes to runpy
-    (which sets sys.argv[0] to its absolute path)."""
+    """Run a script as python does, in a new __main__ with an absolute __file__ and sys.argv[0] as
+    given; a folder or zip file with a __main__.py goes to runpy."""
     import zipfile
 
     absolute = os.path.abspath(path)

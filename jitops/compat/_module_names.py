@@ -1,10 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The names of the Python modules jitops.load/load_inline create. pybind11 (3.x, torch's) keeps
-one module per name and interpreter: a second module of a name, from any other library, is the
-first one again. So a name held by any module of the process (sys.modules, pybind11's cache,
-torch's load()) is never given to a new build (it becomes <name>_v1, ...), and torch's load() is
-told which names jitops took, so that it does not take them either (both orders of a notebook that
-mixes the two loaders get their own code)."""
+"""The names of the Python modules jitops.load/load_inline create. pybind11 keeps one module per name
+and interpreter, so a name any module of the process holds is never given to a new build (it becomes
+<name>_v1, ...), and torch's load() is told which names jitops took."""
 
 from __future__ import annotations
 
@@ -26,9 +23,8 @@ def taken(name: str) -> bool:
 
 
 def publish(module, base: str, version: int) -> None:
-    """After jitops created `module` (named base, or base_v<version>): import_module(its name)
-    returns it where the name was free (as torch 1.x's load() did; never shadowing a module), and
-    torch's load() of `base` takes a version above it."""
+    """After jitops created `module` (base, or base_v<version>): import_module(its name) returns it
+    where the name was free, and torch's load() of `base` takes a version above it."""
     sys.modules.setdefault(module.__name__, module)
     global _hook
     with _lock:

@@ -1,13 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The names of torch.utils.cpp_extension that real programs use besides load() (the survey is in
-docs/extensions.md), answered without running that module: its code imports setuptools, hundreds of
-milliseconds that a program asking only for its build folder or CUDA_HOME never needed.
-
-Each answer is computed as torch computes it, from the same environment (tests/test_drop_in.py
-compares every one with torch's own under the torch it runs). What is not here, or a case these do
-not cover (ROCm, XPU, a Windows cross-build), is answered by torch's module itself: `value` returns
-MISSING and the caller runs torch's code.
-"""
+"""The names of torch.utils.cpp_extension that programs use besides load() (docs/extensions.md),
+computed as torch computes them without importing that module (and setuptools); a case not covered
+(ROCm, XPU, Windows) returns MISSING, and the caller runs torch's code."""
 
 from __future__ import annotations
 
@@ -56,9 +50,8 @@ def value(name: str):
 
 
 def _find_cuda_home() -> str | None:
-    """torch's guesses, in its order: $CUDA_HOME or $CUDA_PATH, the nvcc on PATH, /usr/local/cuda.
-    (torch also logs "No CUDA runtime is found" where no GPU is visible; asking costs a CUDA
-    initialisation, so that warning is left out.)"""
+    """torch's guesses, in its order: $CUDA_HOME or $CUDA_PATH, the nvcc on PATH, /usr/local/cuda
+    (without torch's "No CUDA runtime is found" warning, which costs a CUDA initialisation)."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home is None:
         nvcc = shutil.which("nvcc")
@@ -76,13 +69,9 @@ def _module():
     return sys.modules["torch.utils.cpp_extension"]
 
 
-def _cuda_home() -> str | None:
-    found = vars(_module()).get("CUDA_HOME", MISSING)
-    return value("CUDA_HOME") if found is MISSING else found
-
-
 def _join_cuda_home(*paths) -> str:
-    cuda_home = _cuda_home()
+    cuda_home = vars(_module()).get("CUDA_HOME", MISSING)  # a value the program set wins
+    cuda_home = value("CUDA_HOME") if cuda_home is MISSING else cuda_home
     if cuda_home is None:
         raise OSError("CUDA_HOME environment variable is not set. Please set it to your CUDA install root.")
     return os.path.join(cuda_home, *paths)

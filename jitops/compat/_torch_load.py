@@ -1,9 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""jitops.load: torch.utils.cpp_extension's load(), with the same parameters in the same order and
-the same result, built and loaded by jitops' loader (its key, lock, atomic publish and warm
-records). Migrating is changing one import. jitops.load_inline (_torch_load_inline) declares its
-sources with this module's helpers.
-"""
+"""jitops.load: torch.utils.cpp_extension's load(), same parameters, same result, built and loaded
+by jitops' loader; and the helpers load_inline shares."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..extension import Extension
-from ..warm._libraries import DROP_IN_NAMESPACE, loaded
+from ..warm._libraries import DROP_IN_NAMESPACE, identity_or_none, loaded
 from . import _module_names
 
 BUILD_SUBFOLDER = "jitops"
@@ -74,11 +71,9 @@ def load(  # type: ignore[misc]  # options given by position bind to the paramet
     is_standalone: bool = False,
     keep_intermediates: bool = True,
 ) -> ModuleType | str:
-    """torch.utils.cpp_extension.load, through jitops: the pybind11 module (is_python_module=True),
-    else the library's path after its TORCH_LIBRARY registrations ran. keep_intermediates has no
-    effect (jitops keeps the build log, not the object files); verbose=True streams the compiler's
-    output (as JITOPS_VERBOSE=1). build_directory: this extension's cache entries live in its
-    subfolder jitops/, with the same key, lock and checks as in jitops' cache root."""
+    """torch.utils.cpp_extension.load, through jitops: the pybind11 module, or (is_python_module=False)
+    the library's path once its TORCH_LIBRARY registrations ran. verbose streams the compiler's output;
+    build_directory keeps the entries in its jitops/ subfolder; keep_intermediates has no effect."""
     refuse_unsupported(extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl, is_standalone=is_standalone)
     listed = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     if not all(isinstance(s, (str, os.PathLike)) for s in listed):
@@ -133,11 +128,8 @@ _declared: dict[str, Extension] = {}  # by qualified name: the declaration each 
 
 
 def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, with_cuda, python_module, cache_dir) -> Extension:
-    """The declaration of a load()/load_inline() call. A name this process gave other sources or
-    flags becomes <name>_v1, _v2, ... as torch's load() does: an edited cell of a notebook loads its
-    new code beside the old, as does one whose sources or headers changed since it was loaded. A
-    module name that any module of the process holds (torch's load(), sys.modules) is skipped too:
-    never another build's module."""
+    """The declaration of a load()/load_inline() call: a name given other inputs (or whose inputs changed
+    since), or held by any module of the process, becomes <name>_v1, _v2, ... as in torch's load()."""
     for argument, value in (
         ("extra_cflags", cflags),
         ("extra_cuda_cflags", cuda_cflags),
@@ -171,18 +163,12 @@ def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, wi
                 _declared[extension.qualified_name] = extension
                 return extension
             if held == extension:
+                # Unless a file its loaded library was built from changed since (not a folder: its
+                # identity changes with any file added to it).
                 found = loaded.get(extension.qualified_name)
-                if found is None or not _inputs_changed(found):
+                if found is None or all(identity_or_none(p) == i or os.path.isdir(p) for p, i in found.inputs):
                     return extension
             version += 1
-
-
-def _inputs_changed(found) -> bool:
-    """Whether a file a loaded library was built from (a source, a header, a compiler) has changed
-    since it was loaded (a folder's identity changes with any file added to it: those are left out)."""
-    from ..warm._libraries import identity_or_none
-
-    return any(identity_or_none(path) != identity and not os.path.isdir(path) for path, identity in found.inputs)
 
 
 def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
@@ -217,9 +203,8 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
 
 
 def _link_into_build_directory(extension: Extension, library: str) -> None:
-    """Where torch's load() leaves the library, <build_directory>/<name>.so, a link to jitops' entry
-    (code that opens that path finds the library). Not in a folder the key reads (get_plugin's
-    build_directory holds its sources): writing there would miss every warm start's record."""
+    """<build_directory>/<name>.so, where torch's load() leaves the library, as a link to jitops' entry;
+    not in a folder the key reads (get_plugin's holds its sources): that would miss every warm record."""
     folder = os.path.dirname(extension.cache_dir)
     read_by_key = {os.path.dirname(path) for path in extension.paths()} | set(extension.include_paths())
     if folder in read_by_key:

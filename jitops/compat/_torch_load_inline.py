@@ -1,9 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""jitops.load_inline: torch.utils.cpp_extension's load_inline(), with the same parameters in the
-same order and the same result: the sources are written into a folder named after their content
-(checked, and repaired, at every call), then built and loaded as jitops.load builds and loads files (a module of its own, so that
-a warm jitops.load does not import it).
-"""
+"""jitops.load_inline: torch.utils.cpp_extension's load_inline(), same parameters, same result (a
+module of its own: a warm jitops.load does not import it)."""
 
 from __future__ import annotations
 
@@ -70,11 +67,9 @@ def load_inline(  # type: ignore[misc]  # options given by position bind to the 
     no_implicit_headers: bool = False,
     gil_not_used: bool = False,
 ) -> ModuleType | str:
-    """torch.utils.cpp_extension.load_inline, through jitops: the sources are written, as torch
-    writes them (main.cpp, with a pybind11 block for `functions`; cuda.cu), into a folder named
-    after their content under the cache root, then built as load() builds files. use_pch is
-    accepted: jitops precompiles torch/extension.h for every extension where it is safe
-    (JITOPS_PCH), main.cpp included."""
+    """torch.utils.cpp_extension.load_inline, through jitops: the sources are written as torch writes
+    them (main.cpp with a pybind11 block for `functions`, cuda.cu) into a folder named after their
+    content, then built as load() builds files. use_pch is accepted: JITOPS_PCH decides."""
     refuse_unsupported(sycl_sources=sycl_sources, extra_sycl_cflags=extra_sycl_cflags, with_sycl=with_sycl)
     check_name(name, DROP_IN_NAMESPACE, "load_inline: ")  # it names a folder before the Extension checks it
     cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
@@ -107,9 +102,8 @@ def load_inline(  # type: ignore[misc]  # options given by position bind to the 
 
 
 def _pybind_block(functions, with_pytorch_error_handling: bool, gil_not_used: bool = False) -> str:
-    """The PYBIND11_MODULE block torch's load_inline writes for `functions` (a name, a list of
-    names, or a dict of name -> docstring); gil_not_used (torch 2.15): the module declares that it
-    runs without the GIL."""
+    """The PYBIND11_MODULE block torch's load_inline writes for `functions` (a name, a list, or a dict
+    of name -> docstring); gil_not_used (torch 2.15): the module runs without the GIL."""
     if isinstance(functions, str):
         functions = [functions]
     if isinstance(functions, list):
@@ -131,11 +125,8 @@ INLINE_COPIES = 8  # folders of one content tried, each found damaged, before an
 
 
 def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
-    """A folder holding `files`, named after their content (_layout.inline_dir: <name>-<sha256>).
-    The files are checked against the text in hand at every call. A folder found damaged (a file
-    missing, truncated or changed) is never rewritten, since a build may be reading it: the
-    content is written (atomically, each file synced first) into the next free name,
-    <name>-<sha256>-<n>."""
+    """A folder holding `files`, named after their content (<name>-<sha256>), checked at every call; a
+    damaged one is never rewritten (a build may read it): the content goes into <name>-<sha256>-<n>."""
     from .._errors import BuildError
     from ..store._root import cache_root, ensure_private_dir, new_staging, publish_folder
 

@@ -1,9 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The store's budget: the whole cache root, precompiled headers and stored objects included,
-within JITOPS_CACHE_MAX_SIZE, least recently used evicted first, never what a live process has
-mapped or a lock holder holds. Run after every build and every background PCH build, and by
-`jitops-cache prune`.
-"""
+"""The store's budget: the whole cache root within JITOPS_CACHE_MAX_SIZE, least recently used evicted
+first, never what a live process maps or a lock holder holds (after each build, and `prune`)."""
 
 from __future__ import annotations
 
@@ -82,20 +79,6 @@ def items(root: Path) -> list[Item]:
     return found
 
 
-def staging_folders(root: Path) -> list[tuple[Path, str]]:
-    """The folders being written into objects/ and pch/ (or left by killed writers), by kind."""
-    found = []
-    for kind, parent in (("object", _layout.objects_dir(root)), ("pch", _layout.pch_dir(root))):
-        try:
-            with os.scandir(parent) as children:
-                found += [
-                    (Path(c.path), kind) for c in children if c.name.startswith(TMP_PREFIX) and c.is_dir(follow_symlinks=False)
-                ]
-        except OSError:
-            continue
-    return sorted(found)
-
-
 def live_paths(root: Path) -> set[str] | None:
     """The files under root that a live process has mapped (loaded libraries, a PCH a compiler
     reads), from /proc/*/maps; None where that cannot be known (no /proc)."""
@@ -124,10 +107,8 @@ def is_live(folder: Path | str, live: set[str]) -> bool:
 
 
 def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
-    """Evict the least recently used entries, objects and PCHs of root until the whole root is
-    within limit (default max_size()). Never one a live process has mapped, one whose lock is
-    held (being built, or a PCH a build uses), or anything where /proc cannot say what is mapped.
-    Returns what was removed. Only saves disk: a failure to remove costs nothing else."""
+    """Evict the least recently used entries, objects and PCHs until the root is within limit (default
+    max_size()), never one a live process maps or a lock holder holds. Returns what was removed."""
     limit = max_size() if limit is None else limit
     if limit <= 0:
         return []

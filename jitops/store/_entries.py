@@ -1,9 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The store's entries: one built library each, `<namespace>.<name>-<key>-<variant>` (_layout),
-where the key is what is known before a build and the variant the headers it included (ccache's
-manifest mode). A published entry never changes: a tree that differs in a header gets an entry of
-its own, so a process opens exactly the library it checked. Verified, published, listed here.
-"""
+"""The store's entries, one library each (`<namespace>.<name>-<key>-<variant>`): verified, published
+and listed here. A published entry never changes: a tree that differs in a header gets its own, so a
+process opens exactly the library it checked."""
 
 from __future__ import annotations
 
@@ -39,10 +37,8 @@ def variant_of(headers: dict) -> str:
 
 
 class Entry:
-    """The entries of one key in a root: `<namespace>.<name>-<key>-<variant>` folders (which may
-    not exist yet), or the one `<namespace>.<name>-<key>` of a prebuilt folder (variant None).
-    variant: the one this object stands for, set by verified_or_discarded and publish.
-    source_root: the extension's root, for the manifest's header names (None: headers unchecked)."""
+    """The entries of one key in a root (`<namespace>.<name>-<key>-<variant>`; a prebuilt folder's has no
+    variant). variant: set once verified or published. source_root: for the manifest's header names."""
 
     def __init__(self, root: Path, name: str, key: str, source_root: str | None = None, variant: str | None = None):
         self.root = Path(root)
@@ -104,11 +100,8 @@ class Entry:
         return manifest
 
     def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
-        """This variant's .so if its manifest matches this key and variant, the .so its sha256
-        (hashed in full unless its identity is the one recorded, or full_hash) and every header the
-        build included its recorded sha256; None where the entry is absent. Raises CacheError when
-        it is corrupt or (private: cache entries) not ours alone; StaleEntry when a header changed.
-        touch=False writes nothing. Sets verified_identities and checked_headers, for the warm record."""
+        """This variant's .so where its manifest, sha256 (in full unless its identity is recorded, or
+        full_hash) and headers hold; None where absent; CacheError if corrupt or not ours, StaleEntry if a header changed."""
         if not self.path.is_dir():
             return None
         if self.path.is_symlink():
@@ -153,9 +146,8 @@ class Entry:
         return library
 
     def check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
-        """Each header the build included (manifest "headers": name relative to the extension's
-        root, or absolute -> sha256), with the identity it had when found unchanged. save=False
-        records no hash (the CLI's inspection writes nothing)."""
+        """Each header the build included (manifest "headers": name -> sha256), with the identity it had
+        when found unchanged. save=False records no hash (the CLI writes nothing)."""
         if self.source_root is None or not headers:
             return []
         known, checked = known_file_hashes(self.root), []
@@ -186,11 +178,8 @@ class Entry:
 
 
 def verified_or_discarded(entry: Entry, full_hash: bool = False, inspect: bool = False) -> Path | None:
-    """The library of the key's variant whose recorded headers all hold (the most recently used
-    first), with entry.variant set to it; else None, with entry.stale_because saying which header
-    changed where only stale variants are there. A corrupt variant is removed, with a warning;
-    a stale one stays (another tree may use it: the budget evicts it once unused).
-    inspect=True writes and removes nothing, and says nothing (the CLI's)."""
+    """The library of the key's variant whose headers hold (most recently used first), entry.variant set;
+    else None (stale_because names a changed header). A corrupt variant is removed; inspect=True changes nothing."""
     stale = ""
     for variant in entry.variants():
         entry.variant = variant
@@ -233,9 +222,8 @@ def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, 
 
 
 def publish_library(entry: Entry, manifest: dict, library_bytes: bytes) -> Path:
-    """Publish a library made elsewhere (another rank, the remote cache) as a local build would: a
-    private staging folder, the manifest (given without the library's sha256 and identity) last,
-    one atomic rename. Called under the key's lock. Returns the library."""
+    """Publish a library made elsewhere (another rank, the remote) as a local build would, under the
+    key's lock: staged, its manifest last, one rename. Returns the library."""
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
         raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
@@ -266,11 +254,8 @@ def remove_orphans(entry: Entry) -> None:
 
 
 def publish(entry: Entry, staging: Path, manifest: dict) -> None:
-    """Make `staging` the entry of its key and headers (entry.variant is set to it): manifest
-    written last, then one atomic rename. Called under the key's lock, after verified_or_discarded
-    found no variant whose headers hold: a folder of this very variant there now is corrupt, or
-    was built from the same inputs, and is renamed away first (that alone is never a new tree's
-    code in an old place); every other variant stays as it was."""
+    """Make `staging` the entry of its key and headers (manifest last, one rename), under the key's lock: a
+    folder of this very variant there is corrupt or of the same inputs, and renamed away first."""
     entry.variant = variant_of(manifest.get("headers", {}))
     write_json_atomic(staging / MANIFEST_NAME, manifest)
     os.chmod(staging, 0o700)

@@ -1,13 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Builds that failed on a compiler's or linker's own error, remembered for a while per key and
-inputs: a process that has a prebuilt library to stand in takes it at once, rather than failing
-the same build again (and printing the same warning) in every new process.
-
-What the memory is checked against: the key (sources, flags, toolchain), the identities of the
-files and folders the key read (compilers, PATH), and of the files beside the sources and in the
-include directories (headers). An edit or another toolchain changes them, and the build is tried
-again. An interrupt, a timeout, a killed compiler (OOM) or a full disk is never remembered: the
-next try may pass."""
+"""Builds that failed on a compiler's or linker's own error, remembered a while per key and inputs, so
+that a process with a prebuilt to stand in takes it at once; never an interrupt, a timeout, a killed
+compiler or a full disk."""
 
 from __future__ import annotations
 

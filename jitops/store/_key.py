@@ -39,9 +39,8 @@ CUDA_CFLAGS = ["-Xcompiler=-fvisibility-inlines-hidden"]  # for the host code nv
 
 
 def link_flags(extension: Extension) -> list[str]:
-    """The extension's link flags, LDFLAGS, and the C++ runtime this process has loaded, which a
-    compiler that links its own copy statically would put whole in every library, slowing each
-    dlopen (docs/history/BENCHMARKS-history.md, issue 11). The library names it by its soname."""
+    """The extension's link flags, LDFLAGS, and the C++ runtime this process loaded (named by its
+    soname: a compiler's static copy would sit whole in every library, slowing each dlopen)."""
     runtime = cxx_runtime()
     return list(extension.ldflags) + LDFLAGS + ([runtime] if runtime else [])
 
@@ -72,9 +71,8 @@ def find_cxx() -> Path | None:
 
 
 def find_cuda_home() -> Path | None:
-    """The CUDA toolkit to build with: the first of torch's guesses ($CUDA_HOME/$CUDA_PATH, the
-    nvcc on PATH, that nvcc with its links resolved, /usr/local/cuda) that holds bin/nvcc and
-    include/cuda_runtime.h. (torch keeps its first guess even where it is no toolkit.)"""
+    """The CUDA toolkit: the first of torch's guesses ($CUDA_HOME/$CUDA_PATH, nvcc on PATH, its
+    resolved path, /usr/local/cuda) holding bin/nvcc and include/cuda_runtime.h."""
     for home in _cuda_home_candidates():
         if all(os.path.isfile(os.path.join(home, *part)) for part in _TOOLKIT_FILES):
             return home
@@ -115,21 +113,12 @@ def plan_cuda(extension: Extension | None = None) -> CudaPlan:
     return CudaPlan(True, arch_list, cuda_home, "")
 
 
-def tool_version(binary: Path, root: str | None = None) -> str:
-    """First informative line of `binary --version`, cached per binary identity in the cache root."""
-    return _tool_probe(binary, root)[1]
-
-
-def _tool_description(binary: Path, root: str | None = None) -> str:
-    return ": ".join(_tool_probe(binary, root))
-
-
 PROBE_TIMEOUT_S = 60.0  # or JITOPS_BUILD_TIMEOUT where that is shorter
 
 
-def _tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
-    """binary's resolved path and its version line (the key names both). A process is started only
-    for a binary not probed before (in this cache root) with its current identity."""
+def tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
+    """binary's resolved path and the first informative line of its `--version` (the key names both),
+    probed only for a binary not seen before (in this cache root) with its current identity."""
     resolved, identity = _root.binary_identity(binary)
     probes = _root.toolchain_probes(root)
     if not isinstance(probes.records.get(identity), str):
@@ -162,9 +151,8 @@ def _tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
 
 # The key
 def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> str:
-    """sha256 over every declared source, compiled here or not (the entry checks the headers they
-    include). record_hashes=False: without the cache root's hash record. each: filled with every
-    source's sha256, by its name relative to the root."""
+    """sha256 over every declared source, compiled here or not. record_hashes=False: without the
+    root's hash record. each: filled with each source's sha256, by its relative name."""
     known = _root.known_file_hashes(extension.cache_dir) if record_hashes else None
     return _root.hash_files(extension.paths(), Path(extension.root), known, each)
 
@@ -189,10 +177,8 @@ def environment_tools(cuda: CudaPlan) -> list[Path]:
 
 
 def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None) -> dict:
-    """Everything that can change the built .so. Any difference gives a different cache entry.
-    Where the sources sit is not in it: one entry serves every copy of the same content (the
-    headers each copy includes are checked against the entry's list at every load). each: see
-    sources_sha256."""
+    """Everything that can change the built .so, but where the sources sit: one entry serves every
+    copy of the same content (each copy's headers are checked at load). each: see sources_sha256."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
     root = extension.cache_dir  # its record files there, where it has a root of its own
     return {
@@ -205,10 +191,10 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
         "cflags": CFLAGS + list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS + list(extension.cuda_cflags) + namespace if cuda.enabled else [],
         "ldflags": link_flags(extension),
-        "cxx": _tool_description(cxx, root) if cxx else None,
-        "nvcc": _tool_description(cuda.nvcc, root) if cuda.enabled and cuda.nvcc else None,
+        "cxx": ": ".join(tool_probe(cxx, root)) if cxx else None,
+        "nvcc": ": ".join(tool_probe(cuda.nvcc, root)) if cuda.enabled and cuda.nvcc else None,
         "environment": build_environment(cuda),
-        "environment_tools": [_tool_description(tool, root) for tool in environment_tools(cuda)],
+        "environment_tools": [": ".join(tool_probe(tool, root)) for tool in environment_tools(cuda)],
         **({"python_module": True} if extension.python_module else {}),  # only where set: other keys stay as they were
     }
 
@@ -221,9 +207,7 @@ COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
 
 def portable_components(components: dict) -> dict:
     """The key components that decide whether a library runs on a machine, wherever it was built:
-    torch, Python and C++ ABI, CUDA version, sources and flags. Left out: the compilers, and the
-    archs (a record says which it has; a reader takes one that covers its GPUs). The C++ runtime
-    is linked by its file name."""
+    torch, Python and C++ ABI, CUDA, sources and flags; not the compilers, nor the archs (per record)."""
     portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}
     portable["environment"] = {k: v for k, v in components.get("environment", {}).items() if k not in COMPILER_VARIABLES}
     portable["ldflags"] = [os.path.basename(f) if os.path.isabs(f) else f for f in components.get("ldflags", [])]
@@ -238,10 +222,8 @@ def _key_folders(extension: Extension) -> list[str]:
 
 
 def _key_files(extension: Extension, cxx: Path | None, cuda: CudaPlan) -> list[str]:
-    """The files key_components reads (sources, compilers), those that make each folder
-    find_cuda_home looks at a toolkit (where the plan looked for one: not for an extension
-    without CUDA sources or with cuda="never", nor with a CPU-only torch), and this module, which
-    holds CFLAGS and LDFLAGS."""
+    """The files key_components reads (sources, compilers), those that make a folder a CUDA toolkit
+    for find_cuda_home (where the plan looked for one), and this module (CFLAGS, LDFLAGS)."""
     compilers = [str(cxx) if cxx else ""] + ([str(cuda.nvcc)] if cuda.enabled and cuda.nvcc else [])
     compilers += [str(tool) for tool in environment_tools(cuda)]
     homes = _cuda_home_candidates() if cuda.searched else ()

@@ -34,9 +34,8 @@ MAX_TIMEOUT_S = 365 * 24 * 3600.0
 
 
 def seconds_from_env(name: str, default: float) -> float:
-    """Seconds from the environment variable `name`, else default. 0, -1, nan or inf is refused,
-    naming the variable, rather than read as "stop at once" or "wait forever"; more than a year
-    counts as a year (a timer's limit: 1e12 s would overflow it)."""
+    """Seconds from the variable `name`, else default; 0, negative, nan or inf is refused, naming it,
+    and more than a year counts as a year (a timer's limit)."""
     value = os.environ.get(name, "")
     if not value:
         return default
@@ -128,9 +127,8 @@ class HeldLock:
 
 
 def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
-    """(library, "built") made by make(), which publishes the entry (a _entries.Entry), under the
-    entry's file lock; (library, "cache") where another process published it first. doing: make's
-    work, for errors."""
+    """(library, "built") made by make() (which publishes the entry) under the entry's file lock, or
+    (library, "cache") where another process published it first. doing: make's work, for errors."""
     with HeldLock(entry.lock_path, entry.name):
         try:
             # Another process may have published the entry while this one waited for the lock.

@@ -1,16 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The object store: compiled units kept in the cache, so that a build compiles only the units
-whose inputs changed (an edit, a flag, a header) and reuses every other object, from any earlier
-build of any extension in this cache root.
-
-<root>/objects/<unit key>/<variant>/ holds object.o and record.json. The unit key is everything that
-made the object but its headers: compiler (resolved path and version), full command line, torch,
-the build environment, the source's path and sha256. A variant is one set of headers with their
-sha256 (the compiler's own dependency list). An object is reused only where every header of a
-variant still has its recorded sha256 and the stored object its recorded sha256 (each hashed again
-whenever its file identity, ctime included, changes); never by mtime alone.
-Stored only when every input it was compiled from provably did not change while it compiled.
-"""
+"""The object store: compiled units kept in the cache root, so that a build compiles only the units
+whose inputs changed. An object is reused only where its headers and itself still have their
+recorded sha256, and stored only where no input changed while it compiled."""
 
 from __future__ import annotations
 
@@ -46,22 +37,14 @@ class InputsChanged(BuildError):
         super().__init__(f"jitops: {', '.join(self.paths)} changed while the build ran")
 
 
-def remove_dead_stores(root: Path) -> None:
-    """Remove the staging folders of stores that were killed."""
-    _root.remove_dead_staging(Path(_layout.objects_dir(root)))
-
-
 def toolchain(components: dict) -> dict:
     """The key components that describe the toolchain, which every unit and PCH key holds."""
     return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
 
 
 def unit_key(unit, components: dict, source_sha256: str, portable: bool = False, name_free: bool = False) -> str:
-    """The object's key: what made it, apart from the headers it included (the variants').
-    portable=True: the remote's key, without the compiler's identity (_key.portable_components).
-    It still holds the command line and the source's path, both absolute: objects travel only
-    between trees, torch installs and toolkits at the same paths. name_free=True: the command with
-    the extension's name left out, for a unit that never reads it (plan_keys)."""
+    """The object's key: what made it but its headers. portable: without the compiler's identity (the
+    remote's; paths stay absolute). name_free: without the extension's name, for a unit that never reads it."""
     command = unit.command
     if name_free:
         command = [_NAME_WORD.sub(lambda m: NAME_FREE if m[0] == unit.name_define else m[0], part) for part in command]
@@ -122,10 +105,8 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
 
 
 def reuse(root: Path, unit, build_dir: Path) -> bool:
-    """Put the unit's object into build_dir from a variant whose headers and object all still
-    have their recorded sha256, under its name-free key first, then its own; set unit.headers (and
-    unit.key to the key it was found under). False where there is none (or only corrupt ones, which
-    are removed, with a warning)."""
+    """Put the unit's object into build_dir from a variant whose headers and object still hold, under
+    its name-free key first, then its own (setting unit.headers and unit.key); False where none does."""
     objects = _root.usable_part(root, _layout.OBJECTS_DIR, write=False)
     if objects is None:
         return False
@@ -218,9 +199,8 @@ def describe(folder: Path) -> tuple[str, float | None, Path, str]:
 
 
 def store(root: Path, unit, build_dir: Path) -> None:
-    """Keep a compiled unit's object (unit.headers set, all settled). Atomic: a private staging
-    folder renamed into place; a variant already there (another build of the same inputs) stays.
-    A store that fails (a full disk, a read-only or unusable objects/) costs only a later compile."""
+    """Keep a compiled unit's object (unit.headers set), staged and renamed into place; a variant
+    already there stays. A failure (a full disk, an unusable objects/) costs only a later compile."""
     if unit.name_free_key and not any(names_extension(header) for header in unit.headers):
         unit.key = unit.name_free_key
     variant = variant_of(unit.headers)

@@ -32,9 +32,8 @@ _ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"  # a TORCH_CUDA_ARCH_LIST entry: 8.6, 9.
 
 
 def missing_archs(arch_list: str | None, capabilities: list[tuple[int, int]]) -> list[str]:
-    """The visible GPUs (compute capabilities) a library built for arch_list has no code for. A GPU
-    runs SASS of its major and a minor up to its own (an "a" arch only on its very GPU), or PTX of
-    an arch up to its own, which the driver compiles."""
+    """The visible GPUs a library built for arch_list has no code for: a GPU runs SASS of its major and a
+    minor up to its own (an "a" arch only its very own), or PTX up to its own."""
     built = [re.fullmatch(_ARCH, arch) for arch in (arch_list or "").replace(";", " ").split()]
     built = [(int(m[1]), int(m[2]), m[3], bool(m[4])) for m in built if m]
     return [
@@ -69,9 +68,8 @@ def mismatch(components: dict, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
 
 
 def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False) -> tuple[Path | None, dict | None, list[str]]:
-    """A verified prebuilt .so of the extension matching `wanted` (the running key components) with
-    code for every visible GPU, its manifest, and why each other candidate was refused. With CUDA
-    kernels first, where torch has CUDA."""
+    """A verified prebuilt .so matching `wanted` (the running key components) with code for every
+    visible GPU (CUDA kernels first), its manifest, and why each other candidate was refused."""
     refused, matches = [], []
     capabilities = visible_capabilities()
     candidates = [

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The remote tier behind the store (JITOPS_REMOTE_CACHE; docs/cache.md, "Remote cache"): a local
-miss asks it before building, and a local build is pushed to it, so a fresh machine loads what any
-machine of the fleet built. Imported only on a local miss.
+miss asks it before building, and a local build is pushed to it. Imported only on a local miss.
 
 Its layout (a backend stores bytes by name, _remote_backends):
   blobs/<sha256>                  a library or a compiled unit's object
@@ -9,11 +8,8 @@ Its layout (a backend stores bytes by name, _remote_backends):
   objects/<unit key>/<variant>    a signed record: one unit's object and the headers it included
   leases/<lookup key>             held by the one machine building that key
   stats/<counter>                 hits, misses, bytes
-Blobs go first and the record last, so a half-uploaded entry is never visible.
-
-What a machine looks up, what a record holds, and whether its library can run here:
-_remote_records. What is said once: a warning per problem; any failed call turns the remote off
-for the process (`call`).
+Blobs go first and the record last, so a half-uploaded entry is never visible. Any failed call turns
+the remote off for the process, with one warning (`call`).
 """
 
 from __future__ import annotations
@@ -30,23 +26,12 @@ from .._errors import CacheError, warn
 from . import _entries, _root, _signing
 from ._key import PlannedEntry
 from ._remote_backends import Backend, open_backend
-from ._remote_records import (
-    FORMAT,
-    candidates,
-    glibc_needed,
-    inspect,
-    local_manifest,
-    lookup_key,
-    record_variant,
-    seal,
-    unfit,
-)
+from ._remote_records import FORMAT, candidates, glibc_needed, inspect, local_manifest, lookup_key, record_variant, seal, unfit
 
 DEFAULT_TIMEOUT_S = 5.0
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
 MODES = ("read-write", "read-only")
-COUNTERS = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")  # stats/<name> on the server
 
 
 class Fault(Exception):
@@ -61,6 +46,7 @@ class Remote:
         self.mode = environ.get("JITOPS_REMOTE_MODE", "read-write") or "read-write"
         if self.mode not in MODES:
             raise CacheError(f"jitops: JITOPS_REMOTE_MODE={self.mode!r}: use {' or '.join(MODES)}")
+        self.read_only = self.mode == "read-only"
         from ._lock import seconds_from_env
 
         self.timeout = seconds_from_env("JITOPS_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_S)
@@ -75,10 +61,6 @@ class Remote:
         self.disabled = ""  # why, once a call failed
         self.warned: set[str] = set()
         self.refused: set[str] = set()  # lookup keys whose library did not open here
-
-    @property
-    def read_only(self) -> bool:
-        return self.mode == "read-only"
 
     def call(self, doing: str, method, *args):
         """backend.method(*args); any failure disables the remote for the process, with one warning."""
@@ -106,9 +88,6 @@ class Remote:
         except Exception:
             pass
 
-    def seal(self, body: dict) -> bytes:
-        return seal(body, self.signer)
-
     def opened(self, data: bytes | None, name: str, kind: str, key: str) -> dict | None:
         """The body of the record `name` where it is well formed, of this kind and key, and signed
         by a trusted key (or JITOPS_REMOTE_TRUST=server); else None, with one warning."""
@@ -130,48 +109,6 @@ class Remote:
             self.warn_once(f"ignoring the remote record {name}: it is for another {kind} or format; not loaded")
             return None
         return {**body, "signed_by": signer if trusted else None}
-
-    # The CLI's: listing, pruning, status (raise where the remote fails)
-    def records(self, kind: str = "entries") -> list[dict]:
-        """Every record of a kind ("entries", "objects"): its name, body (None: malformed), signer,
-        whether that is trusted, and its size."""
-        found = []
-        for key in self.backend.list(kind):
-            for variant in self.backend.list(f"{kind}/{key}"):
-                name = f"{kind}/{key}/{variant}"
-                data = self.backend.get(name)
-                if data is None:
-                    continue
-                try:
-                    body, signer, trusted = inspect(data, self.trusted)
-                except ValueError:
-                    body, signer, trusted = None, None, False
-                found.append({"record": name, "body": body, "signed_by": signer, "trusted": trusted})
-        return found
-
-    def remove(self, records: list[str]) -> int:
-        """Remove records, then every blob no remaining record names; returns the bytes of those
-        blobs that a record gave the size of. (A writer pushing meanwhile may lose a blob: its
-        record is then a miss, never a wrong load.)"""
-        everything = self.records("entries") + self.records("objects")
-        for name in records:
-            self.backend.delete(name)
-        sizes, named = {}, set()
-        for record in everything:
-            if body := record["body"]:
-                digest = body.get("library_sha256") or body.get("object_sha256")
-                sizes[digest] = body.get("size", 0)
-                if record["record"] not in records:
-                    named.add(digest)
-        freed = 0
-        for digest in self.backend.list("blobs"):
-            if digest not in named:
-                freed += sizes.get(digest, 0)
-                self.backend.delete(f"blobs/{digest}")
-        return freed
-
-    def counters(self) -> dict:
-        return {name: self.backend.counter(f"stats/{name}") for name in COUNTERS}
 
     def blob(self, digest: str, record: str) -> bytes | None:
         """The blob of sha256 `digest`, checked; None (one warning) where it is missing or differs."""
@@ -258,7 +195,7 @@ class Remote:
                 "built_at": manifest.get("built_at"),
                 "pushed_at": time.time(),
             }
-            stored = self.call("uploading to", self.backend.put, name, self.seal(body), True)
+            stored = self.call("uploading to", self.backend.put, name, seal(body, self.signer), True)
             if stored:
                 self.count(pushes=1, bytes_up=len(data))
             return bool(stored)
@@ -290,7 +227,7 @@ class Remote:
             "size": len(data),
             "pushed_at": time.time(),
         }
-        self.call("uploading to", self.backend.put, name, self.seal(body), True)
+        self.call("uploading to", self.backend.put, name, seal(body, self.signer), True)
 
     def fetch_object(self, root: Path, portable_key: str) -> tuple[dict, bytes] | None:
         """A unit's object whose headers all still hold here, and its headers; or None."""
@@ -318,9 +255,8 @@ class Remote:
 
     # One build per key across machines
     def build_once(self, planned: PlannedEntry, build) -> tuple[Path, str]:
-        """(library, "built") from build() while holding the key's lease, pushed before the lease
-        goes; or (library, "remote") where another machine built and pushed it meanwhile. Waits no
-        longer than JITOPS_BUILD_TIMEOUT; a lease whose holder died expires in LEASE_S."""
+        """(library, "built") from build() under the key's lease, pushed before it goes; or (library,
+        "remote") where another machine pushed it meanwhile (waiting at most JITOPS_BUILD_TIMEOUT)."""
         from ._lock import build_timeout
 
         if self.read_only or self.disabled:
@@ -336,7 +272,9 @@ class Remote:
                     self.warn_once(
                         f"waited {build_timeout():g} s for another machine's build of {planned.entry.name}; building it here"
                     )
-                    return self._build_and_push(planned, build), "built"
+                    library = build()
+                    self.push(planned.entry)
+                    return library, "built"
         except Fault:
             return build(), "built"
         # Its holder may have pushed and let go between this machine's miss and its lease.
@@ -348,17 +286,14 @@ class Remote:
         keeper = threading.Thread(target=self._keep, args=(lease, owner, stop), daemon=True)
         keeper.start()
         try:
-            return self._build_and_push(planned, build), "built"
+            library = build()
+            self.push(planned.entry)  # before the lease goes: a waiting machine then finds it
+            return library, "built"
         finally:
             stop.set()
             keeper.join()
             with contextlib.suppress(Fault):
                 self.call("releasing a lease on", self.backend.release, lease, owner)
-
-    def _build_and_push(self, planned: PlannedEntry, build) -> Path:
-        library = build()
-        self.push(planned.entry)
-        return library
 
     def _keep(self, lease: str, owner: str, stop: threading.Event) -> None:
         while not stop.wait(LEASE_S / 3):
@@ -367,14 +302,7 @@ class Remote:
 
 
 _active: tuple[tuple, Remote | None] | None = None
-SETTINGS = (
-    "JITOPS_REMOTE_CACHE",
-    "JITOPS_REMOTE_MODE",
-    "JITOPS_REMOTE_TIMEOUT",
-    "JITOPS_REMOTE_TRUST",
-    "JITOPS_REMOTE_TRUSTED_KEYS",
-    "JITOPS_REMOTE_SIGNING_KEY",
-)
+SETTINGS = tuple(f"JITOPS_REMOTE_{name}" for name in ("CACHE", "MODE", "TIMEOUT", "TRUST", "TRUSTED_KEYS", "SIGNING_KEY"))
 
 
 def active() -> Remote | None:

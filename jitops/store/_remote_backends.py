@@ -1,13 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Where the remote cache keeps its records and blobs: Redis or Valkey (`redis://`, `rediss://`), a
-shared folder (`file://`, for NFS or Lustre), or a third party's class (`module:Class`).
-
-A backend stores bytes under names like `blobs/<sha256>` and `entries/<key>/<variant>` (_remote
-chooses them). It checks nothing: _remote verifies every byte it reads. A third party's backend
-subclasses Backend and implements the five methods marked "implement"; docs/cache.md ("Remote
-cache") shows one. Every method may raise: _remote turns any exception into one warning and
-stops using the remote for the rest of the process.
-"""
+"""Where the remote cache keeps bytes by name: Redis or Valkey, a shared folder, or a third party's
+Backend (`module:Class`). A backend checks nothing: _remote verifies every byte, and turns the
+remote off for the process on any exception."""
 
 from __future__ import annotations
 
@@ -164,9 +158,8 @@ class FolderBackend(Backend):
 
 
 class RedisBackend(Backend):
-    """redis://host:port/db (or rediss:// for TLS): Redis or Valkey, through redis-py. Names are
-    keys under the prefix `jitops:`; each folder's names are kept in a set beside them, so that a
-    lookup never scans the server's keys."""
+    """redis:// or rediss:// (TLS): Redis or Valkey, through redis-py; names are keys under `jitops:`,
+    each folder's names kept in a set beside them (a lookup never scans the server)."""
 
     PREFIX = "jitops:"
 

@@ -1,14 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The remote cache's records (_remote): what a machine looks up, how a record is sealed and
-opened, and whether the library a record names can run on this machine.
-
-A record is a body (canonical JSON) with an ed25519 signature of its bytes (_signing). An entry's
-body names its lookup key, its library's file name and sha256, the archs and backends it has, the
-newest glibc symbol it needs, the headers its build included (with their sha256) and who built
-it; an object's body its unit key, headers and sha256. The lookup key holds what decides whether
-a library runs here (_key.portable_components): torch, Python and C++ ABI, CUDA version, sources
-and flags; not the compiler (a pod without one still hits), not the archs (checked per record).
-"""
+"""The remote cache's records: the lookup key (torch, Python and C++ ABI, CUDA, sources and flags; not
+the compiler, nor the archs), sealing and opening (ed25519: _signing), and whether a record's library
+can run here."""
 
 from __future__ import annotations
 
@@ -74,9 +67,8 @@ def inspect(data: bytes, trusted: set[bytes]) -> tuple[dict, str | None, bool]:
 
 
 def candidates(planned: PlannedEntry) -> list[dict]:
-    """The key components to look up: this machine's, and where it has torch with CUDA but no
-    toolkit (a pod without nvcc, which would build for the CPU alone), those of a CUDA build for
-    its GPUs (or TORCH_CUDA_ARCH_LIST), first: what a writer with a toolkit built."""
+    """The key components to look up: this machine's, and first, where torch has CUDA but no toolkit
+    is found, those of a CUDA build for its GPUs: what a writer with a toolkit built."""
     from ..warm._libraries import cuda_arch_list
     from ._key import CudaPlan, key_components
 

@@ -1,14 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The store: the one owner of a cache root on disk, in three modules. This one decides the root
-and the parts it can do without (objects/, pch/), stages, publishes and removes folders (an
-entry's with its lock: remove_locked), and keeps the records that only save work (file hashes,
-toolchain probes); _entries holds the entries (immutable once published, one per
-key and set of headers) and _budget what JITOPS_CACHE_MAX_SIZE evicts. _layout names every path.
-
-Standard library only, and nothing here compiles: the CLI (`jitops-cache`) imports this module on
-machines whose toolchain is broken. A hash recorded with a file's identity (_libraries.file_identity) is
-trusted while the file keeps it: a load reads no file in full unless it has changed.
-"""
+"""The store's root: which root, the parts it can do without (objects/, pch/), folders staged,
+published and removed, and records that only save work. Standard library only, and nothing here
+compiles: the CLI imports it where the toolchain is broken."""
 
 from __future__ import annotations
 
@@ -46,9 +39,8 @@ def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
 
 
 def stop_processes_in(folder: Path) -> None:
-    """SIGKILL the processes working in folder (their cwd in it): the ninja and compilers of a build
-    whose process was killed run on as orphans, burning CPU, and write into the folder while it is
-    removed (N24). Only this user's processes can be seen and stopped."""
+    """SIGKILL this user's processes working in folder: a killed build's ninja and compilers run on as
+    orphans, burning CPU and writing into the folder while it is removed (N24)."""
     inside = os.path.join(os.path.realpath(folder), "")
     for _ in range(3):  # a dying ninja may start one more compiler
         found = []
@@ -79,10 +71,8 @@ def new_staging(parent: Path, prefix: str = TMP_PREFIX) -> Path:
 
 
 def publish_folder(staging: Path, target: Path) -> None:
-    """Every folder jitops writes (entries, stored objects, PCHs, load_inline's sources, exported
-    prebuilts) is filled in a staging folder beside it, then made `target` in one rename: a reader
-    sees all of it or none. A folder already there makes the rename fail (OSError): published
-    folders are never replaced."""
+    """Make a filled staging folder `target` in one rename: a reader sees all of it or none, and a
+    folder already there makes it fail (OSError), so published folders are never replaced."""
     os.rename(staging, target)
 
 
@@ -122,9 +112,8 @@ def tree_size(path: Path | str) -> int:
 
 
 def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
-    """Remove tree (None: only the lock) under its lock (None: it has none), and the lock file
-    with it, unlinked while held (see _flock._locked_fd). False where another process holds the lock (a
-    build): nothing removed. Raises OSError where tree cannot be removed."""
+    """Remove tree (None: only the lock) and its lock file under its lock; False where another
+    process holds the lock (nothing removed). Raises OSError where tree cannot be removed."""
     with flocked(lock, blocking=False) if lock else contextlib.nullcontext(True) as free:
         if not free:
             return False
@@ -186,9 +175,8 @@ def fallback_root() -> Path:
 
 
 def cache_root(cache_dir: str | None = None) -> Path:
-    """The usable cache root. An unusable one is reported once and replaced by fallback_root(), or
-    if that is refused too (planted by another user), by a private temporary one removed at exit.
-    cache_dir: an extension's own root (jitops.load's build_directory), used as given or refused."""
+    """The usable cache root, else (reported once) fallback_root(), else a private temporary one removed
+    at exit. cache_dir: an extension's own root (build_directory), used as given or refused."""
     global _fallback_root
     if cache_dir is not None:
         try:
@@ -225,9 +213,8 @@ def usable_root(root: Path) -> Path:
 
 
 def shared_root(cache_dir: str | None) -> Path:
-    """The root of what every extension shares (precompiled headers): the cache
-    root; for an extension with a root of its own (build_directory), that root where the
-    configured one is unusable, without the warning (its caller chose a folder)."""
+    """The root of what every extension shares (PCHs): the cache root; for an extension with its own
+    (build_directory), that one where the configured root is unusable, without a warning."""
     if cache_dir is None:
         return cache_root()
     try:
@@ -271,9 +258,8 @@ _parts_warned: set[str] = set()
 
 
 def part_problem(root: Path | str, part: str, write: bool = True, create: bool = True) -> str | None:
-    """Why root's `part` (_layout.OPTIONAL_PARTS) cannot be used (created 0700 where missing, unless
-    not create: then a missing one is no problem), or None. write=False: reading it is enough (a
-    read-only store still serves objects)."""
+    """Why root's optional `part` cannot be used (made 0700 where missing, unless not create), or
+    None. write=False: reading is enough (a read-only store still serves objects)."""
     path = Path(root) / part
     if not create and not os.path.lexists(path):
         return None
@@ -348,9 +334,8 @@ _root_records: dict[tuple[Path, str], RecordFile] = {}
 
 
 def _root_record(kind: type[RecordFile], name: str, root: Path | str | None) -> RecordFile:
-    """The record file `name` of a root, read once per process (every op shares it): of an
-    extension's own root (build_directory) where it has one, so that a caller who chose a folder
-    finds nothing written elsewhere; else (None) of the cache root."""
+    """The record file `name` of a root (an extension's own, else the cache root), read once per
+    process: a caller who chose a folder finds nothing written elsewhere."""
     root = Path(root) if root is not None else cache_root()
     if (root, name) not in _root_records:
         _root_records[root, name] = kind(root / name)

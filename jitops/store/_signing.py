@@ -1,12 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Ed25519 signatures of the remote cache's records (`cryptography`, in the `remote` extra).
-
-A writer signs each record it pushes with its private key (JITOPS_REMOTE_SIGNING_KEY: a PEM file);
-a reader takes a record only where its signature verifies under a key it trusts
-(JITOPS_REMOTE_TRUSTED_KEYS). A public key is written `ed25519:<base64 of its 32 bytes>`: short
-enough for an environment variable. What is signed is the record's whole body, which names its
-lookup key and every blob's sha256 (_remote), so a signature cannot be replayed under another key.
-"""
+"""Ed25519 signatures of the remote cache's records (the `remote` extra's `cryptography`). A signed
+body names its lookup key and every blob's sha256, so a signature cannot be replayed elsewhere."""
 
 from __future__ import annotations
 

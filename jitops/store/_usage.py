@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""What the cache root records about use, which only informs: ccache-style counters per extension
-(builds, cache and prebuilt loads, build seconds; `jitops-cache stats`) and where each entry's
-sources were seen (entries are keyed by content: `jitops-cache list` shows every tree an entry
-served). Only the long way writes them: a warm load writes nothing."""
+"""Use records, which only inform: counters per extension (`jitops-cache stats`) and the trees each
+entry served (`list`). Only the long way writes them."""
 
 from __future__ import annotations
 
@@ -40,9 +38,8 @@ def _stats_locked(root: Path):
 
 
 def count(root: Path, name: str, **increments: float) -> None:
-    """Add to the extension's counters in <root>/stats.json, under the lock (counts from concurrent
-    processes add up). Only the long way counts: a warm load writes nothing (an update costs about
-    what a warm load does: BENCHMARKS.md). Counters only inform, so a failure to count is ignored."""
+    """Add to the extension's counters in <root>/stats.json under the lock (concurrent counts add up).
+    Only the long way counts; a failure to count is ignored."""
     with _stats_locked(root) as locked:
         if not locked:
             return

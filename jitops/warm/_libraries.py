@@ -1,14 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""What every process that uses a library runs, and what the rest of the loader stands on: cache
-roots, the private-directory rule, file identity, what a library must share with this process, the
-registry of loaded libraries and the namespace guard, and warm records. Standard library only at
-import (torch is imported inside the functions that need it).
-
-One module, not one per topic: a warm start's cost is mostly importing its Python code (each module
-a file to find, read and unmarshal), so all a warm start runs is here and in extension.py, and the
-long way's modules (_key, _root, _prebuilt, _build, _loader) are imported only on a miss
-(BENCHMARKS.md).
-"""
+"""All a warm start runs, with extension.py (one module: a warm start's cost is mostly importing
+Python): the private-directory rule, file identity, a library's ABI, opening it, the registry, and
+warm records. Standard library only at import."""
 
 from __future__ import annotations
 
@@ -90,9 +83,8 @@ def unsafe_path_problem(
 
 # File identity: what says a file is unchanged without reading it
 def file_identity(path: str | Path) -> list[int]:
-    """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it. The ctime cannot be set
-    back (touch, rsync -t, tar restore only the mtime), so an edit that keeps size, mtime and inode
-    is still a change. A folder's identity changes when an entry is added or removed."""
+    """(size, mtime_ns, ctime_ns, inode, device), as git's index keeps it: the ctime cannot be set
+    back, so an edit that keeps size, mtime and inode still changes it."""
     info = os.stat(path)
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
 
@@ -167,10 +159,8 @@ def cuda_arch_list() -> str:
 
 @functools.cache
 def _libc_dl() -> tuple:
-    """libc's dlopen, dlerror and dlinfo (or None), called with the GIL held (as ctypes' own
-    dlopen), all looked up first: a lookup would clear the error dlerror reports. Indexing
-    ctypes.pythonapi gives function objects of our own (its attributes are shared) without the
-    class a new PyDLL creates."""
+    """libc's dlopen, dlerror and dlinfo (or None), looked up once (a lookup clears dlerror's error),
+    each a function object of our own from ctypes.pythonapi, called with the GIL held."""
     import ctypes  # only where a library is opened
 
     def function(name: str, restype, *argtypes):
@@ -207,13 +197,8 @@ _RTLD_DI_LINKMAP = 2  # <dlfcn.h>
 
 
 def open_library(library: str | os.PathLike, verified: bool = False) -> None:
-    """The one place jitops opens a library: torch.ops.load_library, which runs its TORCH_LIBRARY
-    registrations with every symbol bound, so that a library that cannot load fails here, not on a
-    call. verified: a library a warm record names, that very file loaded before with every symbol
-    bound under the same settings, is opened with lazy binding instead (a third of a small
-    library's dlopen). (A pybind11 module is imported after this, and Python's own dlopen then
-    finds it open: opening it by that import alone, with Python's RTLD_NOW, made a warm CUDA module
-    slower.)"""
+    """The one place jitops opens a library: torch.ops.load_library, every symbol bound (so it fails here);
+    verified (a warm record's, loaded before): lazy binding, a third of a small library's dlopen."""
     import torch  # loaded by the caller already: this module imports without it
 
     if not verified:
@@ -272,9 +257,8 @@ RECORD_FORMAT = 4  # bump when a record's meaning changes: older records then si
 
 
 def already_loaded(extension) -> LoadedLibrary | None:
-    """The extension's library if this process loaded it, else None. Where the process loaded
-    another declaration of its name, or of its namespace from another package (root or version),
-    a NamespaceConflict before any dlopen: torch would abort the process from a static initialiser."""
+    """The extension's library if this process loaded it, else None; a NamespaceConflict where the
+    process loaded another declaration of its name or namespace (torch would abort at the dlopen)."""
     found = loaded.get(extension.qualified_name)
     if found is not None and (found.extension is extension or found.extension == extension):
         return found
@@ -351,9 +335,8 @@ def _valid_record(record, of_settings: str) -> bool:
 
 
 def recorded_library(extension: Extension, of_settings: str, seen: dict | None = None) -> tuple[str, dict, float] | None:
-    """The library the extension's warm record for these settings names, the record, and the
-    entry's last-used time, while nothing the record lists has changed and the root and entry are
-    ours alone; else None. seen: identities this caller read already, by path (load_all's)."""
+    """The library, record and entry's last-used time that the extension's warm record names, while
+    nothing it lists changed and root and entry are ours alone; else None. seen: identities read already."""
     seen = {} if seen is None else seen
     root = extension_root(extension)
     try:

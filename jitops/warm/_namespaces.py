@@ -1,9 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The TORCH_LIBRARY namespaces a library defines, and the guard that keeps a second definition of
-one out of the process. torch aborts the process (SIGABRT, from the library's static initialiser)
-when a library defines a namespace something already defined, so every library jitops loads is
-checked before its dlopen: against what jitops loaded, and against torch's dispatcher (torch's own
-load(), a torch.library.Library("ns", "DEF"))."""
+"""The TORCH_LIBRARY namespaces a library defines, and the guard run before every dlopen: torch
+aborts the process when a library defines a namespace already defined (by jitops, torch's load()
+or a torch.library.Library)."""
 
 from __future__ import annotations
 
