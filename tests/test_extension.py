@@ -133,6 +133,20 @@ def test_every_import_follows_the_order_of_the_wings():
 
 
 # What names a path inside a cache root: its folders' and files' names, as string literals.
+
+# The loader (jitops/ but its ops) fits one sitting: its lines when issue 48's work began (7d8cd6e),
+# which issue 49 set as its limit, and no module over 450 lines. Growing it is a decision: raise the
+# limit here, in the commit that says why.
+LOADER_LINES, MODULE_LINES = 6592, 450
+
+
+def test_the_loader_does_not_grow():
+    relative = [path.relative_to(REPO) for path in MODULES.values()]
+    sizes = {path: len((REPO / path).read_text().splitlines()) for path in relative if path.parts[1] != "ops"}
+    assert sum(sizes.values()) <= LOADER_LINES, f"the loader has {sum(sizes.values())} lines (limit {LOADER_LINES})"
+    assert [path for path, lines in sizes.items() if lines > MODULE_LINES] == []
+
+
 CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
 CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "stats.json", "stats.lck")
 CACHE_NAMES += ("locations.json", "objects", "pch", "inline")
