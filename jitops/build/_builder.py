@@ -235,7 +235,8 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _failures.forget(planned)
         library = staging / library_file
         os.replace(built, library)
-        headers = _named_from_root(extension, {p: d for unit in units for p, d in unit.headers.items()})
+        included = {path: digest for unit in units for path, digest in unit.headers.items()}
+        headers = _named_from_root(extension, included, included.__getitem__)
         unit_seconds = _ninja.unit_seconds(build_dir)
         shutil.rmtree(build_dir)
         shutil.rmtree(staging / "src")
@@ -339,14 +340,12 @@ def _check_inputs(
     return changed
 
 
-def _named_from_root(extension: Extension, headers: dict) -> dict:
-    """The headers the manifest checks at every load (path -> sha256): less the declared sources
-    (the key hashes those), named relative to the extension's root where under it."""
+def _named_from_root(extension: Extension, paths, sha256) -> dict:
+    """The headers the manifest checks at every load (name -> sha256(path)): less the declared
+    sources (the key hashes those), named relative to the extension's root where under it."""
     root = os.path.join(os.path.realpath(extension.root), "")
     sources = {os.path.realpath(path) for path in extension.paths()}
-    named = {
-        path[len(root) :] if path.startswith(root) else path: digest for path, digest in headers.items() if path not in sources
-    }
+    named = {path[len(root) :] if path.startswith(root) else path: sha256(path) for path in paths if path not in sources}
     return dict(sorted(named.items()))
 
 
@@ -368,9 +367,8 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     names them (setup.py's ahead-of-time build)."""
     ignored = toolchain_prefixes(cxx, cuda)
     found = {path for files in _ninja.deps(build_dir, list(targets)).values() for path in files}
-    return _named_from_root(
-        extension, {p: _root.sha256_file(p) for p in found if not p.startswith(ignored) and os.path.isfile(p)}
-    )
+    kept = [path for path in found if not path.startswith(ignored) and os.path.isfile(path)]
+    return _named_from_root(extension, kept, _root.sha256_file)
 
 
 def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_left_out: str) -> str | None:

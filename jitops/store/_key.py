@@ -181,6 +181,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
     copy of the same content (each copy's headers are checked at load). each: see sources_sha256."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
     root = extension.cache_dir  # its record files there, where it has a root of its own
+    described = lambda tool: ": ".join(tool_probe(tool, root))  # its path and version, as the key names them
     return {
         "name": extension.qualified_name,
         **abi_components(extension, each=each),
@@ -191,10 +192,10 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
         "cflags": CFLAGS + list(extension.cflags) + namespace + (["-DWITH_CUDA"] if cuda.enabled else []),
         "cuda_cflags": CUDA_CFLAGS + list(extension.cuda_cflags) + namespace if cuda.enabled else [],
         "ldflags": link_flags(extension),
-        "cxx": ": ".join(tool_probe(cxx, root)) if cxx else None,
-        "nvcc": ": ".join(tool_probe(cuda.nvcc, root)) if cuda.enabled and cuda.nvcc else None,
+        "cxx": described(cxx) if cxx else None,
+        "nvcc": described(cuda.nvcc) if cuda.enabled and cuda.nvcc else None,
         "environment": build_environment(cuda),
-        "environment_tools": [": ".join(tool_probe(tool, root)) for tool in environment_tools(cuda)],
+        "environment_tools": [described(tool) for tool in environment_tools(cuda)],
         **({"python_module": True} if extension.python_module else {}),  # only where set: other keys stay as they were
     }
 

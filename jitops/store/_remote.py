@@ -272,9 +272,7 @@ class Remote:
                     self.warn_once(
                         f"waited {build_timeout():g} s for another machine's build of {planned.entry.name}; building it here"
                     )
-                    library = build()
-                    self.push(planned.entry)
-                    return library, "built"
+                    return self._build_and_push(planned, build), "built"
         except Fault:
             return build(), "built"
         # Its holder may have pushed and let go between this machine's miss and its lease.
@@ -286,14 +284,17 @@ class Remote:
         keeper = threading.Thread(target=self._keep, args=(lease, owner, stop), daemon=True)
         keeper.start()
         try:
-            library = build()
-            self.push(planned.entry)  # before the lease goes: a waiting machine then finds it
-            return library, "built"
+            return self._build_and_push(planned, build), "built"  # pushed before the lease goes
         finally:
             stop.set()
             keeper.join()
             with contextlib.suppress(Fault):
                 self.call("releasing a lease on", self.backend.release, lease, owner)
+
+    def _build_and_push(self, planned: PlannedEntry, build) -> Path:
+        library = build()
+        self.push(planned.entry)
+        return library
 
     def _keep(self, lease: str, owner: str, stop: threading.Event) -> None:
         while not stop.wait(LEASE_S / 3):
