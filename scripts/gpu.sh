@@ -66,7 +66,7 @@ case "$1" in
   unmodified)  # an unmodified get_plugin program under `python -m jitops run` against torch's load(), installed as users have it
     python3 -m pip install -q . --no-deps --no-build-isolation
     (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --repeats "${REPEATS:-11}" --edits "${EDITS:-3}" \
-      --phases "${PHASES:-3}" --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
+      --phases "${PHASES:-3}" --programs "${PROGRAMS:-stylegan,raster}" --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
