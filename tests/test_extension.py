@@ -136,8 +136,9 @@ def test_every_import_follows_the_order_of_the_wings():
 
 # The loader (jitops/ but its ops) fits one sitting: its lines when issue 48's work began (7d8cd6e),
 # which issue 49 set as its limit, and no module over 450 lines. Growing it is a decision: raise the
-# limit here, in the commit that says why.
-LOADER_LINES, MODULE_LINES = 6592, 450
+# limit here, in the commit that says why (6592 -> 6620: gcc's later garbage collection, which makes
+# a torch unit's compile faster).
+LOADER_LINES, MODULE_LINES = 6620, 450
 
 
 def test_the_loader_does_not_grow():

@@ -748,6 +748,35 @@ def test_arch_list_becomes_gencode_flags_and_torchs_names_are_expanded():
         _buildfile.gencode_flags("8.0;Hoper")
 
 
+def test_gcc_collects_its_garbage_later_where_memory_allows_and_no_key_names_it(tmp_path, monkeypatch):
+    """GCC_HEAP_FLAG: for gcc only (clang refuses it), where each of ninja's jobs can have 3 GB; in
+    no key, as it makes the same objects bit for bit: a build with it and one without, compared."""
+    gcc = "/usr/bin/c++: c++ (Debian 12.2.0-14+deb12u1) 12.2.0"
+    monkeypatch.setenv("MAX_JOBS", "1")
+    assert (
+        _buildfile.gcc_heap(gcc) == _buildfile.gcc_heap("/opt/x: g++-13 (Homebrew GCC 13.2.0) 13.2.0") == _buildfile.GCC_HEAP_FLAG
+    )
+    assert _buildfile.gcc_heap("/usr/bin/clang++: Ubuntu clang version 14.0.0-1ubuntu1") == ""
+    assert _buildfile.gcc_heap("/opt/intel/icpx: Intel(R) oneAPI DPC++/C++ Compiler 2024.0.0 (2024.0.0.20231017)") == ""
+    version = subprocess.run(["c++", "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    if not _buildfile.gcc_heap(f"c++: {version}"):
+        pytest.skip(f"this machine's c++ is not gcc ({version}), or it has less than 3 GB of memory")
+    monkeypatch.setenv("MAX_JOBS", str(10**6))  # no machine has 3 GB for each of a million jobs
+    assert _buildfile.gcc_heap(gcc) == ""
+    builds = {"with": "1", "without": str(10**6)}
+    caches = {how: tmp_path / how / "cache" for how in builds}
+    for how, jobs in builds.items():
+        assert load_tiny(caches[how], MAX_JOBS=jobs)["how"] == "built"
+        (log,) = [entry / _layout.BUILD_LOG_NAME for entry in entries(caches[how])]
+        assert (_buildfile.GCC_HEAP_FLAG in log.read_text()) == (how == "with"), log.read_text()
+    objects = {
+        how: {p.relative_to(cache): p.read_bytes() for p in (cache / "objects").rglob("object.o")}
+        for how, cache in caches.items()
+    }
+    assert objects["with"] and objects["with"] == objects["without"]  # the same keys, the same bytes
+    assert load_tiny(caches["with"], MAX_JOBS=builds["without"])["how"] == "cache"
+
+
 def tool_dir(tmp_path: Path, tools: list[str]) -> str:
     """A PATH holding only the named tools (links to the real ones)."""
     bin_dir = tmp_path / "bin"

@@ -172,7 +172,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         previous = _progress.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before, flags.gcc_heap)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
@@ -283,7 +283,7 @@ def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
 
 
 def _plan_pch(
-    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], built_before: bool
+    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], built_before: bool, heap: str
 ) -> list[dict]:
     """Give each C++ unit that starts with torch's headers its PCH where one is ready (JITOPS_PCH=wait:
     built now); returns the PCHs worth building in the background after the build."""
@@ -302,7 +302,7 @@ def _plan_pch(
         pch_key = _pch.key(header, unit, flags, components)
         unit.pch = _pch.find(root, pch_key)
         if unit.pch is None:
-            spec = _pch.job(root, pch_key, header, unit, flags, ignored)
+            spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
             if mode == "wait":
                 unit.pch = _pch.build(spec, blocking=True)
             elif _pch.worth_building(extension, built_before):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._errors import BuildError
 from ..store._key import CudaPlan
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
-from . import _torch_flags
+from . import _ninja, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -23,12 +23,35 @@ if TYPE_CHECKING:
 LAUNCHER_VARIABLES = {"cxx": "CMAKE_CXX_COMPILER_LAUNCHER", "cuda": "CMAKE_CUDA_COMPILER_LAUNCHER"}
 
 
-class TorchFlags:
-    """The compiler commands and flags torch's load() would use for this extension (shell text)."""
+# gcc collects garbage each time its heap outgrows a threshold that starts at 128 MB at most: parsing
+# torch's headers collects again and again. Starting at 1 GB makes the same object, bit for bit, in
+# less time for about 0.5 GB more memory (BENCHMARKS.md): in no key, as a launcher.
+GCC_HEAP_FLAG, GCC_HEAP_MEMORY_PER_JOB = "--param=ggc-min-heapsize=1048576", 3 << 30
 
-    def __init__(self, cxx: str, nvcc: str, cflags: str, cuda_cflags: str, ldflags: str):
+
+class TorchFlags:
+    """The compiler commands and flags torch's load() would use for this extension (shell text),
+    and gcc_heap: GCC_HEAP_FLAG where it applies, for every C++ compile (a PCH's too), else ""."""
+
+    def __init__(self, cxx: str, nvcc: str, cflags: str, cuda_cflags: str, ldflags: str, gcc_heap: str):
         self.cxx, self.nvcc, self.ldflags = cxx, nvcc, ldflags
-        self.cflags, self.cuda_cflags = cflags, cuda_cflags
+        self.cflags, self.cuda_cflags, self.gcc_heap = cflags, cuda_cflags, gcc_heap
+
+
+def gcc_heap(cxx_description: str) -> str:
+    """GCC_HEAP_FLAG where the C++ compiler (the key's "path: version") is gcc and each of ninja's
+    jobs can have GCC_HEAP_MEMORY_PER_JOB of this machine's (or its cgroup's) memory, else ""."""
+    version = cxx_description.rpartition(": ")[2]
+    if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)(-[\d.]+)? \(", version):
+        return ""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit:  # a container's (cgroup v2; "max" where none)
+            memory = min(memory, int(limit.read()))
+    except (OSError, ValueError):
+        pass
+    jobs = _ninja.max_jobs() or (os.cpu_count() or 1) + 2
+    return GCC_HEAP_FLAG if memory >= jobs * GCC_HEAP_MEMORY_PER_JOB else ""
 
 
 class Unit:
@@ -65,7 +88,7 @@ def torch_flags(extension: Extension, cuda: CudaPlan, components: dict, cxx: Pat
     )
     nvcc = os.environ.get("PYTORCH_NVCC") or (shlex.quote(str(cuda.nvcc)) if cuda.enabled else "")
     ldflags = _link_flags(extension, _torch_flags.link_flags(components["ldflags"], cuda_home))
-    return TorchFlags(shlex.quote(str(cxx)), nvcc, cflags, cuda_cflags_text, ldflags)
+    return TorchFlags(shlex.quote(str(cxx)), nvcc, cflags, cuda_cflags_text, ldflags, gcc_heap(components["cxx"]))
 
 
 def _link_flags(extension: Extension, ldflags: str) -> str:
@@ -114,7 +137,7 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
     lines = [
         "ninja_required_version = 1.3",
         "rule compile",
-        "  command = $compiler -MMD -MF $out.d $flags $pch -c $in -o $out $post_flags",
+        f"  command = $compiler -MMD -MF $out.d $flags $pch {flags.gcc_heap} -c $in -o $out $post_flags",
         "rule cuda_compile",
         "  command = $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
         "rule link",

@@ -49,14 +49,18 @@ def missing_tools(cxx: Path | None) -> list[str]:
 _NINJA_STEP = r"^\[\d+/\d+\]"
 
 
+def max_jobs() -> int | None:
+    """MAX_JOBS, as torch's load() reads it; None leaves ninja its default (cores + 2)."""
+    jobs = os.environ.get("MAX_JOBS", "")
+    return int(jobs) if jobs.isdigit() else None
+
+
 def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool) -> str | None:
     """Run ninja in build_dir (in this process's group: Ctrl-C reaches it), teeing its output to the
     log. None if it succeeded, else the first compiler error or the timeout."""
     timeout = build_timeout()
-    command = [find_ninja() or "ninja", "-v"]
-    jobs = os.environ.get("MAX_JOBS", "")  # as torch's load() reads it
-    if jobs.isdigit():
-        command += ["-j", jobs]
+    jobs = max_jobs()
+    command = [find_ninja() or "ninja", "-v"] + (["-j", str(jobs)] if jobs is not None else [])
     timed_out = threading.Event()
     proc = watchdog = None
     try:
