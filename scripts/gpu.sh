@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh remote|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh remote|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -68,6 +68,8 @@ case "$1" in
     (cd /tmp && python3 "$OLDPWD/examples/unmodified_program.py" --installed --repeats "${REPEATS:-11}" --edits "${EDITS:-3}" \
       --phases "${PHASES:-3}" --programs "${PROGRAMS:-stylegan,raster}" --json "$OUT/unmodified_program.json") 2>&1 | tee "$OUT/unmodified_program.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
+  gcc-heap)  # one torch/extension.h unit compiled with and without gcc's later garbage collection
+    python3 examples/gcc_heap.py --repeats "${REPEATS:-3}" --json "$OUT/gcc_heap.json" 2>&1 | tee "$OUT/gcc_heap.log" ;;
   drop-in)  # jitops.load against torch's load() on the same sources, cold and warm, in fresh processes
     (cd examples && python3 drop_in_time.py --json "$OUT/drop_in.json") 2>&1 | tee "$OUT/drop_in.log" ;;
   drop-in-installed)  # the same with jitops installed as users have it (pip install .), then editable again
@@ -131,5 +133,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac

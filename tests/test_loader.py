@@ -758,9 +758,12 @@ def test_gcc_collects_its_garbage_later_where_memory_allows_and_no_key_names_it(
     )
     assert _buildfile.gcc_heap("/usr/bin/clang++: Ubuntu clang version 14.0.0-1ubuntu1") == ""
     assert _buildfile.gcc_heap("/opt/intel/icpx: Intel(R) oneAPI DPC++/C++ Compiler 2024.0.0 (2024.0.0.20231017)") == ""
-    version = subprocess.run(["c++", "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
-    if not _buildfile.gcc_heap(f"c++: {version}"):
-        pytest.skip(f"this machine's c++ is not gcc ({version}), or it has less than 3 GB of memory")
+    assert _buildfile.gcc_heap("/opt/gcc/bin/g++: g++-real (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0") == _buildfile.GCC_HEAP_FLAG
+    assert _buildfile.gcc_heap("/opt/nvidia/hpc_sdk/nvc++: nvc++ 23.11-0 64-bit target on x86-64 Linux") == ""
+    cxx = os.environ.get("CXX", "c++")  # as the loader finds it
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    if not _buildfile.gcc_heap(f"{cxx}: {version}"):
+        pytest.skip(f"this machine's {cxx} is not gcc ({version}), or it has less than 3 GB of memory")
     monkeypatch.setenv("MAX_JOBS", str(10**6))  # no machine has 3 GB for each of a million jobs
     assert _buildfile.gcc_heap(gcc) == ""
     builds = {"with": "1", "without": str(10**6)}

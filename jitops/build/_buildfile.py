@@ -42,7 +42,7 @@ def gcc_heap(cxx_description: str) -> str:
     """GCC_HEAP_FLAG where the C++ compiler (the key's "path: version") is gcc and each of ninja's
     jobs can have GCC_HEAP_MEMORY_PER_JOB of this machine's (or its cgroup's) memory, else ""."""
     version = cxx_description.rpartition(": ")[2]
-    if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)(-[\d.]+)? \(", version):
+    if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)\S* \(", version):
         return ""
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     try:
