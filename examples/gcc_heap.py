@@ -2,7 +2,7 @@
 """What gcc's later garbage collection (jitops' --param=ggc-min-heapsize, docs/ARCHITECTURE.md)
 does to one compile of a unit that includes torch/extension.h, with torch's flags:
 
-    python examples/gcc_heap.py [--repeats 3] [--opt -O3] [--json results.json]
+    python examples/gcc_heap.py [--repeats 3] [--opt=-O3] [--json results.json]
 
 Each repeat compiles the unit without the flag and with it, in turns (the first of each turn
 alternating), one compile at a time; it reports the median wall time and peak memory of each, and
