@@ -28,8 +28,9 @@ initialisation; the harness times each whole process, and a floor process that o
 modules ready, as its user waits for it, `python -m jitops run`'s own start included, each process's
 own `import torch` (and CUDA initialisation, timed in it) taken out of both (it varies from one
 process to the next by more than the loaders differ). What follows (the program's first CUDA work,
-torch's teardown at exit: the same for both loaders) is reported apart. Warm and edit figures are medians, the loaders taking turns; "sample by sample"
-is the median of each turn's difference (jitops' sample less torch's beside it).
+torch's teardown at exit: the same for both loaders) is reported apart. Warm and edit figures are
+medians, the loaders taking turns; "sample by sample" is the median of each turn's difference
+(jitops' sample less torch's beside it).
 
 --phases N then runs jitops' 15-source edit and warm start N more times each, with the loader's
 steps timed (its functions wrapped): where its time outside ninja goes.
