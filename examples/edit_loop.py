@@ -2,6 +2,7 @@
 """The kernel author's edit loop, torch's load() against jitops.load, each step in a fresh process:
 
     python examples/edit_loop.py [--json results.json] [--keep DIR] [--repeats N]
+    python examples/edit_loop.py --pace SECONDS [--sequences N] [--skip-in-process] [--json results.json]
 
 A 3-unit extension: bind.cpp (`#include <torch/extension.h>`, a pybind11 module) and two kernels,
 k1 and k2 (`.cu` where torch has CUDA and a GPU is visible, else plain `.cpp`), all three including
@@ -23,7 +24,9 @@ bind, 2nd ext cold, and in-process edits of bind and of k1 (one process loads, a
 loads again: the notebook's loop; --skip-in-process leaves them out), each step starting SECONDS
 after that loader's last load returned and waiting for nothing (a background precompiled header is
 ready or not); torch's steps run first. Then the floor: jitops' edit of bind once more, after
-waiting for every background precompiled header (what a PCH can give at best).
+waiting for every background precompiled header (what a PCH can give at best). --sequences N runs
+that sequence N times, each as a new user (new trees, build folders and caches), the loaders taking
+turns at going first, and reports each step's median: each paced step is otherwise one sample.
 
 The cold, warm, edit-k1 and edit-bind steps run --repeats times (default 3), the loaders taking
 turns, and report the median (each sample is printed): noise decides a single run of a short
@@ -227,7 +230,16 @@ def main() -> None:
         help="instead, each loader's steps (cold, edit k1, edit bind, 2nd ext cold, in-process edits of bind and k1) "
         "each start this many seconds after its last load returned, nothing waited for: a user's pace",
     )
+    parser.add_argument(
+        "--sequences",
+        type=int,
+        default=1,
+        help="with --pace, run the whole sequence N times, each as a new user (new trees and caches), the loaders "
+        "taking turns at going first; each step's median is reported",
+    )
     args = parser.parse_args()
+    if args.sequences < 1:
+        parser.error(f"--sequences must be at least 1, got {args.sequences}")
 
     import torch
 
@@ -421,86 +433,111 @@ def step_rows(seconds: dict, counts: dict, outside: dict) -> list[dict]:
 
 
 def paced(args, work: Path, cuda: bool, step, seconds: dict, counts: dict, outside: dict, torch) -> None:
-    """--pace: each loader's steps at a user's pace, on trees and caches of their own: torch's steps
-    first, then jitops' (so that nothing else runs during jitops' pauses, when its background work
-    does), each step starting args.pace seconds after that loader's last load returned."""
+    """--pace: each loader's steps at a user's pace, on trees and caches of their own, each step
+    starting args.pace seconds after that loader's last load returned; one loader's steps after the
+    other's (so that nothing else runs during jitops' pauses, when its background work does).
+    --sequences N runs the whole sequence N times, each on new trees, build folders and caches (a
+    new user's first build), the loaders taking turns at going first; each step's median is reported."""
     print(f"edit loop at a pace of {args.pace:.0f} s: {'CUDA' if cuda else 'CPU'} units, torch {torch.__version__}", flush=True)
-    for which in ("torch", "jitops"):
-        tree, second = Tree(work / which / "paced-ext", cuda), Tree(work / which / "paced-ext2", cuda)
-        build, build2 = work / which / "paced-build", work / which / "paced-build2"
-        build.mkdir(parents=True)
-        build2.mkdir(parents=True)
-        returned = None
-
-        def go(label: str, change=None, tree=tree, name="edit_loop", build=build, in_process=None) -> None:
-            nonlocal returned
-            if returned is not None:
-                time.sleep(max(0.0, returned + args.pace - time.time()))
-            if change:
-                change(tree)
-                tree.write()
-            step(which, label, tree, name, build, cache="cache-paced", paced=True, in_process=in_process)
-            returned = time.time()
-
-        def edit(attribute):
-            return lambda tree: setattr(tree, attribute, getattr(tree, attribute) + 1)
-
-        go("cold")
-        go("edit k1", edit("k1_edits"))
-        go("edit bind", edit("bind_edits"))
-        go("2nd ext cold", tree=second, name="edit_loop_second", build=build2)
-        if not args.skip_in_process:
-            tree.bind_edits += 1  # written by the child, between its two loads
-            go("in-process edit bind", in_process=tree.changed())
-            tree.k1_edits += 1
-            go("in-process edit k1", in_process=tree.changed())
-        if which == "jitops":
-            # The floor: the same edit with every precompiled header ready (waited for, not paced).
-            waited = wait_for_background_pch(work / which / "cache-paced", settle=1.0)
-            print(f"  (waited {waited:.1f} s for jitops' background precompiled headers)", flush=True)
-            tree.bind_edits += 1
-            tree.write()
-            step(which, "floor: edit bind, PCH ready", tree, "edit_loop", build, cache="cache-paced", paced=True)
+    for sequence in range(args.sequences):
+        for which in ("torch", "jitops") if sequence % 2 == 0 else ("jitops", "torch"):
+            if args.sequences > 1:
+                print(f" sequence {sequence + 1} of {args.sequences}, {which}", flush=True)
+            paced_sequence(args, work / which / f"paced{sequence}", which, cuda, step)
     print()
-    print(f"| step, each {args.pace:.0f} s after the last load | torch `load()` | compiles | `jitops.load` | compiles | ratio |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    floor = seconds["jitops"].pop("floor: edit bind, PCH ready")[0]
+    many = args.sequences > 1
+    print(
+        f"| step, each {args.pace:.0f} s after the last load | torch `load()` | compiles | `jitops.load` | compiles | ratio |"
+        + (" jitops faster in |" if many else "")
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if many else ""))
+    floors = seconds["jitops"].pop("floor: edit bind, PCH ready")
     rows = step_rows(seconds, counts, outside)
     for row in rows:
+        faster = sum(j < t for t, j in zip(row["torch_samples_s"], row["jitops_samples_s"]))
         print(
             f"| {row['step']} | {row['torch_s']:.2f} s | {row['torch_compiles']} | {row['jitops_s']:.2f} s "
             f"| {row['jitops_compiles']} | {row['ratio']:.2f}x |"
+            + (f" {faster} of {len(row['torch_samples_s'])} |" if many else "")
         )
+    if many:
+        print("(medians of the sequences; each sequence's seconds, torch / jitops:)")
+        for row in rows:
+            pairs = ", ".join(f"{t:.2f}/{j:.2f}" for t, j in zip(row["torch_samples_s"], row["jitops_samples_s"]))
+            print(f"  {row['step']:<22} {pairs}")
     edit_bind = next(row for row in rows if row["step"] == "edit bind")
+    floor = statistics.median(floors)
     print(
         f"floor (jitops' edit of bind with its PCH ready, waited for): {floor:.2f} s, {floor / edit_bind['torch_s']:.2f}x "
-        f"torch's edit bind"
+        f"torch's edit bind" + (f" (median; each: {', '.join(f'{f:.2f}' for f in floors)} s)" if len(floors) > 1 else "")
     )
-    # What the jitops run leaves on disk: its cache root (the PCHs) and the build folders' entries.
-    roots = [
-        work / "jitops" / "cache-paced",
-        work / "jitops" / "paced-build" / "jitops",
-        work / "jitops" / "paced-build2" / "jitops",
-    ]
-    left = sum(cache_size(root) for root in roots if root.is_dir())
-    print(f"jitops' roots after the steps: {left / 2**20:.1f} MiB")
+    # What the last jitops sequence leaves on disk: its cache root (the PCHs) and the build folders' entries.
+    last = work / "jitops" / f"paced{args.sequences - 1}"
+    left = sum(
+        cache_size(root) for root in (last / "cache", last / "build" / "jitops", last / "build2" / "jitops") if root.is_dir()
+    )
+    print(f"jitops' roots after a sequence: {left / 2**20:.1f} MiB")
     # The in-process edit of the bindings compiles that unit alone, as a new process does; one of k1
     # also compiles the bindings, which name the module (<name>_v1 in the same process).
-    in_process = {
-        unit: seconds["jitops"][f"in-process edit {unit}"][0] / seconds["jitops"][f"edit {unit}"][0]
-        for unit in ("bind", "k1")
-        if not args.skip_in_process
-    }
-    for unit, ratio in in_process.items():
-        print(f"jitops' in-process edit of {unit} against its new-process edit of {unit}: {ratio:.2f}x")
+    in_process = {}
+    for unit in ("bind", "k1") if not args.skip_in_process else ():
+        new, same = seconds["jitops"][f"edit {unit}"], seconds["jitops"][f"in-process edit {unit}"]
+        each = [s / n for s, n in zip(same, new)]
+        in_process[unit] = {"of_medians": statistics.median(same) / statistics.median(new), "each_sequence": each}
+        print(
+            f"jitops' in-process edit of {unit} against its new-process edit of {unit}: "
+            f"{in_process[unit]['of_medians']:.2f}x"
+            + (f" (medians; each sequence: {', '.join(f'{r:.2f}x' for r in each)})" if len(each) > 1 else "")
+        )
     if args.json:
         result = {"torch": torch.__version__, "cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None}
-        result |= {"cores": os.cpu_count(), "pace_s": args.pace, "steps": rows, "in_process_over_new_process": in_process}
-        result["floor_edit_bind_s"] = floor
+        result |= {"cores": os.cpu_count(), "pace_s": args.pace, "sequences": args.sequences, "steps": rows}
+        result |= {"in_process_over_new_process": in_process, "floor_edit_bind_s": floor, "floor_samples_s": floors}
         result["jitops_root_bytes"] = left
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def paced_sequence(args, folder: Path, which: str, cuda: bool, step) -> None:
+    """One loader's paced steps in folder (its trees, build folders and cache), then jitops' floor."""
+    tree, second = Tree(folder / "ext", cuda), Tree(folder / "ext2", cuda)
+    build, build2 = folder / "build", folder / "build2"
+    build.mkdir(parents=True)
+    build2.mkdir(parents=True)
+    cache = f"{folder.name}/cache"  # step() takes it under work/<which>
+    returned = None
+
+    def go(label: str, change=None, tree=tree, name="edit_loop", build=build, in_process=None) -> None:
+        nonlocal returned
+        if returned is not None:
+            time.sleep(max(0.0, returned + args.pace - time.time()))
+        if change:
+            change(tree)
+            tree.write()
+        step(which, label, tree, name, build, cache=cache, paced=True, in_process=in_process)
+        returned = time.time()
+
+    def edit(attribute):
+        return lambda tree: setattr(tree, attribute, getattr(tree, attribute) + 1)
+
+    go("cold")
+    go("edit k1", edit("k1_edits"))
+    go("edit bind", edit("bind_edits"))
+    go("2nd ext cold", tree=second, name="edit_loop_second", build=build2)
+    if not args.skip_in_process:
+        tree.bind_edits += 1  # written by the child, between its two loads
+        go("in-process edit bind", in_process=tree.changed())
+        tree.k1_edits += 1
+        go("in-process edit k1", in_process=tree.changed())
+    if which != "jitops":
+        return
+    # The floor: the same edit with every precompiled header ready (waited for, not paced).
+    waited = wait_for_background_pch(folder / "cache", settle=1.0)
+    print(f"  (waited {waited:.1f} s for jitops' background precompiled headers)", flush=True)
+    tree.bind_edits += 1
+    tree.write()
+    step(which, "floor: edit bind, PCH ready", tree, "edit_loop", build, cache=cache, paced=True)
 
 
 if __name__ == "__main__":
