@@ -93,8 +93,13 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     prune.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for AGE (e.g. 30d)")
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     prune.add_argument(
-        "--remote", action="store_true", help="prune the remote cache instead (by push time; --older-than or --max-size)"
+        "--remote",
+        action="store_true",
+        help="prune the remote cache instead: --untrusted or --signed-by KEY (with --yes), or by push time (--older-than, --max-size)",
     )
+    prune.add_argument("--untrusted", action="store_true", help="with --remote: the records a reader here refuses")
+    prune.add_argument("--signed-by", metavar="KEY", help="with --remote: the records this public key signed")
+    prune.add_argument("-y", "--yes", action="store_true", help="with --untrusted or --signed-by: remove them (else only listed)")
     remote_cmd = command(
         "remote", remote.cmd_remote, "the remote cache: status (server, hits, misses, bytes), push local entries, keygen"
     )

@@ -68,14 +68,16 @@ def report(package: str | None = None) -> dict:
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "remote": remote_settings(),
         "extensions": [],
     }
     missing = _ninja.missing_tools(cxx) + _compiler_problem(cxx)
+    remote = _remote_or_none()
     for qualified, (owner, declared) in registry.declared().items():
         if package not in (None, owner):
             continue
         try:
-            row = _op_report(declared, cxx, missing)
+            row = _op_report(declared, cxx, missing, remote)
         except Exception as err:  # noqa: BLE001 - a package's missing source, say: its row says so
             row = {"name": declared.name, "how": "broken", "available": False, "detail": f"{type(err).__name__}: {err}"}
         data["extensions"].append({"owner": owner, **row})
@@ -85,6 +87,54 @@ def report(package: str | None = None) -> dict:
         if package in (None, owner):
             data["extensions"].append({"owner": owner, "name": "-", "how": "broken", "available": False, "detail": why})
     return data
+
+
+def _remote_or_none():
+    from jitops.store import _remote
+
+    try:
+        return _remote.active()
+    except Exception:  # noqa: BLE001 - a bad setting: remote_settings() says which
+        return None
+
+
+def remote_settings() -> dict | None:
+    """The remote cache the settings name (None: none), for doctor and info; a bad setting's error."""
+    from jitops.store import _remote
+
+    if not os.environ.get("JITOPS_REMOTE_CACHE"):
+        return None
+    try:
+        remote = _remote.active()
+    except Exception as err:  # noqa: BLE001 - CacheError, or BuildError for a timeout
+        return {"error": str(err).removeprefix("jitops: ")}
+    from jitops.store._signing import public_text
+
+    return {
+        "server": remote.server,
+        "mode": remote.mode,
+        "trust": "server" if remote.trust_server else "keys",
+        "trusted_keys": sorted(public_text(k) for k in remote.trusted),
+        "signing_key": remote.signer.public if remote.signer else None,
+        "timeout_s": remote.timeout,
+        "max_blob": remote.max_blob,
+        "off": remote.disabled or None,
+    }
+
+
+def remote_line(settings: dict | None) -> str:
+    if settings is None:
+        return "none (JITOPS_REMOTE_CACHE unset)"
+    if "error" in settings:
+        return f"UNUSABLE: {settings['error']}"
+    keys = (
+        "the server (JITOPS_REMOTE_TRUST=server)"
+        if settings["trust"] == "server"
+        else (", ".join(k[:20] + "..." for k in settings["trusted_keys"]) or "NO KEY: every record is refused")
+    )
+    signing = f", signing as {settings['signing_key'][:20]}..." if settings["signing_key"] else ""
+    off = f"; OFF: {settings['off']}" if settings["off"] else ""
+    return f"{settings['server']} ({settings['mode']}, timeout {settings['timeout_s']:g} s; trusts {keys}{signing}){off}"
 
 
 def _compiler_problem(cxx: Path | None) -> list[str]:
@@ -136,7 +186,7 @@ def _nearest_existing(path):
     return path
 
 
-def _op_report(declared, cxx, missing: list[str]) -> dict:
+def _op_report(declared, cxx, missing: list[str], remote) -> dict:
     from jitops.store import _key, _prebuilt
 
     problem = _key.missing_sources(declared)
@@ -154,16 +204,27 @@ def _op_report(declared, cxx, missing: list[str]) -> dict:
     if not shipped:  # then JITOPS_PREBUILT_DIR's (each library is hashed: not twice)
         prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components)
     buildable = not missing
+    held, said = False, ""
+    if remote is not None and not (cached or shipped):  # the loader's order: the remote before a build
+        from jitops.store import _remote_admin
+        from jitops.store._remote import Fault
+
+        try:
+            held, said = _remote_admin.holds(remote, _key.PlannedEntry(declared))
+        except Fault:
+            said = f"the remote cache is off: {remote.disabled}"
     if cached:
         how, reason = "cached", str(entry.path)
     elif shipped:
         how, reason = "prebuilt", str(prebuilt.parent)
+    elif held:
+        how, reason = "remote", said
     elif buildable:
         how, reason = "buildable", "+".join(plan.backends) + ("" if plan.enabled else f" (CUDA off: {plan.reason})")
     elif prebuilt is not None:
         how, reason = "prebuilt", str(prebuilt.parent)
     else:
-        how, reason = "unavailable", "; ".join(missing + refused) or "no prebuilt library found"
+        how, reason = "unavailable", "; ".join(missing + refused + [said] * bool(said)) or "no prebuilt library found"
     return {
         "name": declared.name,
         "how": how,
@@ -200,6 +261,7 @@ def print_report(data: dict) -> None:
         ("cache root", f"{data['cache_root']['path']} ({data['cache_root']['reason']})"),
         ("cache root state", data["cache_root"]["problem"] or f"ok, mode {data['cache_root'].get('mode', '-')}"),
         ("prebuilt dirs", existing_or_absent(data["prebuilt_dirs"])),
+        ("remote cache", remote_line(data["remote"])),
     ]
     for name, value in lines:
         print(f"{name:<21} {value}")

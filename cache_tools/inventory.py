@@ -45,6 +45,7 @@ class Row:
     last_used: float | None = None
     kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/build/_pch.py)
     seen_in: list[str] = field(default_factory=list)  # the extension roots an entry was loaded for
+    fetched_under: str | None = None  # fetched from the remote cache: the key that signed it ("unsigned"); built here: None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -151,7 +152,15 @@ def _entry_row(entry: _entries.Entry) -> Row:
         built_at=(manifest or {}).get("built_at"),
         build_seconds=(manifest or {}).get("build_seconds"),
         last_used=_last_used(entry),
+        fetched_under=_fetched_under(manifest),
     )
+
+
+def _fetched_under(manifest: dict | None) -> str | None:
+    fetched = (manifest or {}).get("remote")
+    if not isinstance(fetched, dict):
+        return None
+    return fetched.get("signed_by") if isinstance(fetched.get("signed_by"), str) else "unsigned"
 
 
 def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:

@@ -86,6 +86,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for r in rows:
             if r.reason:
                 print(f"  {r.namespace}.{r.name}-{r.key[:8]} {r.status}: {r.reason}")
+            if r.fetched_under:  # what `clear --signed-by KEY` takes
+                print(f"  {r.namespace}.{r.name}-{r.key[:8]} fetched from the remote cache, signed by {r.fetched_under}")
         print(f"{plural(len(rows), 'entry', 'entries')}, {human_size(sum(r.size for r in rows))} in {root}")
         for other in sorted({str(Path(r.path).parent) for r in rows} - {str(root)}):
             print(f"  (and in {other}: entries built with a build_directory there)")
@@ -170,6 +172,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "environment": environment_summary(),
         "lock_timeout_s": lock_timeout_or_why(),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "remote": doctor.remote_settings(),
         "store_bytes": sum(r.size for r in store),
         "seen_in": {f"{r.namespace}.{r.name}-{r.key}": r.seen_in for r in rows},
         **budget_data(root),
@@ -184,6 +187,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         timeout = data["lock_timeout_s"]
         print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
         print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
+        print(f"remote cache    {doctor.remote_line(data['remote'])}")
         print(f"shared          {store_summary(store).partition(': ')[2]}")
         print(f"cache size      {budget_summary(data)}")
         for name, roots in data["seen_in"].items():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -92,9 +91,13 @@ def entry_lock(root: Path, row: inventory.Row) -> Path | None:
 def cmd_clear(args: argparse.Namespace) -> int:
     if not (args.names or args.stale or args.all or args.package or args.signed_by):
         raise UsageError("say what to clear: OP names, --package PKG, --stale, --signed-by KEY or --all")
+    if args.signed_by:
+        from .remote import check_public_key
+
+        check_public_key(args.signed_by)
     root, rows = selected_rows(args.names, args.package)
     if args.signed_by:  # a key no longer trusted: what was fetched under it goes
-        rows = [r for r in rows if signed_by(r) == args.signed_by.strip()]
+        rows = [r for r in rows if r.fetched_under == args.signed_by.strip()]
     if not (args.names or args.package or args.signed_by):  # stored objects and PCHs belong to no one extension
         rows += inventory.store_rows(root)
     if args.stale and not args.all:
@@ -124,15 +127,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return status
 
 
-def signed_by(row: inventory.Row) -> str | None:
-    """The public key the entry was fetched from the remote cache under (None: built here)."""
-    try:
-        manifest = json.loads((Path(row.path) / _layout.MANIFEST_NAME).read_text())
-        return manifest["remote"]["signed_by"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def cmd_prune(args: argparse.Namespace) -> int:
     """Stale, corrupt and orphan entries first (superseded jitops.load builds among them), then the
     least recently used until the cache is within --max-size (default: the budget,
@@ -144,6 +138,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         from .remote import cmd_prune_remote
 
         return cmd_prune_remote(args)
+    if args.untrusted or args.signed_by:
+        raise UsageError("--untrusted and --signed-by prune the remote (with --remote); locally: clear --signed-by KEY")
     root, rows = selected_rows([], args.package)
     rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]

@@ -4,6 +4,7 @@ jitops.NamespaceConflict), and its warnings."""
 
 import os
 import sys
+import threading
 import warnings
 
 
@@ -32,8 +33,36 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _OWN_CODE = (os.path.join(_PACKAGE_DIR, ""), os.path.join(os.path.dirname(_PACKAGE_DIR), "cache_tools", ""))
 
 
+_collected = threading.local()
+
+
+def in_threads(calls: dict, max_workers: int | None = None) -> dict:
+    """Run each call (name -> function of no arguments) in a pool of threads; return name ->
+    the exception it raised, or None. Their warnings are issued again in this thread, once each,
+    attributed to its caller's line (from a worker, warnings.warn would name the thread pool)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    said: list[str] = []
+
+    def collected(call):
+        _collected.into = said
+        try:
+            return call()
+        finally:
+            _collected.into = None
+
+    with ThreadPoolExecutor(max_workers=max_workers or len(calls) or 1) as pool:
+        futures = {name: pool.submit(collected, call) for name, call in calls.items()}
+    for message in dict.fromkeys(said):
+        warn(message)
+    return {name: future.exception() for name, future in futures.items()}
+
+
 def warn(message: str) -> None:
     """A RuntimeWarning "jitops: message", attributed to the first caller outside jitops."""
+    if (into := getattr(_collected, "into", None)) is not None:
+        into.append(message)
+        return
     frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
         frame, level = frame.f_back, level + 1

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-from ._errors import BuildError
+from ._errors import BuildError, in_threads
 from .build import _builder, _loader
 from .extension import Extension
 from .store import _entries
@@ -125,9 +125,8 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
     mine = [t for t in transfers if t.build and t.source == rank]
     errors: dict[str, str] = {}
     if mine:
-        with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-            futures = {t.name: pool.submit(_loader.resolve, declared[t.name]) for t in mine}
-        errors = {name: str(f.exception()) for name, f in futures.items() if f.exception() is not None}
+        raised = in_threads({t.name: partial(_loader.resolve, declared[t.name]) for t in mine})
+        errors = {name: str(err) for name, err in raised.items() if err is not None}
 
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails
     for t in transfers:

@@ -45,6 +45,8 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     if library is not None:
         return library, entry.backends or cuda.backends, how
     why, advice = _why_not_build(planned)
+    if why and remote is not None:  # a pod's failure says what the remote said for this op
+        why += f"; the remote cache {remote.server} {remote.said.get(entry.name, 'was not asked')}"
     if why:
         return *_prebuilt.prebuilt_or_error(extension, components, why, required=True, advice=advice), "prebuilt"
     # torch has CUDA but no toolkit is found: a build here would be CPU-only; a prebuilt may have the CUDA kernels.
@@ -147,7 +149,12 @@ def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes
         )
     if _root.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
         raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
-    return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, library_bytes))[0]
+
+    def write(path: Path) -> bool:
+        path.write_bytes(library_bytes)
+        return True
+
+    return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, write))[0]
 
 
 def _build(planned: PlannedEntry, remote=None) -> Path:
@@ -167,7 +174,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         for unit in units:
             _object_store.plan_keys(unit, components, planned.source_hashes[unit.relative])
             if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
-                _fetch_object(remote, entry.root, unit, build_dir)
+                _fetch_object(remote, entry, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
         previous = _progress.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
@@ -271,14 +278,13 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _fetch_object(remote, root: Path, unit, build_dir: Path) -> None:
+def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:
     """The unit's object from the remote cache, where it has one whose headers all hold here: kept
     in the object store and reused, as a local one would be."""
-    found = remote.fetch_object(root, unit.portable_key)
-    if found is not None:
-        unit.headers, data = found
-        (build_dir / unit.object).write_bytes(data)
-        _object_store.store(root, unit, build_dir)
+    headers = remote.fetch_object(entry.root, unit.portable_key, build_dir / unit.object, entry.name)
+    if headers is not None:
+        unit.headers = headers
+        _object_store.store(entry.root, unit, build_dir)
         unit.reused = True
 
 

@@ -19,6 +19,7 @@ from functools import partial
 import torch
 
 from .. import _torch_private
+from .._errors import in_threads
 from ..extension import Extension, assume_constant_result
 from ..warm._libraries import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 
@@ -97,8 +98,6 @@ def load_all(
     `extensions` now, in parallel: e.g. in a Docker build step. With only extensions given, none of
     jitops' ops. (Many nodes: jitops.distributed.load_all, the same arguments, builds each once
     for all of them.)"""
-    from concurrent.futures import ThreadPoolExecutor  # only load_all uses threads
-
     names, declared = chosen(ops, extensions)
     # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
     jobs = [(name, extension(name), partial(require, name)) for name in names]
@@ -112,9 +111,8 @@ def load_all(
                 to_build.append((name, finish))
                 continue
         finish()  # the Python-side registrations
-    with ThreadPoolExecutor(max_workers=max_workers or len(to_build) or 1) as pool:
-        futures = {name: pool.submit(finish) for name, finish in to_build}
-    failures = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
+    raised = in_threads(dict(to_build), max_workers)
+    failures = {name: err for name, err in raised.items() if err is not None}
     if failures:
         details = "\n".join(f"  {name}: {err}" for name, err in failures.items())
         raise RuntimeError(f"jitops.load_all: {len(failures)} of {len(jobs)} failed:\n{details}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import _layout
@@ -221,18 +222,20 @@ def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, 
     }
 
 
-def publish_library(entry: Entry, manifest: dict, library_bytes: bytes) -> Path:
+def publish_library(entry: Entry, manifest: dict, write: Callable[[Path], bool]) -> Path | None:
     """Publish a library made elsewhere (another rank, the remote) as a local build would, under the
-    key's lock: staged, its manifest last, one rename. Returns the library."""
+    key's lock: write(path) puts its bytes at a staged path and says whether they are whole; then
+    its manifest, last, and one rename. Returns the library, or None where write said no."""
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
         raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
     staging = new_build_dir(entry)
     try:
         library = staging / name
-        with open(library, "wb") as file:
-            file.write(library_bytes)
-            file.flush()
+        if not write(library):
+            remove_tree(staging)
+            return None
+        with open(library, "rb+") as file:
             os.fsync(file.fileno())
         publish(entry, staging, {**manifest, "library_sha256": sha256_file(library), "library_identity": file_identity(library)})
     except BaseException:

@@ -7,14 +7,17 @@ Its layout (a backend stores bytes by name, _remote_backends):
   entries/<lookup key>/<variant>  a signed record: a library, what it was built from and for
   objects/<unit key>/<variant>    a signed record: one unit's object and the headers it included
   leases/<lookup key>             held by the one machine building that key
-  stats/<counter>                 hits, misses, bytes
-Blobs go first and the record last, so a half-uploaded entry is never visible. Any failed call turns
-the remote off for the process, with one warning (`call`).
+  stats/<counter>                 hits, misses, bytes (read-write machines only)
+Blobs go first and the record last, so a half-uploaded entry is never visible. Every call has one
+deadline and every value a cap (`call`); a fault of the server turns the remote off for the process
+with one warning, a bad record is skipped with one warning, and nothing it returns raises out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import inspect
 import os
 import socket
 import threading
@@ -25,10 +28,22 @@ from pathlib import Path
 from .._errors import CacheError, warn
 from . import _entries, _root, _signing
 from ._key import PlannedEntry
-from ._remote_backends import Backend, open_backend
-from ._remote_records import FORMAT, candidates, glibc_needed, inspect, local_manifest, lookup_key, record_variant, seal, unfit
+from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend
+from ._remote_records import (
+    FORMAT,
+    candidates,
+    glibc_needed,
+    local_manifest,
+    lookup_key,
+    record_variant,
+    seal,
+    shape_problem,
+    unfit,
+    unseal,
+)
 
 DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_MAX_BLOB = 2 << 30
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
 MODES = ("read-write", "read-only")
@@ -38,18 +53,29 @@ class Fault(Exception):
     """The remote failed (it is disabled now): the caller goes on without it."""
 
 
+def describe(url: str) -> str:
+    """The server or folder, for messages (no password)."""
+    return Backend.describe(Backend(url, 0))
+
+
+def _names(value) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) for n in value)
+
+
 class Remote:
     """The remote of this process's settings, its trust, and what it did (for `remote status`)."""
 
     def __init__(self, environ: dict):
+        from ._lock import seconds_from_env
+
         self.setting = environ["JITOPS_REMOTE_CACHE"]
+        self.server = describe(self.setting)
         self.mode = environ.get("JITOPS_REMOTE_MODE", "read-write") or "read-write"
         if self.mode not in MODES:
             raise CacheError(f"jitops: JITOPS_REMOTE_MODE={self.mode!r}: use {' or '.join(MODES)}")
         self.read_only = self.mode == "read-only"
-        from ._lock import seconds_from_env
-
         self.timeout = seconds_from_env("JITOPS_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_S)
+        self.max_blob = _max_blob(environ.get("JITOPS_REMOTE_MAX_BLOB", ""))
         trust = environ.get("JITOPS_REMOTE_TRUST", "keys") or "keys"
         if trust not in ("keys", "server"):
             raise CacheError(f"jitops: JITOPS_REMOTE_TRUST={trust!r}: use keys (the default) or server")
@@ -57,21 +83,73 @@ class Remote:
         self.trusted = _signing.trusted_keys(environ.get("JITOPS_REMOTE_TRUSTED_KEYS", ""))
         signing_key = environ.get("JITOPS_REMOTE_SIGNING_KEY", "")
         self.signer = _signing.Signer(signing_key) if signing_key and self.mode == "read-write" else None
-        self.backend: Backend = open_backend(self.setting, self.timeout)
         self.disabled = ""  # why, once a call failed
         self.warned: set[str] = set()
         self.refused: set[str] = set()  # lookup keys whose library did not open here
+        self.said: dict[str, str] = {}  # per extension, what the remote said last (a failure's message)
+        self.seconds = 0.0  # spent inside calls (the fault soak's measure)
+        self.backend: Backend | None = None
+        try:
+            self.backend = open_backend(self.setting, self.timeout)
+        except CacheError:
+            raise  # a setting that names no backend: an error of its own
+        except Exception as err:  # a third party's constructor (expired credentials, say): only the remote goes
+            self.disable(f"opening {self.server} failed ({type(err).__name__}: {err})")
+        self._takes_cap = self.backend is not None and "max_bytes" in inspect.signature(self.backend.get_many).parameters
 
-    def call(self, doing: str, method, *args):
-        """backend.method(*args); any failure disables the remote for the process, with one warning."""
+    # The fault policy: one deadline per call, results checked, a fault turns the remote off.
+    def call(self, doing: str, method, *args, check=None):
+        """backend.method(*args) within JITOPS_REMOTE_TIMEOUT, its result passing check; any other
+        outcome disables the remote for the process, with one warning, and raises Fault. Unreadable
+        (one name holds no value) is raised as it is: the caller skips that record."""
         if self.disabled:
             raise Fault(self.disabled)
         try:
-            return method(*args)
+            result = self._run(method, args)
+            if check is not None and not check(result):
+                raise TypeError(f"{method.__name__}() returned {type(result).__name__} {str(result)[:40]!r}")
+            return result
+        except Unreadable:
+            raise
         except Exception as err:  # a third party's backend may raise anything: never a failed load
-            self.disabled = f"{doing} {self.backend.describe()} failed ({type(err).__name__}: {err})"
-            warn(f"the remote cache is off for this process: {self.disabled}; building locally")
+            self.disable(f"{doing} {self.server} failed ({type(err).__name__}: {err})")
             raise Fault(self.disabled) from None
+
+    def _run(self, method, args):
+        """The call under its deadline: in this thread for a backend that keeps to it itself, else
+        in a worker thread left behind at the deadline."""
+        started = time.monotonic()
+        deadline = started + self.timeout
+        box: dict = {}
+
+        def run():
+            CALL.deadline = deadline
+            try:
+                box["result"] = method(*args)
+            except BaseException as err:  # handed to the caller's thread
+                box["error"] = err
+            finally:
+                CALL.deadline = None
+
+        try:
+            if self.backend is not None and self.backend.bounded:
+                run()
+            else:
+                worker = threading.Thread(target=run, name="jitops-remote-call", daemon=True)
+                worker.start()
+                worker.join(self.timeout)
+                if worker.is_alive():
+                    raise TimeoutError(f"no answer within JITOPS_REMOTE_TIMEOUT ({self.timeout:g} s)")
+        finally:
+            self.seconds += time.monotonic() - started
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
+    def disable(self, why: str) -> None:
+        self.disabled = why
+        then = "building locally" if _build_allowed() else "JITOPS_DISABLE_BUILD is set, so a miss is not built here either"
+        warn(f"the remote cache is off for this process: {why}; {then}")
 
     def warn_once(self, message: str) -> None:
         if message not in self.warned:
@@ -80,48 +158,116 @@ class Remote:
 
     def count(self, **amounts: int) -> None:
         """Add to the server's counters (`remote status`). They only inform: a reader the server
-        does not let write (read-only ACLs) loses its counts, not its remote."""
-        if self.disabled:
+        does not let write loses its counts, not its remote; a read-only one writes none."""
+        if self.disabled or self.read_only:
             return
-        try:
-            self.backend.add_many({f"stats/{name}": amount for name, amount in amounts.items()})
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):
+            self._run(self.backend.add_many, ({f"stats/{name}": amount for name, amount in amounts.items()},))
 
-    def opened(self, data: bytes | None, name: str, kind: str, key: str) -> dict | None:
-        """The body of the record `name` where it is well formed, of this kind and key, and signed
-        by a trusted key (or JITOPS_REMOTE_TRUST=server); else None, with one warning."""
+    # Reading records and blobs, each bounded and checked.
+    def records(self, folder: str, op: str) -> list[tuple[str, object]]:
+        """(name, raw value) of each record under folder (`entries/<key>`): a value may be None
+        (gone meanwhile), an Unreadable, or anything a backend returned."""
+        names = self.call(f"looking up {op} in", self.backend.list, folder, check=_names)
+        names = [f"{folder}/{variant}" for variant in names if variant and "/" not in variant and variant not in (".", "..")]
+        if not names:
+            return []
+        args = (names, RECORD_MAX) if self._takes_cap else (names,)
+        values = self.call(
+            f"looking up {op} in", self.backend.get_many, *args, check=lambda v: isinstance(v, list) and len(v) == len(names)
+        )
+        return list(zip(names, values))
+
+    def opened(self, data, name: str, kind: str, key: str, op: str) -> dict | None:
+        """The body of the record `name` where `judge` takes it; else None, with one warning naming
+        the op, the server and the signer."""
+        body, signer, why = self.judge(data, kind, key)
+        if why:
+            self.skip(op, name, signer, why)
+        return body
+
+    def judge(self, data, kind: str, key: str) -> tuple[dict | None, str | None, str]:
+        """(body, signer, "") of a record signed by a trusted key (or JITOPS_REMOTE_TRUST=server),
+        well formed, of this kind and key, and within the caps; else (None, signer, why). None for
+        data is a record gone meanwhile: no reason."""
         if data is None:
-            return None
-        try:
-            body, signer, trusted = inspect(data, self.trusted)
-        except ValueError as err:
-            self.warn_once(f"ignoring the malformed remote record {name} ({err}): not loaded")
-            return None
-        if not (trusted or self.trust_server):
-            why = f"its signature does not verify under a trusted key ({signer})" if signer else "it is not signed"
-            self.warn_once(
-                f"ignoring the remote record {name}: {why}; not loaded. Trust its writer's public key in "
-                "JITOPS_REMOTE_TRUSTED_KEYS (or the server itself: JITOPS_REMOTE_TRUST=server)"
+            return None, None, ""
+        if isinstance(data, Unreadable):
+            return None, None, f"it cannot be read ({data})"
+        sealed = unseal(bytes(data) if isinstance(data, bytearray) else data, self.trusted, self.trust_server)
+        if sealed.problem:
+            return None, sealed.signer, f"it is malformed ({sealed.problem})"
+        if not (sealed.trusted or self.trust_server):
+            return None, sealed.signer, self.untrusted_why(sealed.signer)
+        body = sealed.body
+        if problem := shape_problem(body, kind):
+            return None, sealed.signer, f"it is malformed ({problem})"
+        if body["kind"] != kind or body["key"] != key:
+            return None, sealed.signer, f"it is for another {kind}"
+        if body["size"] > self.max_blob:
+            return None, sealed.signer, f"its blob's {body['size']} bytes exceed JITOPS_REMOTE_MAX_BLOB"
+        return {**body, "signed_by": sealed.signer if sealed.trusted else None}, sealed.signer, ""
+
+    def untrusted_why(self, signer: str | None) -> str:
+        if signer is None:
+            return (
+                "it is not signed (its writer has no JITOPS_REMOTE_SIGNING_KEY); sign the writer's pushes, "
+                "or trust the server as a whole: JITOPS_REMOTE_TRUST=server"
             )
-            return None
-        if body.get("format") != FORMAT or body.get("kind") != kind or body.get("key") != key:
-            self.warn_once(f"ignoring the remote record {name}: it is for another {kind} or format; not loaded")
-            return None
-        return {**body, "signed_by": signer if trusted else None}
+        try:
+            known = _signing.parse_public(signer) in self.trusted
+        except CacheError:
+            known = False
+        if known:
+            return "its signature does not verify under its signer's key, which is trusted: the record was changed after signing"
+        return "its signer is not in JITOPS_REMOTE_TRUSTED_KEYS; add that key there if it is your writer's"
 
-    def blob(self, digest: str, record: str) -> bytes | None:
-        """The blob of sha256 `digest`, checked; None (one warning) where it is missing or differs."""
-        data = self.call("downloading from", self.backend.get, f"blobs/{digest}")
-        if data is None or _root.sha256_bytes(data) != digest:
-            why = "missing" if data is None else "does not match its sha256"
-            self.warn_once(f"ignoring the remote record {record}: its blob {digest[:16]} {why}; not loaded")
-            return None
-        return data
+    def skip(self, op: str, name: str, signer: str | None, why: str) -> None:
+        self.said[op] = f"has a record of {op} that was not loaded: {why}"
+        self.warn_once(
+            f"ignoring the remote cache's record of {op} on {self.server} ({name}, signed by {signer or 'no key'}): {why}"
+        )
+        return None
 
-    def put_blob(self, data: bytes) -> str:
+    def download(self, body: dict, digest: str, destination: Path, op: str, record: str) -> bool:
+        """The blob of sha256 `digest` and the record's size, streamed into destination with a
+        running sha256; False (one warning) where it is missing, unreadable, longer or different."""
+        size, hasher = body["size"], hashlib.sha256()
+        with open(destination, "wb") as file:
+
+            class Hashing:  # what the backend writes into, hashed on the way
+                def write(self, chunk) -> int:
+                    hasher.update(chunk)
+                    return file.write(chunk)
+
+            sink = Hashing()
+            try:
+                self.call(
+                    f"downloading {op} from",
+                    self.backend.get_into,
+                    f"blobs/{digest}",
+                    sink,
+                    size,
+                    check=lambda n: n is None or type(n) is int,
+                )
+            except Unreadable as err:
+                why = f"its blob cannot be read ({err})"
+            else:
+                written = file.tell()
+                why = (
+                    ""
+                    if written == size and hasher.hexdigest() == digest
+                    else f"its blob {digest[:16]} does not match its size and sha256"
+                )
+                why = f"its blob {digest[:16]} is missing" if written == 0 else why
+        if why:
+            destination.unlink()
+            self.skip(op, record, body["signed_by"], why)
+        return not why
+
+    def put_blob(self, data: bytes, op: str) -> str:
         digest = _root.sha256_bytes(data)
-        self.call("uploading to", self.backend.put, f"blobs/{digest}", data, True)
+        self.call(f"uploading {op} to", self.backend.put, f"blobs/{digest}", data, True)
         return digest
 
     # Libraries
@@ -129,63 +275,67 @@ class Remote:
         """The entry of this build from the remote, verified and published in the local store (under
         the key's lock), or None. count=False: a miss is not counted (a machine waiting for a build)."""
         entry, refused = planned.entry, []
+        op = entry.name
         try:
             for components in candidates(planned):
                 key = lookup_key(components)
                 if key in self.refused:
                     continue
-                names = [f"entries/{key}/{v}" for v in self.call("looking up in", self.backend.list, f"entries/{key}")]
-                for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
-                    body = self.opened(data, name, "entry", key)
+                for name, data in self.records(f"entries/{key}", op):
+                    body = self.opened(data, name, "entry", key, op)
                     if body is None:
                         continue
                     if why := unfit(body, planned):
                         refused.append(why)
                         continue
-                    data = self.blob(body["library_sha256"], name)
-                    if data is None:
+                    manifest = local_manifest(self.server, planned, body, name.rpartition("/")[2])
+                    fill = lambda path: self.download(body, body["library_sha256"], path, op, name)  # noqa: E731
+                    library = _entries.publish_library(entry, manifest, fill)
+                    if library is None:
                         continue
-                    manifest = local_manifest(self.backend.describe(), planned, body, name.rpartition("/")[2])
-                    library = _entries.publish_library(entry, manifest, data)
-                    entry.backends = body.get("backends")  # a pod without nvcc may get CUDA kernels
-                    self.count(hits=1, bytes_down=len(data))
+                    entry.backends = body["backends"]  # a pod without nvcc may get CUDA kernels
+                    self.count(hits=1, bytes_down=body["size"])
+                    self.said.pop(op, None)
                     return library
         except Fault:
+            self.said[op] = f"is off for this process: {self.disabled}"
             return None
         if refused:
-            self.warn_once(f"the remote cache has {entry.name} only for another machine: " + "; ".join(refused))
+            self.said[op] = "has it only for another machine: " + "; ".join(refused)
+            self.warn_once(f"the remote cache {self.server} has {op} only for another machine: " + "; ".join(refused))
+        self.said.setdefault(op, "has no entry for it")
         if count:
             self.count(misses=1)
         return None
 
-    def push(self, entry: _entries.Entry) -> bool:
+    def push(self, entry: _entries.Entry) -> str:
         """Upload a local entry (built here, not fetched): its objects, its library, then its record.
-        False where it was not pushed (read-only, off, or the remote has it)."""
-        if self.read_only or self.disabled:
-            return False
+        Returns "pushed"; "re-signed" where the remote's record of it was not trusted and is replaced
+        (after a key rotation); "" where nothing was pushed (read-only, off, the remote has a
+        trusted one, or the library no longer matches its sha256)."""
         manifest = entry.read_manifest()
-        library = entry.path / manifest["library"] if manifest else None
-        if manifest is None or "remote" in manifest or library is None:
-            return False
+        if self.read_only or self.disabled or manifest is None or "remote" in manifest:
+            return ""
+        self.warn_unsigned()
         components = manifest.get("components", {})
-        key = lookup_key(components)
-        variant = record_variant(components.get("cuda_arch_list"), manifest.get("headers", {}))
-        name = f"entries/{key}/{variant}"
+        key, op = lookup_key(components), entry.name
+        name = f"entries/{key}/{record_variant(components.get('cuda_arch_list'), manifest.get('headers', {}))}"
         try:
-            if self.call("looking up in", self.backend.get, name) is not None:
-                return False  # another writer's (harmless: the same inputs)
+            there = self.replaceable(name, op)
+            if there is None:
+                return ""
             for unit in manifest.get("units", []):
-                self.push_object(entry.root, unit)
-            data = library.read_bytes()
+                self.push_object(entry.root, unit, op)
+            data = (entry.path / manifest["library"]).read_bytes()
             if _root.sha256_bytes(data) != manifest.get("library_sha256"):
-                return False  # changed on disk: not ours to spread
+                return ""  # changed on disk: not ours to spread
             body = {
                 "format": FORMAT,
                 "kind": "entry",
                 "key": key,
                 "name": entry.name,
                 "library": manifest["library"],
-                "library_sha256": self.put_blob(data),
+                "library_sha256": self.put_blob(data, op),
                 "size": len(data),
                 "headers": manifest.get("headers", {}),
                 "cuda_arch_list": components.get("cuda_arch_list"),
@@ -195,19 +345,38 @@ class Remote:
                 "built_at": manifest.get("built_at"),
                 "pushed_at": time.time(),
             }
-            stored = self.call("uploading to", self.backend.put, name, seal(body, self.signer), True)
-            if stored:
-                self.count(pushes=1, bytes_up=len(data))
-            return bool(stored)
-        except Fault:
+            if not self.call(f"uploading {op} to", self.backend.put, name, seal(body, self.signer), not there):
+                return ""
+            self.count(pushes=1, bytes_up=len(data))
+            return "re-signed" if there else "pushed"
+        except (Fault, OSError):
+            return ""
+
+    def replaceable(self, name: str, op: str) -> bool | None:
+        """Whether the record `name` is to be written: False where there is none (write it), True
+        where there is one this machine's keys do not trust and a signer is here to replace it;
+        None where it stays."""
+        data = self.call(f"looking up {op} in", self.backend.read, name, RECORD_MAX)
+        if data is None:
             return False
+        sealed = unseal(data, self.trusted)
+        return None if sealed.trusted or self.signer is None else True
+
+    def warn_unsigned(self) -> None:
+        if self.signer is None and not self.trust_server:
+            self.warn_once(
+                f"pushing unsigned records to {self.server}: readers refuse them unless they set JITOPS_REMOTE_TRUST=server. "
+                "To sign them: `jitops-cache remote keygen KEYFILE`, JITOPS_REMOTE_SIGNING_KEY=KEYFILE here, and its "
+                "public key in the readers' JITOPS_REMOTE_TRUSTED_KEYS"
+            )
 
     def refuse(self, planned: PlannedEntry, why: str) -> None:
         self.refused.update(lookup_key(components) for components in candidates(planned))
+        self.said[planned.entry.name] = f"had a library that does not open here ({why})"
         self.warn_once(f"the library of {planned.entry.name} from the remote cache does not open here ({why}); building it here")
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
-    def push_object(self, root: Path, unit: dict) -> None:
+    def push_object(self, root: Path, unit: dict, op: str) -> None:
         from . import _object_store
 
         found = _object_store.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
@@ -215,7 +384,8 @@ class Remote:
             return
         record, data = found
         name = f"objects/{unit['portable_key']}/{unit['object_variant']}"
-        if self.call("looking up in", self.backend.get, name) is not None:
+        there = self.replaceable(name, op)
+        if there is None:
             return
         body = {
             "format": FORMAT,
@@ -223,34 +393,27 @@ class Remote:
             "key": unit["portable_key"],
             "source": unit.get("source"),
             "headers": record["headers"],
-            "object_sha256": self.put_blob(data),
+            "object_sha256": self.put_blob(data, op),
             "size": len(data),
             "pushed_at": time.time(),
         }
-        self.call("uploading to", self.backend.put, name, seal(body, self.signer), True)
+        self.call(f"uploading {op} to", self.backend.put, name, seal(body, self.signer), not there)
 
-    def fetch_object(self, root: Path, portable_key: str) -> tuple[dict, bytes] | None:
-        """A unit's object whose headers all still hold here, and its headers; or None."""
+    def fetch_object(self, root: Path, portable_key: str, destination: Path, op: str) -> dict | None:
+        """A unit's object whose headers all still hold here, written to destination; its headers,
+        or None."""
         from . import _object_store
 
         try:
-            names = [
-                f"objects/{portable_key}/{v}" for v in self.call("looking up in", self.backend.list, f"objects/{portable_key}")
-            ]
-            for name, data in zip(names, self.call("downloading from", self.backend.get_many, names)):
-                body = self.opened(data, name, "object", portable_key)
-                if (
-                    body is None
-                    or not isinstance(body.get("headers"), dict)
-                    or not _object_store.headers_hold(root, body["headers"])
-                ):
+            for name, data in self.records(f"objects/{portable_key}", op):
+                body = self.opened(data, name, "object", portable_key, op)
+                if body is None or not _object_store.headers_hold(root, body["headers"]):
                     continue
-                data = self.blob(body.get("object_sha256", ""), name)
-                if data is not None:
-                    self.count(object_hits=1, bytes_down=len(data))
-                    return body["headers"], data
+                if self.download(body, body["object_sha256"], destination, op, name):
+                    self.count(object_hits=1, bytes_down=body["size"])
+                    return body["headers"]
         except Fault:
-            pass
+            destination.unlink(missing_ok=True)  # a half download: compiled instead
         return None
 
     # One build per key across machines
@@ -261,27 +424,26 @@ class Remote:
 
         if self.read_only or self.disabled:
             return build(), "built"
+        op = planned.entry.name
         lease, owner = f"leases/{lookup_key(planned.components)}", f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         deadline = time.monotonic() + build_timeout()
         try:
-            while not self.call("taking a lease on", self.backend.lease, lease, owner, LEASE_S):
+            while not self.call(f"taking a lease on {op} on", self.backend.lease, lease, owner, LEASE_S):
                 time.sleep(POLL_S)
                 if (library := self.fetch(planned, count=False)) is not None:
                     return library, "remote"
                 if time.monotonic() > deadline:
-                    self.warn_once(
-                        f"waited {build_timeout():g} s for another machine's build of {planned.entry.name}; building it here"
-                    )
+                    self.warn_once(f"waited {build_timeout():g} s for another machine's build of {op}; building it here")
                     return self._build_and_push(planned, build), "built"
         except Fault:
             return build(), "built"
         # Its holder may have pushed and let go between this machine's miss and its lease.
         if (library := self.fetch(planned, count=False)) is not None:
             with contextlib.suppress(Fault):
-                self.call("releasing a lease on", self.backend.release, lease, owner)
+                self.call(f"releasing a lease on {op} on", self.backend.release, lease, owner)
             return library, "remote"
         stop = threading.Event()
-        keeper = threading.Thread(target=self._keep, args=(lease, owner, stop), daemon=True)
+        keeper = threading.Thread(target=self._keep, args=(lease, owner, op, stop), daemon=True)
         keeper.start()
         try:
             return self._build_and_push(planned, build), "built"  # pushed before the lease goes
@@ -289,26 +451,45 @@ class Remote:
             stop.set()
             keeper.join()
             with contextlib.suppress(Fault):
-                self.call("releasing a lease on", self.backend.release, lease, owner)
+                self.call(f"releasing a lease on {op} on", self.backend.release, lease, owner)
 
     def _build_and_push(self, planned: PlannedEntry, build) -> Path:
         library = build()
         self.push(planned.entry)
         return library
 
-    def _keep(self, lease: str, owner: str, stop: threading.Event) -> None:
+    def _keep(self, lease: str, owner: str, op: str, stop: threading.Event) -> None:
         while not stop.wait(LEASE_S / 3):
             with contextlib.suppress(Fault):
-                self.call("renewing a lease on", self.backend.lease, lease, owner, LEASE_S)
+                self.call(f"renewing a lease on {op} on", self.backend.lease, lease, owner, LEASE_S)
+
+
+def _max_blob(value: str) -> int:
+    """JITOPS_REMOTE_MAX_BLOB in bytes: the most one library or object download may hold."""
+    from ._budget import parse_size
+
+    try:
+        size = parse_size(value) if value.strip() else DEFAULT_MAX_BLOB
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise CacheError(f"jitops: JITOPS_REMOTE_MAX_BLOB must be a size of at least one byte, such as 2G or 500M, got {value!r}")
+    return size
+
+
+def _build_allowed() -> bool:
+    return os.environ.get("JITOPS_DISABLE_BUILD", "") in ("", "0")
 
 
 _active: tuple[tuple, Remote | None] | None = None
-SETTINGS = tuple(f"JITOPS_REMOTE_{name}" for name in ("CACHE", "MODE", "TIMEOUT", "TRUST", "TRUSTED_KEYS", "SIGNING_KEY"))
+SETTINGS = tuple(
+    f"JITOPS_REMOTE_{name}" for name in ("CACHE", "MODE", "TIMEOUT", "TRUST", "TRUSTED_KEYS", "SIGNING_KEY", "MAX_BLOB")
+)
 
 
 def active() -> Remote | None:
     """The remote this process's settings name (one per settings, kept with its failures), or None.
-    A bad setting raises CacheError naming it."""
+    A bad setting raises CacheError (or BuildError: a timeout's) naming it."""
     global _active
     values = tuple(os.environ.get(name, "") for name in SETTINGS)
     if _active is None or _active[0] != values:

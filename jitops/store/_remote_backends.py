@@ -1,30 +1,58 @@
 # SPDX-License-Identifier: MIT
 """Where the remote cache keeps bytes by name: Redis or Valkey, a shared folder, or a third party's
-Backend (`module:Class`). A backend checks nothing: _remote verifies every byte, and turns the
-remote off for the process on any exception."""
+Backend (`module:Class`). A backend checks nothing: _remote bounds every call by a deadline and
+every value by a cap, verifies every byte, and turns the remote off for the process on any fault."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import os
+import stat
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
+from typing import BinaryIO
 
 from .._errors import CacheError
 
+# The caps on what one read may return (docs/cache.md, "Remote cache"); a blob's is its record's
+# size, at most JITOPS_REMOTE_MAX_BLOB.
+RECORD_MAX = 64 << 10  # a record, a lease or a counter
+LIST_MAX = 16 << 20  # the names under one folder
+
+
+class Unreadable(OSError):
+    """This one name holds something that is not a value (a FIFO, a device, a link out of the
+    folder): the record is skipped, the remote stays on."""
+
+
+CALL = threading.local()  # the deadline (time.monotonic()) of the call this thread runs
+
+
+def call_deadline(timeout: float) -> float:
+    """The deadline of the remote call running in this thread (set by _remote.Remote.call; a
+    backend used directly gets `timeout` from now)."""
+    return getattr(CALL, "deadline", None) or time.monotonic() + timeout
+
 
 class Backend:
-    """The interface. url: JITOPS_REMOTE_CACHE as given; timeout: seconds any one call may wait."""
+    """The interface. url: JITOPS_REMOTE_CACHE as given; timeout: seconds any one call may take."""
+
+    # Whether the backend's calls keep to their deadline themselves. Others run in a worker thread
+    # that jitops stops waiting for at the deadline (a third party's client, a hung network mount).
+    bounded = False
 
     def __init__(self, url: str, timeout: float):
         self.url, self.timeout = url, timeout
 
-    def get(self, name: str) -> bytes | None:  # implement
-        """The bytes stored under name, or None."""
+    def get(self, name: str, max_bytes: int | None = None) -> bytes | None:  # implement
+        """The bytes stored under name, or None. max_bytes (optional to implement): jitops reads no
+        more than that, so a backend may stop after max_bytes + 1 bytes and return those."""
         raise NotImplementedError
 
     def put(self, name: str, data: bytes, exclusive: bool = False) -> bool:  # implement
@@ -43,9 +71,33 @@ class Backend:
         """Bytes the backend holds (None: unknown)."""
         raise NotImplementedError
 
-    # Batches, over the methods above; a backend with round trips to save overrides them.
-    def get_many(self, names: list[str]) -> list[bytes | None]:
-        return [self.get(name) for name in names]
+    # Over the methods above; a backend with round trips to save, or a way to stream, overrides them.
+    def read(self, name: str, max_bytes: int) -> bytes | None:
+        """get(name), passing max_bytes where the backend's get takes it."""
+        if "max_bytes" in inspect.signature(self.get).parameters:
+            return self.get(name, max_bytes=max_bytes)
+        return self.get(name)
+
+    def get_many(self, names: list[str], max_bytes: int) -> list[bytes | None | Unreadable]:
+        """One value per name; an Unreadable in place of one that could not be read."""
+        found: list[bytes | None | Unreadable] = []
+        for name in names:
+            try:
+                found.append(self.read(name, max_bytes))
+            except Unreadable as err:
+                found.append(err)
+        return found
+
+    def get_into(self, name: str, file: BinaryIO, max_bytes: int) -> int | None:
+        """Write name's bytes into file (at most max_bytes + 1 of them); their length, or None."""
+        data = self.read(name, max_bytes)
+        if data is None:
+            return None
+        file.write(bytes(data[: max_bytes + 1]))
+        return len(data)
+
+    def exists(self, name: str) -> bool:
+        return self.read(name, 0) is not None
 
     def add_many(self, amounts: dict[str, int]) -> None:
         for name, amount in amounts.items():
@@ -63,38 +115,43 @@ class Backend:
         record = json.dumps({"owner": owner, "until": time.time() + seconds}).encode()
         if self.put(name, record, exclusive=True):
             return True
-        try:
-            held = json.loads(self.get(name) or b"{}")
-        except ValueError:
-            held = {}
-        if held.get("owner") == owner or held.get("until", 0) < time.time():
+        held = _small_json(self.read(name, RECORD_MAX))
+        if held.get("owner") == owner or not isinstance(held.get("until"), (int, float)) or held["until"] < time.time():
             self.put(name, record)
             return True
         return False
 
     def release(self, name: str, owner: str) -> None:
-        with contextlib.suppress(ValueError):
-            if json.loads(self.get(name) or b"{}").get("owner") == owner:
-                self.delete(name)
+        if _small_json(self.read(name, RECORD_MAX)).get("owner") == owner:
+            self.delete(name)
 
     def add(self, name: str, amount: int) -> None:
         """Add to the counter `name` (approximate where several writers race: counters only inform)."""
-        try:
-            value = int(self.get(name) or b"0")
-        except ValueError:
-            value = 0
-        self.put(name, str(value + amount).encode())
+        self.put(name, str(self.counter(name) + amount).encode())
 
     def counter(self, name: str) -> int:
+        data = self.read(name, RECORD_MAX)
         try:
-            return int(self.get(name) or b"0")
+            return int(data or b"0") if isinstance(data, bytes) and len(data) <= 32 else 0
         except ValueError:
             return 0
 
 
+def _small_json(data) -> dict:
+    """A lease's record as an object ({} where it is anything else)."""
+    if not isinstance(data, bytes) or len(data) > RECORD_MAX:
+        return {}
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class FolderBackend(Backend):
     """file:///path: one file per name under a folder every machine mounts. Writes go to a temporary
-    file beside the target, then a hard link (exclusive) or rename: atomic on NFS and Lustre."""
+    file beside the target, then a hard link (exclusive) or rename: atomic on NFS and Lustre. Reads
+    take regular files only, never through a link, opened without blocking (a FIFO)."""
 
     def __init__(self, url: str, timeout: float):
         super().__init__(url, timeout)
@@ -104,17 +161,52 @@ class FolderBackend(Backend):
         self.root = Path(urllib.parse.unquote(parsed.path))
         if not self.root.is_dir():
             raise CacheError(f"jitops: JITOPS_REMOTE_CACHE={url!r}: {self.root} is not a folder")
+        self.real_root = os.path.realpath(self.root)
 
     def _path(self, name: str) -> Path:
         if name.startswith("/") or ".." in name.split("/"):
             raise ValueError(f"not a remote name: {name!r}")
         return self.root / name
 
-    def get(self, name: str) -> bytes | None:
+    def _open(self, name: str) -> int | None:
+        """A read-only descriptor of name's regular file, or None where there is none."""
+        path = self._path(name)
+        if os.path.realpath(path) != os.path.join(self.real_root, name):
+            raise Unreadable(f"{name} is reached through a link")
         try:
-            return self._path(name).read_bytes()
-        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as err:  # ELOOP: the name itself is a link
+            raise Unreadable(f"{name} cannot be opened ({err.strerror})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise Unreadable(f"{name} is not a regular file")
+        return fd
+
+    def get(self, name: str, max_bytes: int | None = None) -> bytes | None:
+        fd = self._open(name)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as file:
+            return file.read() if max_bytes is None else file.read(max_bytes + 1)
+
+    def get_into(self, name: str, file: BinaryIO, max_bytes: int) -> int | None:
+        fd = self._open(name)
+        if fd is None:
+            return None
+        copied = 0
+        with os.fdopen(fd, "rb") as source:
+            while copied <= max_bytes and (chunk := source.read(min(1 << 20, max_bytes + 1 - copied))):
+                file.write(chunk)
+                copied += len(chunk)
+        return copied
+
+    def exists(self, name: str) -> bool:
+        fd = self._open(name)
+        if fd is not None:
+            os.close(fd)
+        return fd is not None
 
     def put(self, name: str, data: bytes, exclusive: bool = False) -> bool:
         path = self._path(name)
@@ -158,89 +250,103 @@ class FolderBackend(Backend):
 
 
 class RedisBackend(Backend):
-    """redis:// or rediss:// (TLS): Redis or Valkey, through redis-py; names are keys under `jitops:`,
-    each folder's names kept in a set beside them (a lookup never scans the server)."""
+    """redis://, rediss:// (TLS) or unix://: Redis or Valkey, through jitops' bounded client
+    (_resp); names are keys under `jitops:`, each folder's names kept in a set beside them (a lookup
+    never scans the server). Values are read with GETRANGE, so the server itself stops at a cap."""
 
     PREFIX = "jitops:"
+    bounded = True
 
     def __init__(self, url: str, timeout: float):
         super().__init__(url, timeout)
+        from ._resp import Client
+
         try:
-            import redis
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
-        except ImportError:
-            raise CacheError(
-                f"jitops: JITOPS_REMOTE_CACHE={self.describe()} needs the redis client: pip install 'jitops[remote]'"
-            ) from None
-        # One retry, on a new connection (a server restarted since the last call); no more: a failed
-        # call disables the remote for the process, and each retry could cost a timeout.
-        # No CLIENT SETINFO round trips on each new connection (driver_info since redis-py 7).
-        try:
-            import redis.driver_info  # noqa: F401
+            self.client = Client(url)
+        except ValueError as err:
+            raise CacheError(f"jitops: JITOPS_REMOTE_CACHE={self.describe()!r}: {err}") from None
 
-            no_setinfo = {"driver_info": None}
-        except ImportError:
-            no_setinfo = {"lib_name": None, "lib_version": None}
-        self.client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 1), **no_setinfo
-        )
+    def _send(self, *commands: tuple, max_bytes: int = RECORD_MAX, sink: BinaryIO | None = None) -> list:
+        return self.client.call(list(commands), call_deadline(self.timeout), max_bytes, sink)
 
-    def _folder(self, name: str) -> tuple[str, str]:
-        folder, _, child = name.rpartition("/")
-        return self.PREFIX + "ls:" + folder, child
+    def _folders(self, name: str) -> list[tuple[str, str]]:
+        """(the set listing a folder, the child's name in it) for each folder above name."""
+        pairs = []
+        while "/" in name:
+            folder, _, child = name.rpartition("/")
+            pairs.append((self.PREFIX + "ls:" + folder, child))
+            name = folder
+        return pairs
 
-    def get(self, name: str) -> bytes | None:
-        return self.client.get(self.PREFIX + name)
+    def get(self, name: str, max_bytes: int | None = None) -> bytes | None:
+        # GETRANGE of a missing key is empty, as no value jitops writes is
+        if max_bytes is None:
+            (data,) = self._send(("GET", self.PREFIX + name), max_bytes=(1 << 31) + 64)
+            return data
+        (data,) = self._send(("GETRANGE", self.PREFIX + name, 0, max_bytes), max_bytes=max_bytes + 64)
+        return data or None
+
+    def get_many(self, names: list[str], max_bytes: int) -> list[bytes | None | Unreadable]:
+        if not names:
+            return []
+        commands = [("GETRANGE", self.PREFIX + name, 0, max_bytes) for name in names]
+        return [data or None for data in self._send(*commands, max_bytes=len(names) * (max_bytes + 64))]
+
+    def get_into(self, name: str, file: BinaryIO, max_bytes: int) -> int | None:
+        (length,) = self._send(("GETRANGE", self.PREFIX + name, 0, max_bytes), max_bytes=max_bytes + 64, sink=file)
+        return length or None
+
+    def exists(self, name: str) -> bool:
+        return self._send(("EXISTS", self.PREFIX + name))[0] == 1
 
     def put(self, name: str, data: bytes, exclusive: bool = False) -> bool:
-        stored = bool(self.client.set(self.PREFIX + name, data, nx=exclusive))
-        if stored:  # each folder above it lists it
-            pipe = self.client.pipeline(transaction=False)
-            while "/" in name:
-                pipe.sadd(*self._folder(name))
-                name = name.rpartition("/")[0]
-            pipe.execute()
-        return stored
+        command = ("SET", self.PREFIX + name, data) + (("NX",) if exclusive else ())
+        (stored,) = self._send(command)
+        if stored is not None:  # each folder above it lists it
+            self._send(*[("SADD", folder, child) for folder, child in self._folders(name)])
+        return stored is not None
 
     def list(self, folder: str) -> list[str]:
-        return sorted(n.decode() for n in self.client.smembers(self.PREFIX + "ls:" + folder))
+        (names,) = self._send(("SMEMBERS", self.PREFIX + "ls:" + folder), max_bytes=LIST_MAX)
+        return sorted(n.decode(errors="replace") for n in names)
 
     def delete(self, name: str) -> None:
-        self.client.delete(self.PREFIX + name)
-        self.client.srem(*self._folder(name))
+        folder, child = self._folders(name)[0] if "/" in name else ("", "")
+        self._send(("DEL", self.PREFIX + name), *([("SREM", folder, child)] if folder else []))
 
     def size(self) -> int | None:
-        return int(self.client.info("memory").get("used_memory", 0)) or None
+        (info,) = self._send(("INFO", "memory"))
+        for line in info.splitlines():
+            if line.startswith(b"used_memory:"):
+                return int(line.split(b":")[1]) or None
+        return None
 
     def lease(self, name: str, owner: str, seconds: float) -> bool:
-        key = self.PREFIX + name
-        if self.client.set(key, owner, nx=True, px=int(seconds * 1000)):
+        key, ms = self.PREFIX + name, int(seconds * 1000)
+        taken, held = self._send(("SET", key, owner, "NX", "PX", ms), ("GET", key))
+        if taken is not None:
             return True
-        if self.client.get(key) == owner.encode():
-            return bool(self.client.set(key, owner, xx=True, px=int(seconds * 1000)))
-        return False
+        return held == owner.encode() and self._send(("SET", key, owner, "XX", "PX", ms))[0] is not None
 
     def release(self, name: str, owner: str) -> None:
-        if self.client.get(self.PREFIX + name) == owner.encode():
-            self.client.delete(self.PREFIX + name)
+        if self._send(("GET", self.PREFIX + name))[0] == owner.encode():
+            self._send(("DEL", self.PREFIX + name))
 
     def add(self, name: str, amount: int) -> None:
-        self.client.incrby(self.PREFIX + name, amount)
-
-    def get_many(self, names: list[str]) -> list[bytes | None]:
-        return self.client.mget([self.PREFIX + name for name in names]) if names else []
+        self._send(("INCRBY", self.PREFIX + name, amount))
 
     def add_many(self, amounts: dict[str, int]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for name, amount in amounts.items():
-            pipe.incrby(self.PREFIX + name, amount)
-        pipe.execute()
+        if amounts:
+            self._send(*[("INCRBY", self.PREFIX + name, amount) for name, amount in amounts.items()])
+
+    def counter(self, name: str) -> int:
+        data = self.get(name, 32)
+        return int(data) if data and data.isdigit() else 0
 
 
 def open_backend(url: str, timeout: float) -> Backend:
     """The backend JITOPS_REMOTE_CACHE names: a URL, or `module:Class` (a Backend subclass, given
-    the URL and timeout)."""
+    the URL and timeout). CacheError for a setting that names none."""
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme in ("redis", "rediss", "unix", "valkey"):
         return RedisBackend(url.replace("valkey://", "redis://", 1), timeout)

@@ -9,11 +9,17 @@ import json
 import os
 import re
 import time
+from typing import NamedTuple
 
 from . import _entries, _prebuilt, _root, _signing
 from ._key import PlannedEntry, portable_components
+from ._remote_backends import RECORD_MAX
 
-FORMAT = 1  # of the records and the lookup key: bump when their meaning changes
+# Of the records and the lookup key: bump when their meaning changes (2: records framed as below,
+# their signature checked before their body is parsed). Readers of another format miss its records.
+FORMAT = 2
+MAGIC = b"jitops-record"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def lookup_key(components: dict) -> str:
@@ -43,27 +49,99 @@ def _version(text: str | None) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text or ""))
 
 
-# A record: its body as canonical JSON, the signature of those bytes and the signer's public key.
+# A record: a header line, the signer's public key, the signature of the body's bytes (each "-"
+# where unsigned), then the body as canonical JSON. The signature is checked on the raw bytes, and
+# only a record of at most RECORD_MAX bytes is read at all, before any JSON is parsed.
 def seal(body: dict, signer: _signing.Signer | None) -> bytes:
     """A record of body, signed where there is a signer."""
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    signature = signer.sign(text.encode()) if signer else None
-    return json.dumps({"body": text, "signature": signature, "key": signer.public if signer else None}).encode()
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    public, signature = (signer.public, signer.sign(text)) if signer else ("-", "-")
+    return b"%s %d\n%s\n%s\n" % (MAGIC, FORMAT, public.encode(), signature.encode()) + text
 
 
-def inspect(data: bytes, trusted: set[bytes]) -> tuple[dict, str | None, bool]:
-    """A record's body, its signer's public key (None: unsigned) and whether that signature
-    verifies under a key in `trusted`. Raises ValueError where it is malformed."""
+class Unsealed(NamedTuple):
+    signer: str | None  # the public key it names (None: unsigned), whether trusted or not
+    trusted: bool  # its signature verifies under a key in the trusted set
+    body: dict | None  # parsed where trusted or asked for; None where malformed or not parsed
+    problem: str  # why it is malformed ("" where it is not)
+
+
+def unseal(data: object, trusted: set[bytes], parse_untrusted: bool = False) -> Unsealed:
+    """A record's signer, whether it is trusted, and its body: parsed only where its signature
+    verifies (or parse_untrusted, for a server trusted as a whole or the CLI's listing)."""
+    if not isinstance(data, bytes):
+        return Unsealed(None, False, None, f"not bytes but {type(data).__name__}")
+    if len(data) > RECORD_MAX:
+        return Unsealed(None, False, None, f"longer than {RECORD_MAX >> 10} KiB")
+    parts = data.split(b"\n", 3)
+    if len(parts) < 4 or parts[0] != b"%s %d" % (MAGIC, FORMAT):
+        if data.startswith(b'{"body"') or parts[0].startswith(MAGIC):
+            return Unsealed(None, False, None, "written by a jitops of another record format")
+        return Unsealed(None, False, None, "not a jitops record")
     try:
-        envelope = json.loads(data)
-        text, signature, public = envelope["body"], envelope.get("signature"), envelope.get("key")
-        body = json.loads(text)
-    except (TypeError, KeyError) as err:
-        raise ValueError(f"no {err}") from None
+        public, signature = parts[1].decode("ascii"), parts[2].decode("ascii")
+    except UnicodeDecodeError:
+        return Unsealed(None, False, None, "its signer is not text")
+    signer = public if public != "-" else None
+    trusted = bool(signer) and _signing.verified(parts[3], signature, public, trusted)
+    if not (trusted or parse_untrusted):
+        return Unsealed(signer, False, None, "")
+    try:
+        body = json.loads(parts[3])
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+        return Unsealed(signer, trusted, None, "its body is not JSON")
     if not isinstance(body, dict):
-        raise ValueError("not an object")
-    signed = isinstance(signature, str) and isinstance(public, str)
-    return body, public if signed else None, signed and _signing.verified(text.encode(), signature, public, trusted)
+        return Unsealed(signer, trusted, None, "its body is not an object")
+    return Unsealed(signer, trusted, body, "")
+
+
+def _optional(kind):
+    return lambda value: value is None or isinstance(value, kind)
+
+
+def _texts(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _hashes(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _size(value) -> bool:
+    return type(value) is int and value > 0
+
+
+def _sha256(value) -> bool:
+    return isinstance(value, str) and SHA256.fullmatch(value) is not None
+
+
+_COMMON = {"format": lambda v: v == FORMAT, "kind": _optional(str), "key": _optional(str), "size": _size}
+_COMMON["pushed_at"] = _optional((int, float))
+SHAPES = {
+    "entry": {
+        **_COMMON,
+        "name": lambda v: isinstance(v, str),
+        "library": lambda v: isinstance(v, str) and os.path.basename(v) == v and v.endswith(".so"),
+        "library_sha256": _sha256,
+        "headers": _hashes,
+        "cuda_arch_list": _optional(str),
+        "backends": lambda v: v is None or _texts(v),
+        "glibc": _optional(str),
+        "built_by": _optional(dict),
+        "built_at": _optional((int, float)),
+    },
+    "object": {**_COMMON, "source": _optional(str), "headers": _hashes, "object_sha256": _sha256},
+}
+
+
+def shape_problem(body: dict, kind: str) -> str:
+    """The first field of a record's body that is missing or of the wrong type ('' where none)."""
+    for field, fits in SHAPES[kind].items():
+        if field not in body:
+            return f"it has no {field!r}"
+        if not fits(body[field]):
+            return f"its {field!r} is {type(body[field]).__name__} {str(body[field])[:40]!r}"
+    return ""
 
 
 def candidates(planned: PlannedEntry) -> list[dict]:
