@@ -145,3 +145,53 @@ class Proxy:
     def close(self) -> None:
         self.cut()
         self.listener.close()
+
+
+class HostileServer:
+    """127.0.0.1:port answering every Redis request the way a broken or hostile server would. mode:
+    "drip": an array of a million elements, then one element a second; "huge": a 1 GB bulk string
+    streamed as fast as loopback takes it; "int": an integer for every command; "silent": nothing."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sent = 0  # bytes written, across connections
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            while request := client.recv(1 << 16):
+                commands = sum(1 for line in request.split(b"\r\n") if line.startswith(b"*"))
+                if self.mode == "int":
+                    client.sendall(b":7\r\n" * commands)
+                elif self.mode == "drip":
+                    client.sendall(b"*1000000\r\n")
+                    while True:
+                        time.sleep(1)
+                        client.sendall(b":1\r\n")
+                elif self.mode == "huge":
+                    client.sendall(b"$1000000000\r\n")
+                    zeros = bytes(1 << 20)
+                    for _ in range(1000):
+                        client.sendall(zeros)
+                        self.sent += len(zeros)
+        except OSError:
+            pass
+        finally:
+            client.close()
+
+    def close(self) -> None:
+        self.listener.close()

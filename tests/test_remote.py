@@ -28,10 +28,11 @@ for _module in ("cryptography", "redis"):
     if os.environ.get("CI"):
         __import__(_module)
     pytest.importorskip(_module, reason="the remote extra (pip install 'jitops[remote]')")
+pytestmark = []
 if redis_binary() is None:
     if os.environ.get("CI"):
         raise RuntimeError("CI must run the remote cache's tests: install redis-server (apt-get install redis-server)")
-    pytestmark = pytest.mark.skip(reason="no redis-server on PATH (Debian: apt-get install redis-server)")
+    pytestmark = [pytest.mark.skip(reason="no redis-server on PATH (Debian: apt-get install redis-server)")]
 
 
 @pytest.fixture

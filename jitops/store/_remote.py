@@ -98,16 +98,16 @@ class Remote:
         self._takes_cap = self.backend is not None and "max_bytes" in inspect.signature(self.backend.get_many).parameters
 
     # The fault policy: one deadline per call, results checked, a fault turns the remote off.
-    def call(self, doing: str, method, *args, check=None):
-        """backend.method(*args) within JITOPS_REMOTE_TIMEOUT, its result passing check; any other
+    def call(self, doing: str, method: str, *args, check=None):
+        """self.backend.<method>(*args) within JITOPS_REMOTE_TIMEOUT, its result passing check; any other
         outcome disables the remote for the process, with one warning, and raises Fault. Unreadable
         (one name holds no value) is raised as it is: the caller skips that record."""
         if self.disabled:
             raise Fault(self.disabled)
         try:
-            result = self._run(method, args)
+            result = self._run(getattr(self.backend, method), args)
             if check is not None and not check(result):
-                raise TypeError(f"{method.__name__}() returned {type(result).__name__} {str(result)[:40]!r}")
+                raise TypeError(f"{method}() returned {type(result).__name__} {str(result)[:40]!r}")
             return result
         except Unreadable:
             raise
@@ -168,14 +168,12 @@ class Remote:
     def records(self, folder: str, op: str) -> list[tuple[str, object]]:
         """(name, raw value) of each record under folder (`entries/<key>`): a value may be None
         (gone meanwhile), an Unreadable, or anything a backend returned."""
-        names = self.call(f"looking up {op} in", self.backend.list, folder, check=_names)
+        names = self.call(f"looking up {op} in", "list", folder, check=_names)
         names = [f"{folder}/{variant}" for variant in names if variant and "/" not in variant and variant not in (".", "..")]
         if not names:
             return []
         args = (names, RECORD_MAX) if self._takes_cap else (names,)
-        values = self.call(
-            f"looking up {op} in", self.backend.get_many, *args, check=lambda v: isinstance(v, list) and len(v) == len(names)
-        )
+        values = self.call(f"looking up {op} in", "get_many", *args, check=lambda v: isinstance(v, list) and len(v) == len(names))
         return list(zip(names, values))
 
     def opened(self, data, name: str, kind: str, key: str, op: str) -> dict | None:
@@ -244,7 +242,7 @@ class Remote:
             try:
                 self.call(
                     f"downloading {op} from",
-                    self.backend.get_into,
+                    "get_into",
                     f"blobs/{digest}",
                     sink,
                     size,
@@ -267,7 +265,7 @@ class Remote:
 
     def put_blob(self, data: bytes, op: str) -> str:
         digest = _root.sha256_bytes(data)
-        self.call(f"uploading {op} to", self.backend.put, f"blobs/{digest}", data, True)
+        self.call(f"uploading {op} to", "put", f"blobs/{digest}", data, True)
         return digest
 
     # Libraries
@@ -345,7 +343,7 @@ class Remote:
                 "built_at": manifest.get("built_at"),
                 "pushed_at": time.time(),
             }
-            if not self.call(f"uploading {op} to", self.backend.put, name, seal(body, self.signer), not there):
+            if not self.call(f"uploading {op} to", "put", name, seal(body, self.signer), not there):
                 return ""
             self.count(pushes=1, bytes_up=len(data))
             return "re-signed" if there else "pushed"
@@ -356,7 +354,7 @@ class Remote:
         """Whether the record `name` is to be written: False where there is none (write it), True
         where there is one this machine's keys do not trust and a signer is here to replace it;
         None where it stays."""
-        data = self.call(f"looking up {op} in", self.backend.read, name, RECORD_MAX)
+        data = self.call(f"looking up {op} in", "read", name, RECORD_MAX)
         if data is None:
             return False
         sealed = unseal(data, self.trusted)
@@ -397,7 +395,7 @@ class Remote:
             "size": len(data),
             "pushed_at": time.time(),
         }
-        self.call(f"uploading {op} to", self.backend.put, name, seal(body, self.signer), not there)
+        self.call(f"uploading {op} to", "put", name, seal(body, self.signer), not there)
 
     def fetch_object(self, root: Path, portable_key: str, destination: Path, op: str) -> dict | None:
         """A unit's object whose headers all still hold here, written to destination; its headers,
@@ -428,7 +426,7 @@ class Remote:
         lease, owner = f"leases/{lookup_key(planned.components)}", f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         deadline = time.monotonic() + build_timeout()
         try:
-            while not self.call(f"taking a lease on {op} on", self.backend.lease, lease, owner, LEASE_S):
+            while not self.call(f"taking a lease on {op} on", "lease", lease, owner, LEASE_S):
                 time.sleep(POLL_S)
                 if (library := self.fetch(planned, count=False)) is not None:
                     return library, "remote"
@@ -440,7 +438,7 @@ class Remote:
         # Its holder may have pushed and let go between this machine's miss and its lease.
         if (library := self.fetch(planned, count=False)) is not None:
             with contextlib.suppress(Fault):
-                self.call(f"releasing a lease on {op} on", self.backend.release, lease, owner)
+                self.call(f"releasing a lease on {op} on", "release", lease, owner)
             return library, "remote"
         stop = threading.Event()
         keeper = threading.Thread(target=self._keep, args=(lease, owner, op, stop), daemon=True)
@@ -451,7 +449,7 @@ class Remote:
             stop.set()
             keeper.join()
             with contextlib.suppress(Fault):
-                self.call(f"releasing a lease on {op} on", self.backend.release, lease, owner)
+                self.call(f"releasing a lease on {op} on", "release", lease, owner)
 
     def _build_and_push(self, planned: PlannedEntry, build) -> Path:
         library = build()
@@ -461,7 +459,7 @@ class Remote:
     def _keep(self, lease: str, owner: str, op: str, stop: threading.Event) -> None:
         while not stop.wait(LEASE_S / 3):
             with contextlib.suppress(Fault):
-                self.call(f"renewing a lease on {op} on", self.backend.lease, lease, owner, LEASE_S)
+                self.call(f"renewing a lease on {op} on", "lease", lease, owner, LEASE_S)
 
 
 def _max_blob(value: str) -> int:

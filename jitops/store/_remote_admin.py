@@ -44,7 +44,7 @@ class Record:
 def listing(remote: Remote, kind: str) -> list[Record]:
     """Every record of a kind ("entries", "objects")."""
     found = []
-    for key in remote.call("listing", remote.backend.list, kind, check=lambda v: isinstance(v, list)):
+    for key in remote.call("listing", "list", kind, check=lambda v: isinstance(v, list)):
         if not isinstance(key, str) or "/" in key or key in ("", ".", ".."):
             continue
         for name, data in remote.records(f"{kind}/{key}", "records"):
@@ -65,8 +65,8 @@ def status(remote: Remote) -> dict:
     memory apart, and the counters."""
     entries, objects = listing(remote, "entries"), listing(remote, "objects")
     named = {r.blob: r.size for r in entries + objects if r.blob}
-    blobs = remote.call("listing", remote.backend.list, "blobs", check=lambda v: isinstance(v, list))
-    server_bytes = remote.call("asking", remote.backend.size, check=lambda v: v is None or type(v) is int)
+    blobs = remote.call("listing", "list", "blobs", check=lambda v: isinstance(v, list))
+    server_bytes = remote.call("asking", "size", check=lambda v: v is None or type(v) is int)
     counters = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")
     return {
         "entries": len(entries),
@@ -76,10 +76,7 @@ def status(remote: Remote) -> dict:
         "unnamed_blobs": sum(1 for b in blobs if b not in named),
         "blob_bytes": sum(named.values()),
         "bytes": server_bytes,  # the server's own memory (Redis: every database's), or the folder's size
-        **{
-            name: remote.call("asking", remote.backend.counter, f"stats/{name}", check=lambda v: type(v) is int)
-            for name in counters
-        },
+        **{name: remote.call("asking", "counter", f"stats/{name}", check=lambda v: type(v) is int) for name in counters},
     }
 
 
@@ -117,14 +114,14 @@ def remove(remote: Remote, names: list[str]) -> int:
     a miss, never a wrong load.)"""
     everything = listing(remote, "entries") + listing(remote, "objects")
     for name in names:
-        remote.call("removing from", remote.backend.delete, name)
+        remote.call("removing from", "delete", name)
     sizes = {r.blob: r.size for r in everything if r.blob}
     named = {r.blob for r in everything if r.blob and r.name not in names}
     freed = 0
-    for digest in remote.call("listing", remote.backend.list, "blobs", check=lambda v: isinstance(v, list)):
+    for digest in remote.call("listing", "list", "blobs", check=lambda v: isinstance(v, list)):
         if isinstance(digest, str) and "/" not in digest and digest not in named:
             freed += sizes.get(digest, 0)
-            remote.call("removing from", remote.backend.delete, f"blobs/{digest}")
+            remote.call("removing from", "delete", f"blobs/{digest}")
     return freed
 
 
@@ -138,9 +135,7 @@ def holds(remote: Remote, planned: PlannedEntry) -> tuple[bool, str]:
             body, signer, why = remote.judge(data, "entry", key)
             why = why or (body is not None and unfit(body, planned))
             if not why and body is not None:
-                if remote.call(
-                    "looking up", remote.backend.exists, f"blobs/{body['library_sha256']}", check=lambda v: isinstance(v, bool)
-                ):
+                if remote.call("looking up", "exists", f"blobs/{body['library_sha256']}", check=lambda v: isinstance(v, bool)):
                     return True, f"{remote.server}, signed by {signer or 'no key (JITOPS_REMOTE_TRUST=server)'}"
                 why = "its blob is missing"
             if why:
