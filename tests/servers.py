@@ -54,10 +54,10 @@ class RedisServer:
         except OSError:
             return False
 
-    def command(self, *words: str) -> bytes:
+    def command(self, *words: str | bytes) -> bytes:
         """One command in Redis' protocol; its reply's first line."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
-            encoded = [word.encode() for word in words]
+            encoded = [word if isinstance(word, bytes) else word.encode() for word in words]
             conn.sendall(b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in encoded))
             return conn.recv(1 << 16).split(b"\r\n")[0]
 

@@ -33,6 +33,7 @@ def status(field):
     for line in open("/proc/self/status"):
         if line.startswith(field):
             return int(line.split()[1]) * 1024
+import torch  # as in any program of a pod: its memory is not the load's
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
 from jitops.build import _loader
@@ -405,3 +406,22 @@ def test_a_writer_without_a_signing_key_is_told_once(tmp_path, server):
         load(tmp_path / "ci2", other, JITOPS_REMOTE_CACHE=server.url, JITOPS_REMOTE_TRUST="server")["stderr"].count("Warning")
         == 0
     )
+
+
+@pytest.mark.slow
+def test_a_fault_soak_never_hangs_crashes_or_loads_a_wrong_library(tmp_path):
+    """examples/remote_soak.py: 4 pods x 10 loads, each a new process with an empty root, while the
+    server is trickled, flooded with a 1 GB reply and restarted, beside a nested record, a stranger's
+    record, a FIFO and a /dev/zero link. Every load right; the time inside remote calls within the
+    timeout plus a second; memory within 64 MiB."""
+    soak = Path(__file__).parent.parent / "examples" / "remote_soak.py"
+    out = children.run(
+        [sys.executable, str(soak), "--json", str(tmp_path / "soak.json")], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / "soak.json").read_text())
+    assert summary["loads"] == 40 and (summary["wrong_values"], summary["hangs"], summary["crashes"]) == (0, 0, 0), out.stdout
+    assert summary["remote_seconds_max"] <= summary["timeout_s"] + 1, out.stdout
+    assert summary["memory_growth_max_mib"] <= 64, out.stdout
+    assert summary["remote_hits"] > 0 and summary["remote_off"] > 0 and summary["records_skipped"] > 0, out.stdout
+    assert {"trickle", "flood", "restart", "folder"} <= set(summary["by_phase"]), out.stdout
