@@ -42,7 +42,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from edit_loop import CHILD as LOAD_CHILD  # noqa: E402
 from edit_loop import Tree  # noqa: E402
-from unmodified_program import PROGRAM  # noqa: E402
+from unmodified_program import STYLEGAN as PROGRAM  # noqa: E402
 
 OP_CHILD = """
 import json, sys, time, torch
@@ -64,13 +64,19 @@ print(json.dumps({"seconds": seconds, "ok": bool(ok)}))
 """
 
 
+CASES = ("add2", "bias_act", "3-unit load", "2 plugins (run)", "edit k1")
+
+
 def folder_bytes(folder: Path) -> int:
     """The bytes of every file under folder (0 where it does not exist): the disk a run left."""
     return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(folder) for f in files)
 
 
-def counters(env: dict) -> dict:
-    out = subprocess.run([sys.executable, "-m", "jitops", "remote", "status", "--json"], env=env, capture_output=True, text=True)
+def counters(env: dict, cwd: Path) -> dict:
+    """The server's counters (cwd outside the checkout: `python -m` would put its jitops first)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "jitops", "remote", "status", "--json"], env=env, cwd=cwd, capture_output=True, text=True
+    )
     if out.returncode != 0:
         raise SystemExit(f"remote status failed:\n{out.stdout}{out.stderr}")
     return json.loads(out.stdout)
@@ -81,6 +87,8 @@ def main() -> None:
     parser.add_argument("--tier", choices=["redis", "file"], default="redis")
     parser.add_argument("--repeats", type=int, default=5, help="downloads of each case per path (median)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--installed", action="store_true", help="run the jitops installed in this Python, not the checkout's")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     args = parser.parse_args()
 
     import torch
@@ -89,14 +97,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jitops-remote-") as tmp:
         work = Path(tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+        if not args.installed:  # the checkout's jitops; --installed: the one this Python has (pip install .)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
         env["JITOPS_PCH"] = "0"
         keygen = subprocess.run(
             [sys.executable, "-m", "jitops", "remote", "keygen", str(work / "writer.key"), "--json"],
             env=env,
+            cwd=work,
             capture_output=True,
             text=True,
         )
+        if keygen.returncode != 0:
+            raise SystemExit(f"remote keygen failed:\n{keygen.stdout}{keygen.stderr}")
         public = json.loads(keygen.stdout)["public_key"]
         env["JITOPS_REMOTE_TRUSTED_KEYS"] = public
         paths = {}
@@ -128,15 +140,15 @@ def main() -> None:
                 return [sys.executable, "-c", OP_CHILD, case]
             if case in ("3-unit load", "edit k1"):
                 return [sys.executable, "-c", LOAD_CHILD, "jitops", "remote_three", json.dumps(tree.sources), "", "[]", "[]"]
-            build_root = work / f"plugins-{runs}"  # a fresh machine: its build folders are new too
-            return [sys.executable, "-m", "jitops", "run", "train.py", "import", json.dumps(plugin_sources), str(build_root)]
+            return [sys.executable, "-m", "jitops", "run", "train.py", "import", json.dumps(plugin_sources)]
 
         def run(case: str, run_env: dict) -> dict:
-            cache = work / f"cache-{runs}"  # empty: a fresh machine
+            argv = command(case)
+            cache = work / f"cache-{runs}"  # empty: a fresh machine, its plugins' build folders new too
             started = time.perf_counter()
             out = subprocess.run(
-                command(case),
-                env={**run_env, "JITOPS_CACHE_DIR": str(cache)},
+                argv,
+                env={**run_env, "JITOPS_CACHE_DIR": str(cache), "TORCH_EXTENSIONS_DIR": str(work / f"plugins-{runs}")},
                 cwd=work,
                 capture_output=True,
                 text=True,
@@ -173,7 +185,7 @@ def main() -> None:
             return run(case, run_env)
 
         results = {}
-        for case in ("add2", "bias_act", "3-unit load", "2 plugins (run)", "edit k1"):
+        for case in [c for c in CASES if c in args.cases.split(",")]:
             if case == "edit k1":
                 tree.k1_edits += 1
                 tree.write()
@@ -188,11 +200,13 @@ def main() -> None:
             )
             for label, url in paths.items():
                 reader_env = {**env, "JITOPS_REMOTE_CACHE": url, "JITOPS_REMOTE_MODE": "read-only"}
-                before = counters(reader_env) if args.tier == "redis" else None
+                before = counters(reader_env, work) if args.tier == "redis" else None
                 samples = [floor_then(case, reader_env) for _ in range(args.repeats if case != "edit k1" else 1)]
-                after = counters(reader_env) if args.tier == "redis" else None
+                after = counters(reader_env, work) if args.tier == "redis" else None
                 seconds = statistics.median(s["seconds"] for s in samples)
+                # Read-only readers leave the server's counters alone (a jitops before issue 60's did not)
                 moved = (after["bytes_down"] - before["bytes_down"]) / len(samples) if before else None
+                moved = moved or None
                 row[label] = {
                     "seconds": seconds,
                     "wall_s": statistics.median(s["wall_s"] for s in samples),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh remote|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -80,17 +80,30 @@ case "$1" in
     python3 -m pip install -q . --no-deps --no-build-isolation
     (cd examples && python3 drop_in_time.py --installed --phases) 2>&1 | tee "$OUT/drop_in_phases.log"
     python3 -m pip install -q -e . --no-deps --no-build-isolation ;;
-  remote)  # the remote cache's tests, then examples/remote_cache.py: a carried redis-server where it runs, else file://
-    # .remote/ (carried, not committed): wheels of the remote extra for the image's Python (`pip download redis
-    # cryptography cffi pycparser --python-version 3.12 --only-binary=:all: -d .remote/wheels`), and this
-    # machine's redis-server with the libraries it links (.remote/bin, .remote/lib).
-    [ -d .remote/wheels ] && python3 -m pip install -q --no-index --find-links .remote/wheels redis cryptography
+  remote|remote-ab)  # remote: the remote cache's tests (its fault suite too), then examples/remote_cache.py; remote-ab:
+    # examples/remote_cache.py (CASES) under the tree issue 60 began from, then this one, each installed as users
+    # have it (pip install .). A carried redis-server where it runs, else file://.
+    # .remote/ (carried, not committed): wheels for the image's Python (`pip download cryptography cffi pycparser redis
+    # --python-version 3.12 --only-binary=:all: -d .remote/wheels`; redis-py only for the older tree), this machine's
+    # redis-server with the libraries it links (.remote/bin, .remote/lib), and `git archive 0378501 > .remote/old.tar`.
+    [ -d .remote/wheels ] && python3 -m pip install -q --no-index --find-links .remote/wheels cryptography redis
     if [ -x .remote/bin/redis-server ] && LD_LIBRARY_PATH=$PWD/.remote/lib .remote/bin/redis-server --version; then
       printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/.remote/lib" "$PWD/.remote/bin/redis-server" > /tmp/redis-server
       chmod +x /tmp/redis-server; export PATH=/tmp:$PATH; tier=redis
     else tier=file; fi
-    JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-remote pytest tests/test_remote.py > "$OUT/pytest-remote.log" 2>&1; tail -n 3 "$OUT/pytest-remote.log"
-    python3 examples/remote_cache.py --tier $tier --json "$OUT/remote_cache.json" 2>&1 | tee "$OUT/remote_cache.log" ;;
+    if [ "$1" = remote-ab ]; then
+      cases=${CASES:-add2,2 plugins (run)}
+      rm -rf /tmp/old && mkdir /tmp/old && tar -xf .remote/old.tar -C /tmp/old && cp examples/remote_cache.py /tmp/old/examples/
+      python3 -m pip install -q /tmp/old --no-deps --no-build-isolation
+      (cd /tmp/old && python3 examples/remote_cache.py --installed --tier $tier --cases "$cases" --json "$OUT/remote_cache_before.json") 2>&1 | tee "$OUT/remote_cache_before.log"
+      python3 -m pip install -q . --no-deps --no-build-isolation
+      python3 examples/remote_cache.py --installed --tier $tier --cases "$cases" --json "$OUT/remote_cache_after.json" 2>&1 | tee "$OUT/remote_cache_after.log"
+      python3 -m pip install -q -e . --no-deps --no-build-isolation
+    else
+      JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-remote pytest tests/test_remote.py tests/test_remote_faults.py > "$OUT/pytest-remote.log" 2>&1
+      tail -n 3 "$OUT/pytest-remote.log"
+      python3 examples/remote_cache.py --tier $tier --json "$OUT/remote_cache.json" 2>&1 | tee "$OUT/remote_cache.log"
+    fi ;;
   issue25)  # the drop-in, downstream-package, namespace and prebuilt tests with CUDA, then the drop-in timing
     JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache-25 pytest tests/test_torch_load.py tests/test_downstream.py tests/test_extension.py \
       tests/test_prebuilt.py > "$OUT/pytest-issue25.log" 2>&1; tail -n 3 "$OUT/pytest-issue25.log"

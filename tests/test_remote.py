@@ -334,7 +334,7 @@ def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(mon
 
 
 # A pod without nvcc: no toolkit is found.
-NO_TOOLKIT = "import jitops.store._key\njitops._key.find_cuda_home = lambda: None\n"
+NO_TOOLKIT = "import jitops.store._key\njitops.store._key.find_cuda_home = lambda: None\n"
 LOAD_ADD2 = """
 import json, torch, jitops
 from jitops.warm import _libraries

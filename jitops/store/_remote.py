@@ -26,21 +26,10 @@ import uuid
 from pathlib import Path
 
 from .._errors import CacheError, warn
-from . import _entries, _root, _signing
+from . import _entries, _remote_records, _root, _signing
 from ._key import PlannedEntry
 from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend
-from ._remote_records import (
-    FORMAT,
-    candidates,
-    glibc_needed,
-    local_manifest,
-    lookup_key,
-    record_variant,
-    seal,
-    shape_problem,
-    unfit,
-    unseal,
-)
+from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_BLOB = 2 << 30
@@ -185,40 +174,7 @@ class Remote:
         return body
 
     def judge(self, data, kind: str, key: str) -> tuple[dict | None, str | None, str]:
-        """(body, signer, "") of a record signed by a trusted key (or JITOPS_REMOTE_TRUST=server),
-        well formed, of this kind and key, and within the caps; else (None, signer, why). None for
-        data is a record gone meanwhile: no reason."""
-        if data is None:
-            return None, None, ""
-        if isinstance(data, Unreadable):
-            return None, None, f"it cannot be read ({data})"
-        sealed = unseal(bytes(data) if isinstance(data, bytearray) else data, self.trusted, self.trust_server)
-        if sealed.problem:
-            return None, sealed.signer, f"it is malformed ({sealed.problem})"
-        if not (sealed.trusted or self.trust_server):
-            return None, sealed.signer, self.untrusted_why(sealed.signer)
-        body = sealed.body
-        if problem := shape_problem(body, kind):
-            return None, sealed.signer, f"it is malformed ({problem})"
-        if body["kind"] != kind or body["key"] != key:
-            return None, sealed.signer, f"it is for another {kind}"
-        if body["size"] > self.max_blob:
-            return None, sealed.signer, f"its blob's {body['size']} bytes exceed JITOPS_REMOTE_MAX_BLOB"
-        return {**body, "signed_by": sealed.signer if sealed.trusted else None}, sealed.signer, ""
-
-    def untrusted_why(self, signer: str | None) -> str:
-        if signer is None:
-            return (
-                "it is not signed (its writer has no JITOPS_REMOTE_SIGNING_KEY); sign the writer's pushes, "
-                "or trust the server as a whole: JITOPS_REMOTE_TRUST=server"
-            )
-        try:
-            known = _signing.parse_public(signer) in self.trusted
-        except CacheError:
-            known = False
-        if known:
-            return "its signature does not verify under its signer's key, which is trusted: the record was changed after signing"
-        return "its signer is not in JITOPS_REMOTE_TRUSTED_KEYS; add that key there if it is your writer's"
+        return judge(data, kind, key, self.trusted, self.trust_server, self.max_blob)
 
     def skip(self, op: str, name: str, signer: str | None, why: str) -> None:
         self.said[op] = f"has a record of {op} that was not loaded: {why}"
@@ -238,26 +194,19 @@ class Remote:
                     hasher.update(chunk)
                     return file.write(chunk)
 
-            sink = Hashing()
             try:
-                self.call(
-                    f"downloading {op} from",
-                    "get_into",
-                    f"blobs/{digest}",
-                    sink,
-                    size,
-                    check=lambda n: n is None or type(n) is int,
+                read = (f"blobs/{digest}", Hashing(), size)
+                self.call(f"downloading {op} from", "get_into", *read, check=lambda n: n is None or type(n) is int)
+                written, why = file.tell(), f"its blob {digest[:16]} does not match its size and sha256"
+                why = (
+                    f"its blob {digest[:16]} is missing"
+                    if written == 0
+                    else ""
+                    if (written, hasher.hexdigest()) == (size, digest)
+                    else why
                 )
             except Unreadable as err:
                 why = f"its blob cannot be read ({err})"
-            else:
-                written = file.tell()
-                why = (
-                    ""
-                    if written == size and hasher.hexdigest() == digest
-                    else f"its blob {digest[:16]} does not match its size and sha256"
-                )
-                why = f"its blob {digest[:16]} is missing" if written == 0 else why
         if why:
             destination.unlink()
             self.skip(op, record, body["signed_by"], why)
@@ -283,10 +232,10 @@ class Remote:
                     body = self.opened(data, name, "entry", key, op)
                     if body is None:
                         continue
-                    if why := unfit(body, planned):
+                    if why := _remote_records.unfit(body, planned):
                         refused.append(why)
                         continue
-                    manifest = local_manifest(self.server, planned, body, name.rpartition("/")[2])
+                    manifest = _remote_records.local_manifest(self.server, planned, body, name.rpartition("/")[2])
                     fill = lambda path: self.download(body, body["library_sha256"], path, op, name)  # noqa: E731
                     library = _entries.publish_library(entry, manifest, fill)
                     if library is None:
@@ -317,7 +266,7 @@ class Remote:
         self.warn_unsigned()
         components = manifest.get("components", {})
         key, op = lookup_key(components), entry.name
-        name = f"entries/{key}/{record_variant(components.get('cuda_arch_list'), manifest.get('headers', {}))}"
+        name = f"entries/{key}/{_remote_records.record_variant(components.get('cuda_arch_list'), manifest.get('headers', {}))}"
         try:
             there = self.replaceable(name, op)
             if there is None:
@@ -338,7 +287,7 @@ class Remote:
                 "headers": manifest.get("headers", {}),
                 "cuda_arch_list": components.get("cuda_arch_list"),
                 "backends": components.get("backends"),
-                "glibc": glibc_needed(data),
+                "glibc": _remote_records.glibc_needed(data),
                 "built_by": {"cxx": components.get("cxx"), "nvcc": components.get("nvcc"), "host": socket.gethostname()},
                 "built_at": manifest.get("built_at"),
                 "pushed_at": time.time(),

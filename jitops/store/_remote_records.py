@@ -11,9 +11,10 @@ import re
 import time
 from typing import NamedTuple
 
+from .._errors import CacheError
 from . import _entries, _prebuilt, _root, _signing
 from ._key import PlannedEntry, portable_components
-from ._remote_backends import RECORD_MAX
+from ._remote_backends import RECORD_MAX, Unreadable
 
 # Of the records and the lookup key: bump when their meaning changes (2: records framed as below,
 # their signature checked before their body is parsed). Readers of another format miss its records.
@@ -142,6 +143,46 @@ def shape_problem(body: dict, kind: str) -> str:
         if not fits(body[field]):
             return f"its {field!r} is {type(body[field]).__name__} {str(body[field])[:40]!r}"
     return ""
+
+
+def judge(
+    data, kind: str, key: str, trusted: set[bytes], trust_server: bool, max_blob: int
+) -> tuple[dict | None, str | None, str]:
+    """(body, signer, "") of a record a reader takes: signed by a trusted key (or trust_server),
+    well formed, of this kind and key, its blob within max_blob; else (None, signer, why). None
+    for data is a record gone meanwhile: no reason."""
+    if data is None:
+        return None, None, ""
+    if isinstance(data, Unreadable):
+        return None, None, f"it cannot be read ({data})"
+    sealed = unseal(bytes(data) if isinstance(data, bytearray) else data, trusted, trust_server)
+    if sealed.problem:
+        return None, sealed.signer, f"it is malformed ({sealed.problem})"
+    if not (sealed.trusted or trust_server):
+        return None, sealed.signer, _untrusted_why(sealed.signer, trusted)
+    body = sealed.body
+    if problem := shape_problem(body, kind):
+        return None, sealed.signer, f"it is malformed ({problem})"
+    if body["kind"] != kind or body["key"] != key:
+        return None, sealed.signer, f"it is for another {kind}"
+    if body["size"] > max_blob:
+        return None, sealed.signer, f"its blob's {body['size']} bytes exceed JITOPS_REMOTE_MAX_BLOB"
+    return {**body, "signed_by": sealed.signer if sealed.trusted else None}, sealed.signer, ""
+
+
+def _untrusted_why(signer: str | None, trusted: set[bytes]) -> str:
+    if signer is None:
+        return (
+            "it is not signed (its writer has no JITOPS_REMOTE_SIGNING_KEY); sign the writer's pushes, "
+            "or trust the server as a whole: JITOPS_REMOTE_TRUST=server"
+        )
+    try:
+        known = _signing.parse_public(signer) in trusted
+    except CacheError:
+        known = False
+    if known:
+        return "its signature does not verify under its signer's key, which is trusted: the record was changed after signing"
+    return "its signer is not in JITOPS_REMOTE_TRUSTED_KEYS; add that key there if it is your writer's"
 
 
 def candidates(planned: PlannedEntry) -> list[dict]:

@@ -63,19 +63,18 @@ class Client:
         (its length is returned instead). A connection reused from an earlier call that turns out
         closed (a server restarted meanwhile) is replaced once."""
         connection = getattr(self._local, "connection", None)
-        for fresh in (connection is None, True):
-            if connection is None:
-                connection = self._local.connection = _Connection(self.address, deadline)
+        reused = connection is not None
+        while True:
             try:
+                if connection is None:
+                    connection = self._local.connection = _Connection(self.address, deadline)
                 connection.send(commands, deadline)
                 return [connection.reply(deadline, max_bytes, sink) for _ in commands]
-            except (ConnectionError, ReplyTooLarge, TimeoutError, OSError) as err:
+            except BaseException as err:  # the connection's state is unknown: never used again
                 self.close()
-                retry = isinstance(err, ConnectionError) and not connection.received and not fresh
-                if not retry:
+                if not (reused and isinstance(err, ConnectionError) and not connection.received):
                     raise
-                connection = None
-        raise AssertionError("unreachable")
+                connection, reused = None, False
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)

@@ -6,6 +6,7 @@ compiles: the CLI imports it where the toolchain is broken."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -397,8 +398,12 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path | str) -> str:
+    """A regular file's sha256; OSError for anything else (opened without blocking: a FIFO where a
+    header or library should be, planted or named by a record, never stalls a load)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as file:
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         while chunk := file.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
