@@ -47,6 +47,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     why, advice = _why_not_build(planned)
     if why and remote is not None:  # a pod's failure says what the remote said for this op
         why += f"; the remote cache {remote.server} {remote.said.get(entry.name, 'was not asked')}"
+        advice += " Or fill the remote: `jitops-cache remote status` and `list --remote` show what it holds and why a reader refuses it."
     if why:
         return *_prebuilt.prebuilt_or_error(extension, components, why, required=True, advice=advice), "prebuilt"
     # torch has CUDA but no toolkit is found: a build here would be CPU-only; a prebuilt may have the CUDA kernels.

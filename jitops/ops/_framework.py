@@ -19,7 +19,6 @@ from functools import partial
 import torch
 
 from .. import _torch_private
-from .._errors import in_threads
 from ..extension import Extension, assume_constant_result
 from ..warm._libraries import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
 
@@ -98,6 +97,8 @@ def load_all(
     `extensions` now, in parallel: e.g. in a Docker build step. With only extensions given, none of
     jitops' ops. (Many nodes: jitops.distributed.load_all, the same arguments, builds each once
     for all of them.)"""
+    from .._errors import in_threads  # only load_all uses threads (and a warm start imports no _errors)
+
     names, declared = chosen(ops, extensions)
     # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
     jobs = [(name, extension(name), partial(require, name)) for name in names]
