@@ -50,7 +50,7 @@ class RedisServer:
 
     def answers(self) -> bool:
         try:
-            return self.command("PING") == b"+PONG"
+            return self.command("PING") == b"+PONG" or self.command("PING").startswith(b"-NOAUTH")  # a password set
         except OSError:
             return False
 

@@ -302,6 +302,24 @@ def test_bad_settings_name_themselves_without_echoing_a_secret(tmp_path, keys):
         assert clear.returncode == 2 and "--signed-by" in clear.stderr, clear.stderr
 
 
+def test_a_server_with_a_password_and_another_database(tmp_path, keys):
+    """jitops' own client speaks AUTH and SELECT as the URL says; a wrong password is one warning."""
+    from servers import RedisServer
+
+    server = RedisServer(tmp_path / "redis", None, "--requirepass", "s3cret")
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
+        sources = copy_tree(tmp_path)
+        assert load(tmp_path / "ci", sources, **remote_env(url, keys))["how"] == "built"
+        pod = load(tmp_path / "pod", sources, **remote_env(url, keys, writer=False))
+        assert (pod["how"], pod["stderr"]) == ("remote", ""), pod
+        wrong = load(tmp_path / "pod2", sources, **remote_env(url.replace("s3cret", "wrong"), keys, writer=False))
+        said = warnings_in(wrong["stderr"])
+        assert wrong["how"] == "built" and len(said) == 1 and "s3cret" not in wrong["stderr"], wrong
+    finally:
+        server.stop()
+
+
 def test_read_only_pods_write_nothing_to_the_server(tmp_path, server, keys):
     """A read-only hit and a read-only miss leave the server's keys as they were (counters too)."""
     import redis
