@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .._errors import CacheError, warn
 from . import _entries, _remote_records, _root, _signing
+from ._budget import parse_size
 from ._key import PlannedEntry
 from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
@@ -413,8 +414,6 @@ class Remote:
 
 def _max_blob(value: str) -> int:
     """JITOPS_REMOTE_MAX_BLOB in bytes: the most one library or object download may hold."""
-    from ._budget import parse_size
-
     try:
         size = parse_size(value) if value.strip() else DEFAULT_MAX_BLOB
     except ValueError:

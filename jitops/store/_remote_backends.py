@@ -259,7 +259,7 @@ class RedisBackend(Backend):
 
     def __init__(self, url: str, timeout: float):
         super().__init__(url, timeout)
-        from ._resp import Client
+        from ._resp import Client  # only where Redis is used (it imports ssl)
 
         try:
             self.client = Client(url)
