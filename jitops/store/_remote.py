@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import os
 import socket
 import threading
@@ -29,7 +28,7 @@ from .._errors import CacheError, warn
 from . import _entries, _remote_records, _root, _signing
 from ._budget import parse_size
 from ._key import PlannedEntry
-from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend
+from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend, takes_max_bytes
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -46,10 +45,6 @@ class Fault(Exception):
 def describe(url: str) -> str:
     """The server or folder, for messages (no password)."""
     return Backend.describe(Backend(url, 0))
-
-
-def _names(value) -> bool:
-    return isinstance(value, list) and all(isinstance(n, str) for n in value)
 
 
 class Remote:
@@ -85,7 +80,7 @@ class Remote:
             raise  # a setting that names no backend: an error of its own
         except Exception as err:  # a third party's constructor (expired credentials, say): only the remote goes
             self.disable(f"opening {self.server} failed ({type(err).__name__}: {err})")
-        self._takes_cap = self.backend is not None and "max_bytes" in inspect.signature(self.backend.get_many).parameters
+        self._takes_cap = self.backend is not None and takes_max_bytes(self.backend.get_many)
 
     # The fault policy: one deadline per call, results checked, a fault turns the remote off.
     def call(self, doing: str, method: str, *args, check=None):
@@ -158,7 +153,9 @@ class Remote:
     def records(self, folder: str, op: str) -> list[tuple[str, object]]:
         """(name, raw value) of each record under folder (`entries/<key>`): a value may be None
         (gone meanwhile), an Unreadable, or anything a backend returned."""
-        names = self.call(f"looking up {op} in", "list", folder, check=_names)
+        names = self.call(
+            f"looking up {op} in", "list", folder, check=lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v)
+        )
         names = [f"{folder}/{variant}" for variant in names if variant and "/" not in variant and variant not in (".", "..")]
         if not names:
             return []

@@ -74,9 +74,7 @@ class Backend:
     # Over the methods above; a backend with round trips to save, or a way to stream, overrides them.
     def read(self, name: str, max_bytes: int) -> bytes | None:
         """get(name), passing max_bytes where the backend's get takes it."""
-        if "max_bytes" in inspect.signature(self.get).parameters:
-            return self.get(name, max_bytes=max_bytes)
-        return self.get(name)
+        return self.get(name, max_bytes=max_bytes) if takes_max_bytes(self.get) else self.get(name)
 
     def get_many(self, names: list[str], max_bytes: int) -> list[bytes | None | Unreadable]:
         """One value per name; an Unreadable in place of one that could not be read."""
@@ -137,12 +135,18 @@ class Backend:
             return 0
 
 
+def takes_max_bytes(method) -> bool:
+    """Whether a backend's method has the optional max_bytes (older third-party backends do not)."""
+    try:
+        return "max_bytes" in inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
+
+
 def _small_json(data) -> dict:
     """A lease's record as an object ({} where it is anything else)."""
-    if not isinstance(data, bytes) or len(data) > RECORD_MAX:
-        return {}
     try:
-        value = json.loads(data)
+        value = json.loads(data) if isinstance(data, bytes) and len(data) <= RECORD_MAX else {}
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
