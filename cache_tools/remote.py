@@ -147,7 +147,7 @@ def row(record) -> dict:
         "record": record.name,
         "name": record.extension,
         "size": record.size,
-        "archs": (record.body or {}).get("cuda_arch_list") if not record.problem else None,
+        "archs": record.body.get("cuda_arch_list") if record.body else None,
         "signed_by": record.signer,
         "trusted": record.trusted,
         "problem": record.problem or None,

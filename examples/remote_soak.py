@@ -43,26 +43,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests")]
 
 from servers import HostileServer, Proxy, RedisServer  # noqa: E402
+from tiny_extension import MEASURED_LOAD as CHILD  # noqa: E402
 
 TINY = HERE.parent / "tests" / "tiny_ext"
 VALUE = 42  # tiny_value() of tests/tiny_ext
-CHILD = """
-import ctypes, json, sys, time
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) * 1024
-import torch  # as in any program of a pod: its memory is not the load's
-sys.path.insert(0, sys.argv[2])
-from tiny_extension import tiny_extension
-from jitops.build import _loader
-from jitops.store import _remote
-before, started = status("VmRSS:"), time.monotonic()
-loaded = _loader.resolve(tiny_extension(sys.argv[1]))
-remote = _remote.active()
-print(json.dumps({"how": loaded.how, "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(),
-                  "seconds": time.monotonic() - started, "remote_seconds": remote.seconds, "grew": status("VmHWM:") - before}))
-"""
 PHASES = ("ok", "trickle", "ok", "flood", "restart", "ok")
 
 

@@ -72,18 +72,13 @@ class RedisServer:
         self.start()
 
 
-class Proxy:
-    """127.0.0.1:port forwarding to target_port. delay_s: added once to each reply (a request's
-    round trip: the first bytes the server sends after the client sent some); rate: bytes per
-    second each way (0: unlimited). watch: bytes whose appearance in the client's traffic sets
-    `seen` and holds that connection's traffic until `cut`."""
+class _Loopback:
+    """A listener on 127.0.0.1 (a free port) that hands each connection to `_connected` in a thread
+    of its own, until closed."""
 
-    def __init__(self, target_port: int, delay_s: float = 0.0, rate: float = 0.0, watch: bytes = b""):
-        self.target_port, self.delay_s, self.rate, self.watch = target_port, delay_s, rate, watch
-        self.seen, self.cut_event = threading.Event(), threading.Event()
+    def __init__(self):
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.connections: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -96,15 +91,37 @@ class Proxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            self.connections += [client, upstream]
-            asked = threading.Event()  # the client sent a request the server has not begun to answer
-            threading.Thread(target=self._pump, args=(client, upstream, asked, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, asked, False), daemon=True).start()
+            self._connected(client)
+
+    def _connected(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class Proxy(_Loopback):
+    """127.0.0.1:port forwarding to target_port. delay_s: added once to each reply (a request's
+    round trip: the first bytes the server sends after the client sent some); rate: bytes per
+    second each way (0: unlimited). watch: bytes whose appearance in the client's traffic sets
+    `seen` and holds that connection's traffic until `cut`."""
+
+    def __init__(self, target_port: int, delay_s: float = 0.0, rate: float = 0.0, watch: bytes = b""):
+        self.target_port, self.delay_s, self.rate, self.watch = target_port, delay_s, rate, watch
+        self.seen, self.cut_event = threading.Event(), threading.Event()
+        self.connections: list[socket.socket] = []
+        super().__init__()
+
+    def _connected(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        except OSError:
+            client.close()
+            return
+        self.connections += [client, upstream]
+        asked = threading.Event()  # the client sent a request the server has not begun to answer
+        threading.Thread(target=self._pump, args=(client, upstream, asked, True), daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, client, asked, False), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, asked: threading.Event, from_client: bool) -> None:
         started, sent = time.monotonic(), 0  # the rate cap: a token bucket over the connection's life
@@ -144,32 +161,20 @@ class Proxy:
 
     def close(self) -> None:
         self.cut()
-        self.listener.close()
+        super().close()
 
 
-class HostileServer:
+class HostileServer(_Loopback):
     """127.0.0.1:port answering every Redis request the way a broken or hostile server would. mode:
     "drip": an array of a million elements, then one element a second; "huge": a 1 GB bulk string
     streamed as fast as loopback takes it; "int": an integer for every command; "silent": nothing."""
 
     def __init__(self, mode: str):
         self.mode = mode
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.sent = 0  # bytes written, across connections
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+    def _connected(self, client: socket.socket) -> None:
+        threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         try:
@@ -187,11 +192,7 @@ class HostileServer:
                     zeros = bytes(1 << 20)
                     for _ in range(1000):
                         client.sendall(zeros)
-                        self.sent += len(zeros)
         except OSError:
             pass
         finally:
             client.close()
-
-    def close(self) -> None:
-        self.listener.close()

@@ -26,26 +26,7 @@ from test_remote import (  # noqa: F401 - fixtures
     remote_env,
     server,
 )
-
-LOAD = """
-import json, os, sys, time, ctypes
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) * 1024
-import torch  # as in any program of a pod: its memory is not the load's
-sys.path.insert(0, sys.argv[2])
-from tiny_extension import tiny_extension
-from jitops.build import _loader
-from jitops.store import _remote
-before = status("VmRSS:")
-started = time.monotonic()
-loaded = _loader.resolve(tiny_extension(sys.argv[1]))
-seconds = time.monotonic() - started
-remote = _remote.active()
-print(json.dumps({"how": loaded.how, "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(), "seconds": seconds,
-                  "remote_seconds": remote.seconds if remote else 0, "grew": status("VmHWM:") - before}))
-"""
+from tiny_extension import MEASURED_LOAD as LOAD
 
 
 def load(cache: Path, sources: Path, **env: str) -> dict:
@@ -120,6 +101,21 @@ def test_a_fifo_or_a_link_to_dev_zero_in_a_shared_folder_never_stalls_a_reader(t
     pod = load(tmp_path / "pod2", sources, JITOPS_REMOTE_TIMEOUT="2", **remote_env(url, keys, writer=False))
     assert (pod["how"], pod["value"]) == ("built", 42) and pod["seconds"] < 10, pod
     assert any("its blob cannot be read" in w for w in warnings_in(pod["stderr"])), pod["stderr"]
+
+
+def test_a_shared_folder_listing_is_bounded_as_a_reply_is(tmp_path, monkeypatch):
+    """A folder crammed with names fails the call (the remote off, one warning), as a Redis reply
+    longer than LIST_MAX does, instead of filling the reader's memory."""
+    from jitops.store import _remote_backends
+
+    (tmp_path / "entries").mkdir()
+    for i in range(200):
+        (tmp_path / "entries" / f"{i:060d}").touch()
+    backend = _remote_backends.FolderBackend(f"file://{tmp_path}", 2)
+    assert len(backend.list("entries")) == 200
+    monkeypatch.setattr(_remote_backends, "LIST_MAX", 100 * 61)
+    with pytest.raises(ValueError, match="more than"):
+        backend.list("entries")
 
 
 @pytest.mark.parametrize("mode", ["drip", "huge", "int", "silent"])

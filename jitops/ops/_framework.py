@@ -97,8 +97,6 @@ def load_all(
     `extensions` now, in parallel: e.g. in a Docker build step. With only extensions given, none of
     jitops' ops. (Many nodes: jitops.distributed.load_all, the same arguments, builds each once
     for all of them.)"""
-    from .._errors import in_threads  # only load_all uses threads (and a warm start imports no _errors)
-
     names, declared = chosen(ops, extensions)
     # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
     jobs = [(name, extension(name), partial(require, name)) for name in names]
@@ -112,6 +110,10 @@ def load_all(
                 to_build.append((name, finish))
                 continue
         finish()  # the Python-side registrations
+    if not to_build:  # all warm: no thread pool
+        return
+    from .._errors import in_threads  # only a load_all that builds uses threads (a warm start imports no _errors)
+
     raised = in_threads(dict(to_build), max_workers)
     failures = {name: err for name, err in raised.items() if err is not None}
     if failures:

@@ -28,7 +28,7 @@ from .._errors import CacheError, warn
 from . import _entries, _remote_records, _root, _signing
 from ._budget import parse_size
 from ._key import PlannedEntry
-from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, open_backend, takes_max_bytes
+from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, describe, open_backend, takes_max_bytes
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -40,11 +40,6 @@ MODES = ("read-write", "read-only")
 
 class Fault(Exception):
     """The remote failed (it is disabled now): the caller goes on without it."""
-
-
-def describe(url: str) -> str:
-    """The server or folder, for messages (no password)."""
-    return Backend.describe(Backend(url, 0))
 
 
 class Remote:

@@ -22,23 +22,23 @@ class Record:
     signer: str | None  # the public key it names, trusted or not
     trusted: bool  # a reader here would take it (its signature, or JITOPS_REMOTE_TRUST=server)
     problem: str  # why it is malformed ('' where it is not)
-    body: dict | None  # parsed for listing even where untrusted (bounded: _remote_records.unseal)
+    body: dict | None  # well formed (where untrusted too: bounded by _remote_records.unseal); None: malformed
 
     @property
     def extension(self) -> str | None:
-        return self.body.get("name") if self.body and not self.problem else None
+        return self.body.get("name") if self.body else None
 
     @property
     def size(self) -> int:
-        return self.body["size"] if self.body and not self.problem else 0
+        return self.body["size"] if self.body else 0
 
     @property
     def pushed_at(self) -> float:
-        return self.body["pushed_at"] or 0 if self.body and not self.problem else 0
+        return (self.body["pushed_at"] or 0) if self.body else 0
 
     @property
     def blob(self) -> str | None:
-        return (self.body.get("library_sha256") or self.body.get("object_sha256")) if self.body and not self.problem else None
+        return (self.body.get("library_sha256") or self.body.get("object_sha256")) if self.body else None
 
 
 def listing(remote: Remote, kind: str) -> list[Record]:
@@ -56,7 +56,7 @@ def listing(remote: Remote, kind: str) -> list[Record]:
             sealed = unseal(data, remote.trusted, parse_untrusted=True)
             problem = sealed.problem or shape_problem(sealed.body, KINDS[kind])
             trusted = not problem and (sealed.trusted or remote.trust_server)
-            found.append(Record(name, sealed.signer, trusted, problem, sealed.body))
+            found.append(Record(name, sealed.signer, trusted, problem, None if problem else sealed.body))
     return found
 
 

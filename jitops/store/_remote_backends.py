@@ -102,9 +102,7 @@ class Backend:
             self.add(name, amount)
 
     def describe(self) -> str:
-        """The server or folder, for messages (no password)."""
-        parsed = urllib.parse.urlsplit(self.url)
-        return parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl() if parsed.scheme else self.url
+        return describe(self.url)
 
     # Leases and counters, over the five methods above; a backend with atomic ones overrides them.
     def lease(self, name: str, owner: str, seconds: float) -> bool:
@@ -133,6 +131,12 @@ class Backend:
             return int(data or b"0") if isinstance(data, bytes) and len(data) <= 32 else 0
         except ValueError:
             return 0
+
+
+def describe(url: str) -> str:
+    """The server or folder a setting names, for messages (no password)."""
+    parsed = urllib.parse.urlsplit(url)
+    return parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl() if parsed.scheme else url
 
 
 def takes_max_bytes(method) -> bool:
@@ -235,10 +239,17 @@ class FolderBackend(Backend):
                     os.unlink(temporary)
 
     def list(self, folder: str) -> list[str]:
+        names, size = [], 0
         try:
-            return sorted(n for n in os.listdir(self._path(folder)) if not n.startswith("."))
+            with os.scandir(self._path(folder)) as found:
+                for item in found:  # bounded as a Redis reply is: LIST_MAX bytes of names
+                    size += len(item.name) + 1
+                    if size > LIST_MAX:
+                        raise ValueError(f"{folder} holds more than {LIST_MAX} bytes of names")
+                    names += [] if item.name.startswith(".") else [item.name]
         except (FileNotFoundError, NotADirectoryError):
             return []
+        return sorted(names)
 
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
