@@ -79,7 +79,7 @@ def ahead_of_time_build() -> dict:
 
     sys.path.insert(0, str(ROOT))
     from jitops.build import _builder
-    from jitops.ops._framework import available_ops, extension
+    from jitops.ops._framework import available_ops, op_libraries
     from jitops.store import _entries, _key, _root
     from jitops.warm import _libraries
 
@@ -89,8 +89,7 @@ def ahead_of_time_build() -> dict:
     unknown = sorted(set(chosen) - set(available_ops()))
     if unknown:
         raise SystemExit(f"JITOPS_AOT_OPS: unknown op(s) {unknown}; available: {available_ops()}")
-    for op in chosen:
-        declared = extension(op)
+    for declared in [e for op in chosen for e in op_libraries(op)]:
         cuda = _key.plan_cuda(declared)
         components = _key.key_components(declared, cxx, cuda)
         built = (CUDAExtension if cuda.enabled else CppExtension)(

@@ -27,9 +27,9 @@ def declared() -> dict[str, tuple[str, Extension]]:
     holds no Extension is reported on stderr and skipped: one broken package must not break the CLI."""
     global _declared
     if _declared is None:
-        from jitops.ops._framework import available_ops, extension
+        from jitops.ops._framework import available_ops, op_libraries
 
-        found = {extension(op).qualified_name: (OWN, extension(op)) for op in available_ops()}
+        found = {e.qualified_name: (OWN, e) for op in available_ops() for e in op_libraries(op)}
         for point in entry_points(group=GROUP):
             owner = point.dist.name if point.dist is not None else point.name
             _import_names.setdefault(point.module.partition(".")[0], owner)

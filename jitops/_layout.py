@@ -23,6 +23,7 @@ INLINE_DIR = "inline"
 
 FILE_HASHES_NAME = "file-hashes.json"
 TOOLCHAIN_PROBES_NAME = "toolchain.json"
+STABLE_REFUSED_NAME = "stable-refused.json"  # stable keys whose library failed the audit: built exactly
 STATS_NAME = "stats.json"
 LOCATIONS_NAME = "locations.json"
 OTHER_ROOTS_NAME = "other-roots.txt"  # the roots of entries built into a build_directory, for the CLI

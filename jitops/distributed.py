@@ -171,10 +171,11 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
 def _declared(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], dict[str, Extension]]:
     """What load_all(ops, extensions) loads (jitops.ops._framework.chosen), every Extension by qualified name,
     the ops' then the extensions."""
-    from .ops._framework import chosen, extension  # jitops.ops imports torch (as the call has)
+    from .ops._framework import chosen  # jitops.ops imports torch (as the call has)
+    from .ops._framework import op_libraries
 
     op_names, others = chosen(ops, extensions)
-    declared = {extension(op).qualified_name: extension(op) for op in op_names}
+    declared = {e.qualified_name: e for op in op_names for e in op_libraries(op)}
     declared.update((e.qualified_name, e) for e in others)
     return op_names, declared
 

@@ -75,7 +75,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
         raise
-    except _object_store.InputsChanged:
+    except (_object_store.InputsChanged, NotStable):  # the loader builds these again
         raise
     except BuildError as err:
         if not can_stand_in:
@@ -172,15 +172,16 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         pch_root = _root.shared_root(extension.cache_dir)
         ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
         _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
+        identity = planned.toolchain_components  # objects and PCHs: torch's exact identity, always
         for unit in units:
-            _object_store.plan_keys(unit, components, planned.source_hashes[unit.relative])
+            _object_store.plan_keys(unit, identity, planned.source_hashes[unit.relative])
             if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
         previous = _progress.newest_manifest(entry)
         built_before = previous is not None or bool(entry.stale_because)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        pch_jobs = _plan_pch(pch_root, extension, compiled, components, ignored, built_before, flags.gcc_heap)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, built_before, flags.gcc_heap)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
@@ -205,6 +206,11 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                 _root.known_file_hashes(entry.root).save()  # the stored (and fetched) objects' hashes
                 if changed:
                     raise _object_store.InputsChanged(changed)
+                # Before the load check: a library that is not what its stable key promises is never
+                # opened here, so its exact-key build (the same objects, linked again) can be.
+                built_under = _built_under(planned, built)
+                if planned.stable and built_under["audit"]["offending"]:
+                    raise NotStable(planned, built_under["audit"]["offending"])
                 # The load check opens it in this process: a namespace defined already would abort it.
                 namespaces = _namespaces.defined_in(built)
                 _namespaces.check(namespaces, built, extension.qualified_name)
@@ -213,6 +219,9 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
                     _namespaces.record(namespaces, built)
         except _object_store.InputsChanged:  # not a failure: the loader plans and builds it again (N47)
             status.finish(ok=False, instead="stopped building {label} after {seconds}: an input changed while it compiled")
+            raise
+        except NotStable:  # not a failure: the loader builds it again under its exact key
+            status.finish(ok=False, instead="built {label} in {seconds}, off the stable ABI: building it for this torch")
             raise
         except NamespaceConflict:  # it compiled; the guard keeps it out of this process (N14)
             status.finish(ok=False, instead="built {label} in {seconds}, but did not load it (a namespace conflict)")
@@ -258,6 +267,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             build_seconds=round(seconds, 3),
             unit_seconds=unit_seconds,
             reused_units=[unit.relative for unit in units if unit.reused],
+            **({"built_under": built_under} if built_under else {}),
             units=[
                 {
                     "source": unit.relative,
@@ -277,6 +287,34 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
     finally:
         if not published:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+class NotStable(BuildError):
+    """A library built under a stable key that failed the audit: its key is refused in this root and
+    the loader builds it again under the exact key (its objects reused), with one warning."""
+
+    def __init__(self, planned: PlannedEntry, offending: list[str]):
+        self.planned, self.offending = planned, offending
+        BuildError.__init__(self, f"jitops: {planned.entry.name} is declared stable_abi, but its library needs " + ", ".join(offending[:3]))
+
+
+def _built_under(planned: PlannedEntry, library: Path) -> dict:
+    """What a stable entry's manifest says of its build: the torch and Python it was built under, the
+    CUDA toolkit, and the audit of its dynamic symbols (_stable.audit). Empty for an exact entry."""
+    if not planned.stable and not planned.exact_because:
+        return {}
+    from ..build._torch_flags import include_paths
+    from ..store import _stable
+
+    audit = _stable.audit(library, planned.cxx, include_paths(None))
+    nvcc = planned.components.get("nvcc") if planned.cuda.enabled else None
+    return {
+        **_libraries.process_abi(),
+        "torch_floor": planned.components.get("torch_floor"),
+        "cuda_toolkit": _stable.toolkit_release(nvcc),
+        "audit": audit.record(),
+        **({"exact_because": planned.exact_because} if planned.exact_because else {}),
+    }
 
 
 def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:

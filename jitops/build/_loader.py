@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import CacheError
-from ..store import _entries, _usage
+from .._errors import CacheError, warn
+from ..store import _entries, _root, _stable, _usage
 from ..store._key import PlannedEntry
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import LoadedLibrary, already_loaded, loaded
@@ -42,9 +42,12 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     if recalled is not None:
         return recalled
     planned = PlannedEntry(extension)
-    for attempt in ("first", "again"):
+    for attempt in ("first", "again", "last"):
         library = _entries.verified_or_discarded(planned.entry)
         how, backends = "cache", planned.entry.backends or planned.cuda.backends
+        if library is not None and planned.stable and (unfit := _stable.unfit_here(planned.entry.built_under or {})):
+            planned = _exact_instead(planned, unfit)  # built elsewhere for what this process lacks
+            continue
         if library is None and cached_only:
             return None
         if library is None and planned.read_only is not None:
@@ -74,6 +77,9 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
 
                 refuse_remote(planned, err)
                 continue
+            if planned.stable and how != "built" and attempt != "last":  # bound here, a symbol this torch lacks
+                planned = _exact_instead(planned, f"it does not open under this torch: {err.__cause__ or err}")
+                continue
             if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
                 raise
     if how != "built":
@@ -85,6 +91,14 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         inputs = _remember(planned, library, with_cuda, reason, namespaces)
         _usage.note_location(planned.entry, planned.extension.root)
     return LoadedLibrary(planned.extension, library, with_cuda, reason, how, inputs)
+
+
+def _exact_instead(planned: PlannedEntry, why: str) -> PlannedEntry:
+    """A stable entry this process cannot use: the extension planned under its exact key, with a note."""
+    from ._progress import BuildStatus
+
+    BuildStatus.say(f"jitops: not loading {planned.entry.path.name}, built under another torch: {why}; using one for this torch")
+    return PlannedEntry(planned.extension, exact_because=why)
 
 
 BUILD_ATTEMPTS = 3  # builds of one load whose inputs kept changing while they ran, before an error
@@ -101,6 +115,15 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
     for attempt in range(1, BUILD_ATTEMPTS + 1):
         try:
             return planned, _builder.build_or_prebuilt(planned)
+        except _builder.NotStable as err:  # under its exact key, now and from now on in this root
+            reason = f"its library needs {', '.join(err.offending[:3])}, outside torch's stable ABI"
+            refused = _root.stable_refused(planned.entry.root)
+            refused.put(planned.entry.key, reason)
+            refused.save()
+            warn(
+                f"{planned.extension.qualified_name} is declared stable_abi, but {reason}: it is built and kept "
+                f"for this torch and Python alone. Remove what uses torch's C++ API, or declare it without stable_abi."
+            )
         except InputsChanged as err:
             changed, name = ", ".join(err.paths), planned.extension.qualified_name
             if attempt == BUILD_ATTEMPTS:

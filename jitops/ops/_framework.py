@@ -50,9 +50,10 @@ def _find_source_root() -> str:
 SOURCE_ROOT = _find_source_root()
 
 
-def op_extension(name: str, *sources: str) -> Extension:
+def op_extension(name: str, *sources: str, stable_abi: bool = True) -> Extension:
     """The Extension of one of jitops' own ops: its sources (relative to the source root holding
-    kernels/ and bindings/) with the flags and version every op here shares."""
+    kernels/ and bindings/) with the flags and version every op here shares. Each op's bindings use
+    torch's stable API alone (bindings/stable.h): one build serves every supported torch and Python."""
     return Extension(
         name,
         sources,
@@ -62,6 +63,7 @@ def op_extension(name: str, *sources: str) -> Extension:
         cuda_cflags=CUDA_CFLAGS,
         version=VERSION,
         prebuilt_dir=PREBUILT_DIR,
+        stable_abi=stable_abi,
     )
 
 
@@ -71,8 +73,15 @@ def available_ops() -> list[str]:
 
 
 def extension(op: str) -> Extension:
-    """The Extension an op module declares."""
+    """The Extension an op module declares (its schema and kernels)."""
     return importlib.import_module(f"{__package__}.{op}").EXTENSION
+
+
+def op_libraries(op: str) -> list[Extension]:
+    """Every library an op loads, in loading order: its EXTENSION, then the ones its module lists in
+    PARTS (upfirdn2d's C++ autograd formula, which uses torch's C++ API: built for each torch)."""
+    module = importlib.import_module(f"{__package__}.{op}")
+    return [module.EXTENSION, *getattr(module, "PARTS", ())]
 
 
 def chosen(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], list[Extension]]:
@@ -100,6 +109,8 @@ def load_all(
     names, declared = chosen(ops, extensions)
     # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
     jobs = [(name, extension(name), partial(require, name)) for name in names]
+    # An op's other libraries build in threads of their own too (require loads them in order).
+    jobs += [(part.qualified_name, part, part.load) for name in names for part in op_libraries(name)[1:]]
     jobs += [(e.qualified_name, e, e.load) for e in declared]
     to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
     for name, declaration, finish in jobs:
@@ -142,7 +153,8 @@ _without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
 def require(op: str) -> bool:
     """Load op's library and its Python-side registrations, once per process."""
     if op not in _ready:
-        loaded = extension(op).load()
+        loaded, *parts = [library.load() for library in op_libraries(op)]
+        del parts  # loaded for their registrations
         if not loaded.with_cuda:
             _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.

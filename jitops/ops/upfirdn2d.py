@@ -12,13 +12,10 @@ import torch
 
 from ._framework import check_backend, check_tensor_args, op_extension, register_fake, require
 
-EXTENSION = op_extension(
-    "upfirdn2d",
-    "kernels/cpu/upfirdn2d.cpp",
-    "kernels/cuda/upfirdn2d.cu",
-    "bindings/upfirdn2d.cpp",
-    "bindings/upfirdn2d_autograd.cpp",
-)
+EXTENSION = op_extension("upfirdn2d", "kernels/cpu/upfirdn2d.cpp", "kernels/cuda/upfirdn2d.cu", "bindings/upfirdn2d.cpp")
+# Its autograd formula, in C++ (bindings/upfirdn2d_autograd.cpp says why), uses torch's C++ API: a
+# library of its own, one unit built for each torch, loaded after the op's schema exists.
+PARTS = (op_extension("upfirdn2d_autograd", "bindings/upfirdn2d_autograd.cpp", stable_abi=False),)
 
 __all__ = ["upfirdn2d", "upfirdn2d_ref"]
 

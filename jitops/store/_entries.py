@@ -53,6 +53,7 @@ class Entry:
         # set by verified_library: the backends the library has (a library fetched from the remote
         # cache may have CUDA kernels where this machine, without nvcc, would build without them)
         self.backends: list[str] | None = None
+        self.built_under: dict | None = None  # set by verified_library: a stable entry's build (_stable.unfit_here)
 
     @property
     def path(self) -> Path:
@@ -144,6 +145,7 @@ class Entry:
             mark_used(str(self.path), self.last_used())
         self.verified_identities = (identity, manifest_identity)
         self.backends = manifest.get("components", {}).get("backends")
+        self.built_under = manifest.get("built_under") if isinstance(manifest.get("built_under"), dict) else None
         return library
 
     def check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:

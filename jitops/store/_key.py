@@ -22,7 +22,7 @@ from ..warm._libraries import (
     private_dir_problem,
     process_abi,
 )
-from . import _entries, _root
+from . import _entries, _root, _stable
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -157,10 +157,18 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
     return _root.hash_files(extension.paths(), Path(extension.root), known, each)
 
 
-def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None) -> dict:
-    """The key components a built .so must share with this process (_prebuilt.MATCH_FIELDS)."""
+def is_stable(extension: Extension) -> bool:
+    """Whether the extension is built for every torch from the floor up (its stable_abi, under a torch
+    at least the floor): keyed by _stable.components() instead of torch's and Python's identity."""
+    return extension.stable_abi and _stable.torch_supports_floor()
+
+
+def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None, exact: bool = False) -> dict:
+    """The key components a built .so must share with this process (_prebuilt.MATCH_FIELDS).
+    exact: torch's and Python's identity even for a stable extension."""
     digest = sources_sha256(extension, record_hashes, each)
-    return {**process_abi(), "version": extension.version, "sources_sha256": digest}
+    abi = _stable.components() if is_stable(extension) and not exact else process_abi()
+    return {**abi, "version": extension.version, "sources_sha256": digest}
 
 
 def build_environment(cuda: CudaPlan) -> dict:
@@ -176,15 +184,18 @@ def environment_tools(cuda: CudaPlan) -> list[Path]:
     return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
 
 
-def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None) -> dict:
+def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None, exact: bool = False) -> dict:
     """Everything that can change the built .so, but where the sources sit: one entry serves every
-    copy of the same content (each copy's headers are checked at load). each: see sources_sha256."""
+    copy of the same content (each copy's headers are checked at load). each: see sources_sha256.
+    A stable extension's (unless exact) targets the floor's stable API and holds no torch or Python version."""
     namespace = [f"-DJITOPS_NAMESPACE={extension.namespace}"]  # for <jitops/library.h>
+    # The target flags stay in an exact build that stands in for a stable one: its objects are the same.
+    namespace += _stable.target_flags() if is_stable(extension) else []
     root = extension.cache_dir  # its record files there, where it has a root of its own
     described = lambda tool: ": ".join(tool_probe(tool, root))  # its path and version, as the key names them
     return {
         "name": extension.qualified_name,
-        **abi_components(extension, each=each),
+        **abi_components(extension, each=each, exact=exact),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
         "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],
@@ -209,7 +220,7 @@ COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
 def portable_components(components: dict) -> dict:
     """The key components that decide whether a library runs on a machine, wherever it was built:
     torch, Python and C++ ABI, CUDA, sources and flags; not the compilers, nor the archs (per record)."""
-    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}
+    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list", "built_under")}
     portable["environment"] = {k: v for k, v in components.get("environment", {}).items() if k not in COMPILER_VARIABLES}
     portable["ldflags"] = [os.path.basename(f) if os.path.isabs(f) else f for f in components.get("ldflags", [])]
     return portable
@@ -252,7 +263,7 @@ class PlannedEntry:
     """One extension's build for this process: its cache entry, what keyed it, and what the key
     depends on (for the warm record: the settings, and the files and folders with their identities)."""
 
-    def __init__(self, extension: Extension):
+    def __init__(self, extension: Extension, exact_because: str = ""):
         problem = missing_sources(extension)
         if problem:
             raise BuildError(f"jitops: {problem}")
@@ -273,6 +284,29 @@ class PlannedEntry:
         self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]
         self.dependencies = list(dict(self.dependencies).items())  # each path once (PATH may repeat one)
         self.source_hashes: dict[str, str] = {}  # each source's sha256, as the key read it
-        self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes)
+        self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes, exact=bool(exact_because))
         key = _root.compute_key(self.components)
+        # A stable key whose library failed the audit here before: its exact key at once.
+        refused = _stable_refused(root, key) if self.stable and not exact_because else ""
+        if refused:
+            exact_because = refused
+            self.components = key_components(extension, self.cxx, self.cuda, self.source_hashes, exact=True)
+            key = _root.compute_key(self.components)
+        self.exact_because = exact_because  # why a stable extension is built for this torch alone, or ""
         self.entry = _entries.Entry(root, extension.qualified_name, key, source_root=extension.root)
+
+    @property
+    def stable(self) -> bool:
+        """Whether this entry's key is the stable one (no torch or Python version)."""
+        return self.components.get("abi") == "stable"
+
+    @property
+    def toolchain_components(self) -> dict:
+        """The components with torch's and Python's exact identity, for the keys of objects and PCHs:
+        compiled with one torch's headers, they are never reused under another."""
+        return {**self.components, **process_abi()} if self.stable else self.components
+
+
+def _stable_refused(root: Path, key: str) -> str:
+    refused = _root.stable_refused(root).records.get(key)
+    return refused if isinstance(refused, str) else ""

@@ -360,6 +360,12 @@ def toolchain_probes(root: Path | str | None = None) -> RecordFile:
     return _root_record(RecordFile, _layout.TOOLCHAIN_PROBES_NAME, root)
 
 
+def stable_refused(root: Path | str | None = None) -> RecordFile:
+    """Why each stable key's library failed the stable-ABI audit, by that key (<root>/stable-refused.json):
+    such an extension is planned under its exact key at once, without building the stable one again."""
+    return _root_record(RecordFile, _layout.STABLE_REFUSED_NAME, root)
+
+
 def hash_files(
     paths: list[str] | list[Path], relative_to: Path, known: KnownFileHashes | None = None, each: dict | None = None
 ) -> str:
