@@ -171,8 +171,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
 def _declared(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], dict[str, Extension]]:
     """What load_all(ops, extensions) loads (jitops.ops._framework.chosen), every Extension by qualified name,
     the ops' then the extensions."""
-    from .ops._framework import chosen  # jitops.ops imports torch (as the call has)
-    from .ops._framework import op_libraries
+    from .ops._framework import chosen, op_libraries  # jitops.ops imports torch (as the call has)
 
     op_names, others = chosen(ops, extensions)
     declared = {e.qualified_name: e for op in op_names for e in op_libraries(op)}
