@@ -295,7 +295,9 @@ class NotStable(BuildError):
 
     def __init__(self, planned: PlannedEntry, offending: list[str]):
         self.planned, self.offending = planned, offending
-        BuildError.__init__(self, f"jitops: {planned.entry.name} is declared stable_abi, but its library needs " + ", ".join(offending[:3]))
+        BuildError.__init__(
+            self, f"jitops: {planned.entry.name} is declared stable_abi, but its library needs " + ", ".join(offending[:3])
+        )
 
 
 def _built_under(planned: PlannedEntry, library: Path) -> dict:

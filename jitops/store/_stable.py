@@ -125,7 +125,11 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
         ).stdout
     except (OSError, subprocess.SubprocessError) as err:
         return Audit([f"(readelf could not read it: {err})"], [], None)
-    offending = [f"needs {name}" for name in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", shown) if UNSTABLE_LIBRARIES.search(name)]
+    offending = [
+        f"needs {name}"
+        for name in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", shown)
+        if UNSTABLE_LIBRARIES.search(name)
+    ]
     undefined, glibcxx = set(), []
     at_floor = None
     for line in shown.splitlines():
