@@ -16,7 +16,7 @@ from jitops._errors import CacheError
 from jitops.store import _entries, _root
 from jitops.warm import _libraries
 
-from . import registry
+from . import inventory, registry
 
 
 def _cuda_major(version: str | None) -> str | None:
@@ -215,6 +215,7 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
             said = f"the remote cache is off: {remote.disabled}"
     if cached:
         how, reason = "cached", str(entry.path)
+        reason += f" (torch {inventory.torch_text(components)})" if components.get("abi") == "stable" else ""
     elif shipped:
         how, reason = "prebuilt", str(prebuilt.parent)
     elif held:

@@ -51,27 +51,36 @@ class Row:
         return asdict(self)
 
 
-_running: dict[str, dict | None] = {}
+_running: dict[tuple[str, bool], dict | None] = {}
 
 
-def running_components(name: str) -> dict | None:
+def running_components(name: str, stable: bool = False) -> dict | None:
     """The running torch/CUDA/Python/source components for the extension <namespace>.<name>: all
     of them for one a package declares, the process's alone for a script's (jitops.load: its
-    sources are known only to the script), None for any other."""
-    from jitops.store import _key
+    sources are known only to the script), None for any other. stable: for an entry on the stable
+    ABI (what it shares with this process instead of torch's and Python's version)."""
+    from jitops.store import _key, _stable
 
-    if name not in _running:
+    if (name, stable) not in _running:
         if name in registry.declared():
             extension = registry.declared()[name][1]
-            try:
-                _running[name] = _key.abi_components(extension, record_hashes=False)  # inspecting writes nothing
+            try:  # inspecting writes nothing
+                found = _key.abi_components(extension, record_hashes=False, exact=not stable)
+                _running[name, stable] = found if found.get("abi") == ("stable" if stable else None) else {"abi": "exact"}
             except OSError:  # a package that lacks a source: its entries cannot be judged (doctor says why)
-                _running[name] = None
+                _running[name, stable] = None
         elif registry.owner(name) == registry.DROP_IN:
-            _running[name] = _libraries.process_abi()
+            _running[name, stable] = _stable.components() if stable else _libraries.process_abi()  # CUDA: mismatch()
         else:
             return None
-    return _running[name]
+    return _running[name, stable]
+
+
+def torch_text(components: dict) -> str | None:
+    """The torch an entry runs under, as list, verify and doctor show it."""
+    if components.get("abi") == "stable":
+        return f"≥ {components.get('torch_floor')}, any Python"
+    return components.get("torch")
 
 
 def entry_rows(root: Path) -> list[Row]:
@@ -126,8 +135,9 @@ def _entry_row(entry: _entries.Entry) -> Row:
     except (_root.CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
-        wanted = running_components(entry.name)
-        differences = None if wanted is None else _prebuilt.mismatch(manifest.get("components", {}), wanted, list(wanted))
+        built = manifest.get("components", {})
+        wanted = running_components(entry.name, stable=built.get("abi") == "stable")
+        differences = None if wanted is None else _prebuilt.mismatch(built, wanted, list(wanted))
         if wanted is None:
             status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
@@ -146,7 +156,7 @@ def _entry_row(entry: _entries.Entry) -> Row:
         path=str(entry.path),
         size=size,
         backends=components.get("backends") or [],
-        torch=components.get("torch"),
+        torch=torch_text(components),
         cuda=components.get("torch_cuda"),
         arch=components.get("cuda_arch_list"),
         built_at=(manifest or {}).get("built_at"),

@@ -163,11 +163,13 @@ def is_stable(extension: Extension) -> bool:
     return extension.stable_abi and _stable.torch_supports_floor()
 
 
-def abi_components(extension: Extension, record_hashes: bool = True, each: dict | None = None, exact: bool = False) -> dict:
+def abi_components(
+    extension: Extension, record_hashes: bool = True, each: dict | None = None, exact: bool = False, with_cuda: bool = False
+) -> dict:
     """The key components a built .so must share with this process (_prebuilt.MATCH_FIELDS).
-    exact: torch's and Python's identity even for a stable extension."""
+    exact: torch's and Python's identity even for a stable extension; with_cuda: its CUDA code is built."""
     digest = sources_sha256(extension, record_hashes, each)
-    abi = _stable.components() if is_stable(extension) and not exact else process_abi()
+    abi = _stable.components(with_cuda) if is_stable(extension) and not exact else process_abi()
     return {**abi, "version": extension.version, "sources_sha256": digest}
 
 
@@ -195,7 +197,7 @@ def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each:
     described = lambda tool: ": ".join(tool_probe(tool, root))  # its path and version, as the key names them
     return {
         "name": extension.qualified_name,
-        **abi_components(extension, each=each, exact=exact),
+        **abi_components(extension, each=each, exact=exact, with_cuda=cuda.enabled),
         "cuda_arch_list": cuda.arch_list if cuda.enabled else None,
         "backends": cuda.backends,
         "sources": [s for s in extension.sources if cuda.enabled or not s.endswith(".cu")],

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING
 from .._errors import BuildError, CacheError, warn
 from ..warm._libraries import unsafe_path_problem
 from . import _entries
+from ._stable import cuda_major, unfit_here
 
 if TYPE_CHECKING:
     from ..extension import Extension
 
-# What a prebuilt .so must share with the running process (the entry itself checks the headers).
+# What a prebuilt .so must share with the running process (the entry itself checks the headers):
+# torch's and Python's identity, or for a stable library (_stable.components) what replaces them.
 MATCH_FIELDS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "version", "sources_sha256")
+MATCH_FIELDS += ("abi", "torch_floor", "cxx_standard", "torch_cuda_major", "platform")
 
 
 def prebuilt_dirs(extension: Extension | None, shipped_only: bool = False) -> list[Path]:
@@ -57,7 +60,9 @@ def visible_capabilities() -> list[tuple[int, int]]:
 
 def mismatch(components: dict, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
     """How a prebuilt's key components differ from the running ones (in `fields`), one 'field X,
-    here Y' each."""
+    here Y' each. A stable library with CUDA code needs this torch's CUDA major; a CPU-only one, none."""
+    if wanted.get("abi") == "stable":
+        wanted = {**wanted, "torch_cuda_major": cuda_major() if "cuda" in components.get("backends", []) else None}
     return [
         "other sources than these"
         if field == "sources_sha256"
@@ -92,8 +97,11 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
         lacking = (
             missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in components.get("backends", []) else []
         )
+        unfit = unfit_here(manifest.get("built_under") or {}) if components.get("abi") == "stable" else ""
         if differences:
             refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
+        elif unfit:
+            refused.append(f"{entry.path} cannot run here: {unfit}")
         elif lacking:
             refused.append(
                 f"{entry.path} has no code for the visible GPU(s) of compute capability {', '.join(lacking)} "

@@ -282,6 +282,8 @@ class Remote:
                 "backends": components.get("backends"),
                 "glibc": _remote_records.glibc_needed(data),
                 "built_by": {"cxx": components.get("cxx"), "nvcc": components.get("nvcc"), "host": socket.gethostname()},
+                # A stable library's: the torch that built it, its floor, CUDA toolkit and C++ runtime.
+                "built_under": manifest.get("built_under"),
                 "built_at": manifest.get("built_at"),
                 "pushed_at": time.time(),
             }

@@ -15,10 +15,12 @@ from .._errors import CacheError
 from . import _entries, _prebuilt, _root, _signing
 from ._key import PlannedEntry, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable
+from ._stable import unfit_here
 
 # Of the records and the lookup key: bump when their meaning changes (2: records framed as below,
-# their signature checked before their body is parsed). Readers of another format miss its records.
-FORMAT = 2
+# their signature checked before their body is parsed; 3: stable-ABI keys, without torch's or
+# Python's version, and built_under). Readers of another format miss its records.
+FORMAT = 3
 MAGIC = b"jitops-record"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -129,6 +131,7 @@ SHAPES = {
         "backends": lambda v: v is None or _texts(v),
         "glibc": _optional(str),
         "built_by": _optional(dict),
+        "built_under": _optional(dict),
         "built_at": _optional((int, float)),
     },
     "object": {**_COMMON, "source": _optional(str), "headers": _hashes, "object_sha256": _sha256},
@@ -206,6 +209,8 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
     needed, here = body.get("glibc"), glibc_here()
     if needed and here and _version(needed) > _version(here):
         return f"built against glibc {needed}, newer than this machine's {here}"
+    if planned.stable and (problem := unfit_here(body.get("built_under") or {})):
+        return problem
     if "cuda" in (body.get("backends") or []):
         arch_list = planned.cuda.arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
         wanted = _prebuilt.visible_capabilities() or [(int(a), int(b)) for a, b in re.findall(r"(\d+)\.(\d+)", arch_list)]
@@ -234,6 +239,7 @@ def local_manifest(server: str, planned: PlannedEntry, body: dict, variant: str)
         "library": body["library"],
         "headers": body["headers"],
         "built_at": body.get("built_at"),
+        **({"built_under": body["built_under"]} if body.get("built_under") else {}),
         "remote": {
             "server": server,
             "key": body["key"],

@@ -52,9 +52,10 @@ def target_flags() -> list[str]:
     return [f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000", f"-std={STANDARD}"]
 
 
-def components() -> dict:
+def components(with_cuda: bool = False) -> dict:
     """What a stable library shares with every process that may load it, in place of
-    _libraries.process_abi(): the floor, the standard, the C++ ABI, torch's CUDA major, the platform."""
+    _libraries.process_abi(): the floor, the standard, the C++ ABI, the platform, and torch's CUDA
+    major where the library has CUDA code (a CPU-only one serves CPU and CUDA builds of torch alike)."""
     import torch  # loaded by the caller already: this module imports without it
 
     return {
@@ -63,9 +64,16 @@ def components() -> dict:
         "torch_floor": floor_text(),
         "cxx_standard": STANDARD,
         "cxx11_abi": bool(torch.compiled_with_cxx11_abi()),
-        "torch_cuda_major": torch.version.cuda.split(".")[0] if torch.version.cuda else None,
+        "torch_cuda_major": cuda_major() if with_cuda else None,
         "platform": f"{os.uname().sysname.lower()}-{os.uname().machine}",
     }
+
+
+def cuda_major() -> str | None:
+    """The CUDA major of this torch's build ("13"), None for a CPU-only torch."""
+    import torch  # loaded by the caller already
+
+    return torch.version.cuda.split(".")[0] if torch.version.cuda else None
 
 
 def torch_supports_floor() -> bool:
