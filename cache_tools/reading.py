@@ -217,7 +217,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         try:
             entry.verified_library(touch=False, full_hash=True)
             torch = inventory.torch_text((entry.read_manifest() or {}).get("components", {}))
-            results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": "", "torch": torch})
+            results.append(
+                {"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": True, "problem": "", "torch": torch}
+            )
         except (CacheError, OSError) as err:
             results.append({"name": entry.name, "key": entry.key, "path": str(entry.path), "ok": False, "problem": str(err)})
     for row in inventory.store_rows(root, check=True) if args.package is None else []:
@@ -240,7 +242,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     def human():
         for r in results:
             torch = f" (torch {r['torch']})" if r.get("torch") and "any Python" in r["torch"] else ""
-            print(f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['name']}-{r['key']}{torch}" + (f": {r['problem']}" if r["problem"] else ""))
+            print(
+                f"{'ok' if r['ok'] else 'MISMATCH':<9} {r['name']}-{r['key']}{torch}"
+                + (f": {r['problem']}" if r["problem"] else "")
+            )
         print(f"{plural(len(results), 'entry', 'entries')} checked, {len(bad)} with problems")
 
     emit(args, {"entries": results, "problems": len(bad)}, human)
