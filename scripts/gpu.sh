@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh cross-torch|remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -15,7 +15,7 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 # Test extras the GPU image lacks (mypy, wheel, pytest-xdist), from wheels downloaded beside the
 # checkout (`pip download mypy wheel pytest-xdist --python-version 3.12 --only-binary=:all: -d .whl`;
 # run with carry .whl).
-[ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel pytest-xdist
+[ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel pytest-xdist torch-abi-audit
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
   echo "faster linkers: $(command -v ld.lld ld.gold | tr '\n' ' ')"; } | tee "$OUT/machine.txt"
@@ -47,6 +47,13 @@ case "$1" in
     status=0; for pid in $pids; do wait $pid || status=1; done
     for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
+  cross-torch)  # the ops' CUDA libraries built on a CPU machine under another torch and Python (`make
+    # cross-torch-cuda`: .cross-torch/, carried), read from the remote folder they were pushed to by a
+    # pod with an empty cache: 0 compiles but upfirdn2d's autograd unit, the same bits, then the ops'
+    # CUDA tests from that cache (.ci/cross_torch.py check).
+    rm -rf /tmp/cross-torch && mkdir -p /tmp/cross-torch && cp .cross-torch/cuda/outputs.pt /tmp/cross-torch/
+    JITOPS_REMOTE_CACHE="file://$PWD/.cross-torch/remote" JITOPS_REMOTE_TRUSTED_KEYS="$PWD/.cross-torch/signing.key.pub" \
+      JITOPS_REMOTE_MODE=read-only python3 .ci/cross_torch.py check /tmp/cross-torch 2>&1 | tee "$OUT/cross-torch.log" ;;
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
   tests-c) part c $TESTS_C; tail -n 3 "$OUT/pytest-c.log" ;;
