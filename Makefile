@@ -111,7 +111,24 @@ test-torch-%: redis-server
 	PIP_CONSTRAINT=/dev/null .venv-torch-$*/bin/python -m pip install -q -e '.[test]'
 	.venv-torch-$*/bin/python -c "import torch; assert torch.__version__.startswith('$*'), torch.__version__"
 	PATH=$(abspath .venv-torch-$*)/bin:$$PATH .venv-torch-$*/bin/python -m pytest -q $(XDIST) --durations=3 -m "not slow" tests; \
-		rc=$$?; rm -rf .venv-torch-$*; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+		rc=$$?; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; rc=1; fi; \
+		if [ $$rc -eq 0 ] && [ -d $(CROSS) ]; then $(call cross_torch_check,.venv-torch-$*/bin/python) || rc=1; fi; \
+		rm -rf .venv-torch-$*; exit $$rc
+
+# One build for every torch (.ci/cross_torch.py): jitops' ops, built once under .venv's torch (CPU
+# libraries, with tests/downstream_pkg's stable op in a py3-none wheel) and once under the CUDA
+# venv's (CUDA kernels for 9.0), each pushed to a remote folder; every other torch loads them with
+# 0 compiles (but upfirdn2d's autograd unit) and the same bits, runs the ops' quick tests and the
+# wheel with no compiler, and reads the remote as a pod with an empty cache would.
+CROSS := .cross-torch
+.PHONY: cross-torch
+cross-torch: $(PYTHON) $(CUDA_VENV)/bin/python
+	rm -rf $(CROSS) && $(PYTHON) .ci/cross_torch.py build $(CROSS)/cpu
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_VENV)/bin/python .ci/cross_torch.py build $(CROSS)/cuda
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH $(CUDA_VENV)/bin/python .ci/cross_torch.py check $(CROSS)/cpu
+# Under another torch's python ($(1)): the CPU libraries, then (same CUDA major) the CUDA ones.
+cross_torch_check = PATH=$(abspath $(dir $(1))):$$PATH $(1) .ci/cross_torch.py check $(CROSS)/cpu \
+	&& PATH=$(abspath $(dir $(1))):$$PATH TORCH_CUDA_ARCH_LIST=9.0 $(1) .ci/cross_torch.py check $(CROSS)/cuda
 
 # Then the edit loop's nvcc test (a CUDA flag change recompiles the .cu units alone), which skips
 # under `make test`'s CPU torch.

@@ -73,6 +73,101 @@ def logging_compilers(folder: Path) -> dict:
     return environment
 
 
+REPO = Path(__file__).resolve().parent.parent
+# Under the other torch: the stable op of tests/downstream_pkg from its wheel's prebuilt library.
+USE_WHEEL = """
+import json, torch
+from demo_pkg.stable import negate, negate_extension
+x = torch.randn(64, 33)
+assert torch.equal(negate(x), -x)
+torch.library.opcheck(torch.ops.demo_pkg_stable.negate.default, (torch.randn(8, 5),))
+print(json.dumps({"how": negate_extension.load().how, "torch": torch.__version__}))
+"""
+
+
+def build_wheel(folder: Path) -> Path:
+    """tests/downstream_pkg's wheel with the prebuilt library of its stable op (demo_pkg.stable),
+    built under this torch and tagged py3-none-<platform>: one wheel for every torch and Python."""
+    import shutil
+    import subprocess
+
+    from jitops.cache_tools.building import export_prebuilt
+
+    tree = folder / "downstream_pkg"
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(
+        REPO / "tests" / "downstream_pkg",
+        tree,
+        ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "prebuilt", "__pycache__"),
+    )
+    sys.path.insert(0, str(tree / "src"))
+    from demo_pkg.stable import negate_extension
+
+    export_prebuilt(negate_extension.load().library.parent, tree / "src" / "demo_pkg" / "prebuilt")
+    dist = folder / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)]
+    subprocess.run(pip, check=True)
+    (wheel,) = dist.glob("*.whl")
+    retag = [sys.executable, "-m", "wheel", "tags", "--platform-tag", f"linux_{os.uname().machine}", "--remove", str(wheel)]
+    subprocess.run(retag, check=True, capture_output=True)
+    (wheel,) = dist.glob("*.whl")
+    return wheel
+
+
+def check_wheel(folder: Path, built: str) -> bool:
+    """The stable op's wheel installed here, loaded with no compiler (CXX=/bin/false, builds
+    disabled): its prebuilt library, and opcheck passes."""
+    import subprocess
+
+    (wheel,) = (folder / "dist").glob("*-py3-none-linux_*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    try:
+        env = {**os.environ, "CXX": "/bin/false", "JITOPS_DISABLE_BUILD": "1", "JITOPS_CACHE_DIR": str(folder / "wheel-cache")}
+        used = subprocess.run([sys.executable, "-c", USE_WHEEL], capture_output=True, text=True, env=env, cwd=folder)
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "jitops-demo-pkg"], check=True)
+    ok = used.returncode == 0 and json.loads(used.stdout.splitlines()[-1])["how"] == "prebuilt"
+    print(
+        f"cross-torch: {wheel.name} (built under {built}) under {used.stdout.strip() or used.stderr[-2000:]}: {'ok' if ok else 'FAILED'}"
+    )
+    return ok
+
+
+# A pod of a mixed fleet: another torch, an empty cache, no compiler, reading the remote folder the
+# building torch pushed to. The five ops' libraries (not upfirdn2d's autograd: built for each torch).
+FLEET_READER = """
+import json
+from jitops.ops._framework import available_ops, extension
+print(json.dumps({op: extension(op).load().how for op in available_ops()}))
+"""
+
+
+def fleet_settings(folder: Path) -> dict:
+    """The remote tier the build pushes to: a folder of records signed by a key made here."""
+    return {"JITOPS_REMOTE_CACHE": f"file://{folder / 'remote'}", "JITOPS_REMOTE_SIGNING_KEY": str(folder / "signing.key")}
+
+
+def check_fleet(folder: Path, built: str) -> bool:
+    import subprocess
+
+    import torch
+
+    settings = fleet_settings(folder)
+    env = {**os.environ, "JITOPS_REMOTE_CACHE": settings["JITOPS_REMOTE_CACHE"], "JITOPS_REMOTE_MODE": "read-only"}
+    env.update(
+        JITOPS_REMOTE_TRUSTED_KEYS=f"{settings['JITOPS_REMOTE_SIGNING_KEY']}.pub", JITOPS_DISABLE_BUILD="1", CXX="/bin/false"
+    )
+    env["JITOPS_CACHE_DIR"] = str(folder / f"fleet-cache-{os.getpid()}")
+    used = subprocess.run([sys.executable, "-c", FLEET_READER], capture_output=True, text=True, env=env, cwd=folder)
+    how = json.loads(used.stdout.splitlines()[-1]) if used.returncode == 0 else {}
+    ok = bool(how) and set(how.values()) == {"remote"}
+    print(
+        f"cross-torch: a writer on {built} pushed, a reader on {torch.__version__} (empty cache, no compiler) loaded {how or used.stderr[-2000:]}: {'ok' if ok else 'FAILED'}"
+    )
+    return ok
+
+
 def main() -> int:
     mode, folder = sys.argv[1], Path(sys.argv[2]).resolve()
     os.environ["JITOPS_CACHE_DIR"] = str(folder / "cache")
@@ -87,11 +182,19 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TORCH_CUDA_ARCH_LIST") else "cpu"
     if mode == "build":
         folder.mkdir(parents=True, exist_ok=True)
+        from jitops.store import _signing
+
+        (folder / "remote").mkdir(exist_ok=True)
+        if not (folder / "signing.key").exists():
+            _signing.keygen(folder / "signing.key")
+        os.environ.update(fleet_settings(folder))  # every build is pushed there too
         jitops.load_all()
         torch.save(
             {"torch": str(torch.__version__), "cuda": torch.version.cuda, "outputs": outputs("cpu")}, folder / "outputs.pt"
         )
         print(f"cross-torch: the ops built under torch {torch.__version__} in {folder / 'cache'}")
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            print(f"cross-torch: {build_wheel(folder).name}")
         return 0
     reference = torch.load(folder / "outputs.pt")
     built, here = reference["torch"], torch.__version__
@@ -119,6 +222,10 @@ def main() -> int:
     for command in compiles:
         print(f"  compiled: {command[:200]}")
     if differ or len(compiles) > ALLOWED_COMPILES:
+        return 1
+    if list(folder.glob("dist/*.whl")) and not check_wheel(folder, built):
+        return 1
+    if not check_fleet(folder, built):
         return 1
     # The ops' quick tests (opcheck among them), from the same cache, in this environment.
     import subprocess

@@ -14,6 +14,7 @@ import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
 from jitops.store import _entries, _root
+from jitops.store._stable import floor_text
 from jitops.warm import _libraries
 
 from . import registry
@@ -79,7 +80,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         }
         if args.out:
             result["prebuilt"] = str(export_prebuilt(loaded.library.parent, Path(args.out)))
+            built = json.loads((loaded.library.parent / _layout.MANIFEST_NAME).read_text())["components"]
+            result["fits"] = "any" if built.get("abi") == "stable" else "this"  # which torch and Python
         results.append(result)
+    fits = {r["fits"] for r in results if "fits" in r}
 
     def human():
         for r in results:
@@ -87,6 +91,14 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{r['name']:<24} {r['how']:<8} {'cpu+cuda' if r['with_cuda'] else 'cpu':<8} {r['library']}{where}")
             if "prebuilt" in r:
                 print(f"{'':<24} from the sources in {r['sources']}")
+        if fits == {"any"}:  # docs/extensions.md, "Prebuilt libraries in a wheel"
+            print(f"these libraries fit every torch >= {floor_text()} and any Python: tag the wheel py3-none-<platform>")
+        elif fits:
+            import torch  # loaded by the builds already
+
+            print(
+                f"these libraries fit torch {torch.__version__} and Python {sys.version_info.major}.{sys.version_info.minor} alone: tag the wheel for both"
+            )
         if failure:
             print(failure, file=sys.stderr)
 
@@ -122,6 +134,7 @@ def beside(extension: jitops.Extension, out: Path) -> jitops.Extension:
         cuda_archs=extension.cuda_archs,
         version=extension.version,
         python_module=extension.python_module,
+        stable_abi=extension.stable_abi,
         cache_dir=extension.cache_dir,
         prebuilt_dir=shipped_as,
     )

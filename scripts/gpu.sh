@@ -48,12 +48,14 @@ case "$1" in
     for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
   cross-torch)  # the ops' CUDA libraries built on a CPU machine under another torch and Python (`make
-    # cross-torch-cuda`: .cross-torch/, carried), read from the remote folder they were pushed to by a
-    # pod with an empty cache: 0 compiles but upfirdn2d's autograd unit, the same bits, then the ops'
-    # CUDA tests from that cache (.ci/cross_torch.py check).
-    rm -rf /tmp/cross-torch && mkdir -p /tmp/cross-torch && cp .cross-torch/cuda/outputs.pt /tmp/cross-torch/
-    JITOPS_REMOTE_CACHE="file://$PWD/.cross-torch/remote" JITOPS_REMOTE_TRUSTED_KEYS="$PWD/.cross-torch/signing.key.pub" \
-      JITOPS_REMOTE_MODE=read-only python3 .ci/cross_torch.py check /tmp/cross-torch 2>&1 | tee "$OUT/cross-torch.log" ;;
+    # cross-torch`; carry .cross-torch/cuda/{remote,outputs.pt,signing.key.pub}), read by a pod with an
+    # empty cache from the remote folder they were pushed to: 0 compiles but upfirdn2d's autograd
+    # unit, the same bits, then the ops' CUDA tests from that cache (.ci/cross_torch.py check). Without
+    # this image's LIBRARY_PATH (CUDA's stubs, which no op links): it is in the key, and the CPU
+    # machine that built them has none.
+    rm -rf /tmp/cross-torch && mkdir -p /tmp/cross-torch && cp -r .cross-torch/cuda/. /tmp/cross-torch/
+    env -u LIBRARY_PATH JITOPS_REMOTE_CACHE="file:///tmp/cross-torch/remote" JITOPS_REMOTE_MODE=read-only \
+      JITOPS_REMOTE_TRUSTED_KEYS=/tmp/cross-torch/signing.key.pub python3 .ci/cross_torch.py check /tmp/cross-torch 2>&1 | tee "$OUT/cross-torch.log" ;;
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
   tests-c) part c $TESTS_C; tail -n 3 "$OUT/pytest-c.log" ;;

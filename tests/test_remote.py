@@ -366,10 +366,14 @@ def test_a_record_without_code_for_the_wanted_archs_is_refused():
 
     from jitops.store import _remote_records
 
-    planned = SimpleNamespace(cuda=SimpleNamespace(arch_list="8.0;9.0"))
+    planned = SimpleNamespace(cuda=SimpleNamespace(arch_list="8.0;9.0"), stable=False)
     body = {"backends": ["cpu", "cuda"], "cuda_arch_list": "8.0", "glibc": None}
     assert "without code for compute capability 9.0" in _remote_records.unfit(body, planned)
     assert "without code" not in _remote_records.unfit({**body, "cuda_arch_list": "8.0;9.0"}, planned)
+    # A stable library's record (one for every torch) names the floor it needs: a newer one is refused.
+    stable = SimpleNamespace(cuda=planned.cuda, stable=True)
+    newer = {**body, "cuda_arch_list": "8.0;9.0", "built_under": {"torch_floor": "2.99", "torch": "2.99.0"}}
+    assert _remote_records.unfit(newer, stable).startswith("it needs torch >= 2.99, and this is torch ")
 
 
 @pytest.mark.slow

@@ -31,6 +31,9 @@ _INCLUDE = re.compile(rb'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 # The stable C shim's symbols (C names) and the runtimes' symbol versions a stable library may need.
 SHIM_SYMBOL = re.compile(r"(aoti_torch_\w+|torch_\w+)")
 RUNTIME_VERSIONS = ("GLIBC_", "GLIBCXX_", "CXXABI_", "GCC_", "libcudart.so")
+# Undefined symbols that tie a library to one torch (its C++ API) or one Python (its C API).
+TORCH_CXX = re.compile(r"\b(at|c10|torch|caffe2|pybind11)::")
+PYTHON_SYMBOL = re.compile(r"_?Py[A-Z_]")
 # Libraries a stable library must not depend on: they tie it to one torch or one Python.
 UNSTABLE_LIBRARIES = re.compile(r"libtorch_python|libpython")
 
@@ -122,8 +125,9 @@ class Audit:
 
 
 def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
-    """Read the library's dynamic symbols and needed libraries (binutils' readelf): only the stable
-    shim (each symbol declared at the floor), the C, C++ and CUDA runtimes may be undefined."""
+    """Read the library's dynamic symbols and needed libraries (binutils' readelf): of torch and
+    Python, only the stable shim may be undefined (each function declared at the floor); no torch
+    C++ symbol, no Python C-API symbol, no libtorch_python or libpython."""
     readelf = shutil.which("readelf")
     if readelf is None:
         return Audit(["(binutils' readelf is not installed: the library could not be audited)"], [], None)
@@ -138,7 +142,7 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
         for name in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", shown)
         if UNSTABLE_LIBRARIES.search(name)
     ]
-    undefined, glibcxx = set(), []
+    undefined, glibcxx, cxx_symbols = set(), [], []
     at_floor = None
     for line in shown.splitlines():
         fields = line.split()
@@ -156,8 +160,12 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
             at_floor = floor_symbols(str(cxx or "c++"), tuple(include_dirs)) if at_floor is None else at_floor
             if at_floor and name not in at_floor:
                 offending.append(f"{name} (not in torch {floor_text()}'s stable shim)")
-            continue
-        offending.append(_demangled(name))
+        elif PYTHON_SYMBOL.match(name):
+            offending.append(name)
+        elif name.startswith("_Z"):
+            cxx_symbols.append(name)
+        # Any other symbol is another library's: the load check says whether it resolves.
+    offending += [name for name in _demangled(cxx_symbols) if TORCH_CXX.search(name)]
     looked_up = []
     if "dlsym" in undefined:
         data = library.read_bytes()
@@ -180,14 +188,16 @@ def floor_symbols(cxx: str, include_dirs: tuple[str, ...]) -> frozenset[str]:
     return frozenset(re.findall(r"\b((?:aoti_torch|torch)_\w+)\s*\(", text))
 
 
-def _demangled(symbol: str) -> str:
+def _demangled(symbols: list[str]) -> list[str]:
+    """C++ symbols as written in the source (binutils' c++filt, in one call), else as they are."""
     tool = shutil.which("c++filt")
-    if tool is None or not symbol.startswith("_Z"):
-        return symbol
+    if tool is None or not symbols:
+        return symbols
     try:
-        return subprocess.run([tool, symbol], capture_output=True, text=True, timeout=10).stdout.strip() or symbol
+        shown = subprocess.run([tool], input="\n".join(symbols), capture_output=True, text=True, timeout=30).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
-        return symbol
+        return symbols
+    return shown if len(shown) == len(symbols) else symbols
 
 
 def toolkit_release(nvcc_line: str | None) -> str | None:
