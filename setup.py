@@ -78,9 +78,9 @@ def ahead_of_time_build() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
     sys.path.insert(0, str(ROOT))
-    from jitops.build import _builder
+    from jitops.build import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
-    from jitops.store import _entries, _key, _root
+    from jitops.store import _entries, _key, _root, _stable
     from jitops.warm import _libraries
 
     cxx = _key.find_cxx()
@@ -119,6 +119,13 @@ def ahead_of_time_build() -> dict:
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
+            built_under = (
+                _stable.built_under(components, library, cxx, _torch_flags.include_paths(None))
+                if components.get("abi") == "stable"
+                else None
+            )
+            if built_under and built_under["audit"]["offending"]:
+                raise SystemExit(f"{declared.qualified_name}: not on torch's stable ABI: {built_under['audit']['offending'][:3]}")
             manifest = _entries.make_manifest(
                 entry,
                 components,
@@ -127,6 +134,7 @@ def ahead_of_time_build() -> dict:
                 built_at=started,
                 build_seconds=round(time.time() - started, 3),
                 ahead_of_time=True,
+                **({"built_under": built_under} if built_under else {}),
             )
             _libraries.write_json_atomic(entry.manifest_path, manifest)
 

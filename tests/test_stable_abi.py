@@ -163,3 +163,27 @@ def test_an_entry_needing_a_newer_torch_or_runtime_is_a_miss(tmp_path):
     assert newer["how"] == "built" and newer["entry"] != first["entry"] and newer["components"]["torch"] == torch.__version__
     assert _stable.unfit_here({"glibcxx": "9.9.99"}).startswith("it needs the C++ runtime's GLIBCXX_9.9.99")
     assert _stable.unfit_here({"torch_floor": "2.11", "glibcxx": "3.4.9"}) == ""
+
+
+def test_an_op_built_under_another_torch_and_python_is_ok_for_list_and_clear_stale(tmp_path):
+    """An entry of a stable op built under another torch and Python (its manifest's built_under) is
+    `ok` for `list`, shown as "≥ 2.11, any Python", and `clear --stale` leaves it."""
+    jitops.ops._framework.require("add2")
+    built = _libraries.loaded["jitops.add2"].library.parent
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    shutil.copytree(built, cache / built.name)
+    manifest_path = cache / built.name / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["built_under"].update(torch="2.15.0+cu130", torch_git="0" * 40, python_soabi="cpython-313-x86_64-linux-gnu")
+    manifest_path.write_text(json.dumps(manifest))
+
+    def cli(*args: str) -> dict:
+        command = [sys.executable, "-m", "jitops.cache_tools", *args, "--json"]
+        proc = children.run(command, env=tiny_env(cache), capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    (row,) = cli("list")["entries"]
+    assert (row["status"], row["torch"]) == ("ok", "≥ 2.11, any Python"), row
+    assert cli("clear", "--stale")["removed"] == [] and (cache / built.name).is_dir()

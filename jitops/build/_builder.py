@@ -22,7 +22,7 @@ from ..store._key import CudaPlan, PlannedEntry, environment_tools
 from ..store._lock import build_timeout, lock_timeout, under_entry_lock
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
-from . import _buildfile, _ninja, _pch, _progress
+from . import _buildfile, _ninja, _pch, _progress, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -301,22 +301,13 @@ class NotStable(BuildError):
 
 
 def _built_under(planned: PlannedEntry, library: Path) -> dict:
-    """What a stable entry's manifest says of its build: the torch and Python it was built under, the
-    CUDA toolkit, and the audit of its dynamic symbols (_stable.audit). Empty for an exact entry."""
+    """What a stable entry's manifest says of its build (_stable.built_under); empty for an exact entry."""
     if not planned.stable and not planned.exact_because:
         return {}
-    from ..build._torch_flags import include_paths
     from ..store import _stable
 
-    audit = _stable.audit(library, planned.cxx, include_paths(None))
-    nvcc = planned.components.get("nvcc") if planned.cuda.enabled else None
-    return {
-        **_libraries.process_abi(),
-        "torch_floor": planned.components.get("torch_floor"),
-        "cuda_toolkit": _stable.toolkit_release(nvcc),
-        "audit": audit.record(),
-        **({"exact_because": planned.exact_because} if planned.exact_because else {}),
-    }
+    torch_headers = _torch_flags.include_paths(None)
+    return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
 
 
 def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:

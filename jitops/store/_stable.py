@@ -200,6 +200,21 @@ def _demangled(symbols: list[str]) -> list[str]:
     return shown if len(shown) == len(symbols) else symbols
 
 
+def built_under(components: dict, library: Path, cxx: Path | None, include_dirs: list[str], exact_because: str = "") -> dict:
+    """A stable library's manifest field `built_under`: the torch and Python it was built under, its
+    floor, the CUDA toolkit that compiled its CUDA code, and the audit of its dynamic symbols
+    (include_dirs: torch's, where the audit reads the shim's declarations)."""
+    from ..warm._libraries import process_abi
+
+    return {
+        **process_abi(),
+        "torch_floor": components.get("torch_floor"),
+        "cuda_toolkit": toolkit_release(components.get("nvcc")) if "cuda" in components.get("backends", []) else None,
+        "audit": audit(library, cxx, include_dirs).record(),
+        **({"exact_because": exact_because} if exact_because else {}),
+    }
+
+
 def toolkit_release(nvcc_line: str | None) -> str | None:
     """nvcc's major.minor from the line its probe keeps ("... release 13.0, V13.0.88")."""
     found = re.search(r"release (\d+\.\d+)", nvcc_line or "")
