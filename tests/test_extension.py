@@ -141,8 +141,11 @@ def test_every_import_follows_the_order_of_the_wings():
 # stall or crash: a bounded Redis client of jitops' own (_resp, about 190 lines, replacing redis-py),
 # deadlines, caps and checked types on every call and record, and the remote's listing, pruning and
 # re-signing moved from the CLI into the store (_remote_admin); 7381 -> 7387: a shared folder's
-# listing bounded as a Redis reply is).
-LOADER_LINES, MODULE_LINES = 7387, 450
+# listing bounded as a Redis reply is; 7387 -> 7790: issue 61's one build for every torch: the
+# stable ABI's key, flags, source detection, audit of a built library and fitness checks
+# (_stable, 271 lines), its exact-key fallback in the loader and builder, upfirdn2d's autograd as a
+# library of its own, and stable entries in prebuilt matching and remote records).
+LOADER_LINES, MODULE_LINES = 7790, 450
 
 
 def test_the_loader_does_not_grow():
