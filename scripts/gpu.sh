@@ -15,7 +15,7 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation
 # Test extras the GPU image lacks (mypy, wheel, pytest-xdist), from wheels downloaded beside the
 # checkout (`pip download mypy wheel pytest-xdist --python-version 3.12 --only-binary=:all: -d .whl`;
 # run with carry .whl).
-[ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel pytest-xdist torch-abi-audit
+[ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl mypy wheel pytest-xdist torch-abi-audit cryptography
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
   echo "faster linkers: $(command -v ld.lld ld.gold | tr '\n' ' ')"; } | tee "$OUT/machine.txt"
