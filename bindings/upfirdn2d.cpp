@@ -8,9 +8,9 @@
 // "general", "tiled"), for the tests that hold the two CUDA kernels to the same bits and for the
 // benchmarks.
 //
-// This unit is on torch's stable API (bindings/stable.h, as the other ops); the autograd formula
-// needs ATen's autograd, whose headers make it the slowest unit of a cold build, so it is a unit
-// of its own that compiles in parallel: bindings/upfirdn2d_autograd.cpp.
+// This unit is on torch's stable API (bindings/stable.h, as the other ops): one build serves every
+// torch. The autograd formula needs ATen's autograd (torch's C++ API, built for each torch), so it
+// is a library of its own, loaded after this one: bindings/upfirdn2d_autograd.cpp.
 #include <string>
 #include <vector>
 

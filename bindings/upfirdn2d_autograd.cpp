@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // torch.ops.jitops.upfirdn2d's autograd formula, registered in C++ (why: bindings/upfirdn2d.cpp),
-// in a unit of its own: ATen's autograd headers make it the slowest unit of a cold build.
+// in a library of its own (jitops/ops/upfirdn2d.py's PARTS): it uses torch's C++ API, so it is
+// built for each torch, while the op's kernels and schema, on the stable ABI, serve every torch.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>

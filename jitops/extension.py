@@ -56,7 +56,8 @@ class Extension:
     directories (relative to root), flags, CUDA policy and archs, and a version (bump it where the key
     cannot see a change). python_module: also a pybind11 module named `name`. stable_abi: its sources use
     only torch's stable C++ API (torch/csrc/stable, torch/headeronly), so one build serves every torch
-    from jitops' floor up and any Python (checked after the build: docs/extensions.md). cache_dir: its entries'
+    from jitops' floor up and any Python (checked after the build: docs/extensions.md); "auto" (what
+    jitops.load declares): where the sources include no other torch header. cache_dir: its entries'
     folder instead of the cache root. prebuilt_dir: libraries shipped with the package, tried first."""
 
     __slots__ = (
@@ -97,7 +98,7 @@ class Extension:
         cuda_archs: str | None = None,
         version: str = "0",
         python_module: bool = False,
-        stable_abi: bool = False,
+        stable_abi: bool | Literal["auto"] = False,
         cache_dir: PathLike | None = None,
         prebuilt_dir: PathLike | None = None,
     ) -> None:
@@ -116,7 +117,7 @@ class Extension:
             "cuda_archs": cuda_archs,
             "version": str(version),
             "python_module": bool(python_module),
-            "stable_abi": bool(stable_abi),
+            "stable_abi": stable_abi,
             "cache_dir": os.path.abspath(cache_dir) if cache_dir is not None else None,
             "prebuilt_dir": os.path.join(root, prebuilt_dir) if prebuilt_dir is not None else None,
         }
@@ -136,7 +137,9 @@ class Extension:
                     f"Extension {name!r}: include_dirs (torch's extra_include_paths) entry {directory!r} holds "
                     f"{'a $' if '$' in directory else 'a newline'}, which no build file can pass on: rename that folder"
                 )
-        if values["stable_abi"] and values["python_module"]:
+        if stable_abi not in (True, False, "auto"):
+            raise ValueError(f"Extension {name!r}: stable_abi must be True, False or 'auto', got {stable_abi!r}")
+        if stable_abi is True and values["python_module"]:
             raise ValueError(
                 f"Extension {name!r}: stable_abi=True is for a library loaded with torch.ops (TORCH_LIBRARY or "
                 "STABLE_TORCH_LIBRARY), and python_module=True makes a pybind11 module, which needs one exact Python and torch"

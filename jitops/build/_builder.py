@@ -296,7 +296,8 @@ class NotStable(BuildError):
     def __init__(self, planned: PlannedEntry, offending: list[str]):
         self.planned, self.offending = planned, offending
         BuildError.__init__(
-            self, f"jitops: {planned.entry.name} is declared stable_abi, but its library needs " + ", ".join(offending[:3])
+            self,
+            f"jitops: {planned.entry.name} was to be on torch's stable ABI, but its library needs " + ", ".join(offending[:3]),
         )
 
 

@@ -121,8 +121,9 @@ def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, lis
             refused.put(planned.entry.key, reason)
             refused.save()
             warn(
-                f"{planned.extension.qualified_name} is declared stable_abi, but {reason}: it is built and kept "
-                f"for this torch and Python alone. Remove what uses torch's C++ API, or declare it without stable_abi."
+                f"{planned.extension.qualified_name} was to be built on torch's stable ABI (stable_abi), but {reason}: "
+                "it is built and kept for this torch and Python alone. Remove what uses torch's C++ API, or declare it "
+                "with stable_abi=False."
             )
         except InputsChanged as err:
             changed, name = ", ".join(err.paths), planned.extension.qualified_name

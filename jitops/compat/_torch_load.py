@@ -12,7 +12,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..extension import Extension
-from ..store._stable import uses_stable_headers_only
 from ..warm._libraries import DROP_IN_NAMESPACE, identity_or_none, loaded
 from . import _module_names
 
@@ -143,9 +142,6 @@ def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, wi
     # paths relative to the working directory (an absolute path joined to the root stays itself).
     cflags, cuda_cflags, ldflags = ([flag.strip() for flag in flags or []] for flags in (cflags, cuda_cflags, ldflags))
     include_dirs = [os.path.abspath(path.strip()) for path in include_paths or []]
-    # Sources on torch's stable API alone, loaded with torch.ops: one build for every torch and Python
-    # (the audit after the build holds it to that).
-    stable = not python_module and uses_stable_headers_only([os.path.join(root, source) for source in sources])
     version = 0
     with _naming:
         while True:
@@ -160,7 +156,9 @@ def declare(name, root, sources, cflags, cuda_cflags, ldflags, include_paths, wi
                 ldflags=ldflags,
                 cuda="never" if with_cuda is False else "always" if with_cuda else "auto",
                 python_module=bool(python_module),
-                stable_abi=stable,
+                # Sources on torch's stable API alone, loaded with torch.ops: one build for every
+                # torch and Python, decided where the key is computed (the warm path reads no source).
+                stable_abi=False if python_module else "auto",
                 cache_dir=cache_dir,
             )
             held = _declared.get(extension.qualified_name)

@@ -153,8 +153,7 @@ _without_cuda: dict[str, str] = {}  # op -> why its library has no CUDA kernels
 def require(op: str) -> bool:
     """Load op's library and its Python-side registrations, once per process."""
     if op not in _ready:
-        loaded, *parts = [library.load() for library in op_libraries(op)]
-        del parts  # loaded for their registrations
+        loaded = [library.load() for library in op_libraries(op)][0]  # the parts: for their registrations
         if not loaded.with_cuda:
             _without_cuda[op] = loaded.cuda_reason or "built for CPU only"
         # load_all() calls this from several threads; torch.library refuses a second registration.

@@ -159,8 +159,12 @@ def sources_sha256(extension: Extension, record_hashes: bool = True, each: dict 
 
 def is_stable(extension: Extension) -> bool:
     """Whether the extension is built for every torch from the floor up (its stable_abi, under a torch
-    at least the floor): keyed by _stable.components() instead of torch's and Python's identity."""
-    return extension.stable_abi and _stable.torch_supports_floor()
+    at least the floor): keyed by _stable.components() instead of torch's and Python's identity.
+    stable_abi="auto" (jitops.load's): where its sources include only the stable API's torch headers."""
+    wanted = extension.stable_abi
+    if wanted == "auto":
+        wanted = not extension.python_module and _stable.uses_stable_headers_only(extension.paths())
+    return bool(wanted) and _stable.torch_supports_floor()
 
 
 def abi_components(
