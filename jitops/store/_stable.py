@@ -137,13 +137,9 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
         ).stdout
     except (OSError, subprocess.SubprocessError) as err:
         return Audit([f"(readelf could not read it: {err})"], [], None)
-    offending = [
-        f"needs {name}"
-        for name in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", shown)
-        if UNSTABLE_LIBRARIES.search(name)
-    ]
-    undefined, glibcxx, cxx_symbols = set(), [], []
-    at_floor = None
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", shown)
+    offending = [f"needs {name}" for name in needed if UNSTABLE_LIBRARIES.search(name)]
+    undefined, glibcxx, cxx_symbols, at_floor = set(), [], [], None
     for line in shown.splitlines():
         fields = line.split()
         # Num: Value Size Type Bind Vis Ndx Name[@version]
@@ -166,13 +162,9 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
             cxx_symbols.append(name)
         # Any other symbol is another library's: the load check says whether it resolves.
     offending += [name for name in _demangled(cxx_symbols) if TORCH_CXX.search(name)]
-    looked_up = []
-    if "dlsym" in undefined:
-        data = library.read_bytes()
-        strings = {m.decode() for m in re.findall(rb"\x00((?:aoti_torch|torch)_\w+)\x00", data)}
-        looked_up = sorted(strings - undefined)
-    newest = max(glibcxx, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()), default=None)
-    return Audit(offending, looked_up, newest)
+    strings = re.findall(rb"\x00((?:aoti_torch|torch)_\w+)\x00", library.read_bytes()) if "dlsym" in undefined else []
+    looked_up = sorted({name.decode() for name in strings} - undefined)
+    return Audit(offending, looked_up, max(glibcxx, key=_numbers, default=None))
 
 
 @functools.cache
