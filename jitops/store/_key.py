@@ -226,7 +226,7 @@ COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
 def portable_components(components: dict) -> dict:
     """The key components that decide whether a library runs on a machine, wherever it was built:
     torch, Python and C++ ABI, CUDA, sources and flags; not the compilers, nor the archs (per record)."""
-    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list", "built_under")}
+    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}
     portable["environment"] = {k: v for k, v in components.get("environment", {}).items() if k not in COMPILER_VARIABLES}
     portable["ldflags"] = [os.path.basename(f) if os.path.isabs(f) else f for f in components.get("ldflags", [])]
     return portable
