@@ -32,6 +32,10 @@ STABLE_SOURCE = """
 #include <torch/csrc/stable/library.h>
 extern "C" int stable_value() { return 7; }
 """
+STABLE_OP = """
+#include <torch/csrc/stable/library.h>
+STABLE_TORCH_LIBRARY(stable_probe, m) { m.def("nothing(Tensor x) -> Tensor"); }
+"""
 CALLS_ATEN = """
 namespace at { class Context; Context& globalContext(); }
 extern "C" void* stable_context() { return &at::globalContext(); }
@@ -111,9 +115,10 @@ def test_the_ops_libraries_pass_the_audit_and_torch_abi_audit():
 def test_jitops_load_takes_stable_only_sources_as_stable(tmp_path):
     """jitops.load: sources on the stable headers alone, with no pybind11 module, get the stable key;
     one including torch/extension.h (or Python.h, or pybind11) keeps the exact key."""
-    (tmp_path / "stable.cpp").write_text(STABLE_SOURCE)
+    (tmp_path / "stable.cpp").write_text(STABLE_OP)
     (tmp_path / "local.h").write_text("#include <torch/extension.h>\n")
     (tmp_path / "unstable.cpp").write_text('#include "local.h"\n' + STABLE_SOURCE)
+    (tmp_path / "jitops_library.cpp").write_text("#include <jitops/library.h>\nJITOPS_LIBRARY(m) {}\n")
 
     def declare(name: str, source: str, python_module: bool):
         return _torch_load.declare(name, str(tmp_path), [source], [], [], [], [], None, python_module, str(tmp_path / "cache"))
@@ -124,6 +129,7 @@ def test_jitops_load_takes_stable_only_sources_as_stable(tmp_path):
         declare("s3", "stable.cpp", True),
     )
     assert (_key.is_stable(stable), _key.is_stable(unstable), _key.is_stable(module)) == (True, False, False)
+    assert not _key.is_stable(declare("s4", "jitops_library.cpp", False)), "<jitops/library.h> is torch/library.h"
     with pytest.raises(ValueError, match="stable_abi=True is for a library loaded with torch.ops"):
         jitops.Extension("x", ["stable.cpp"], namespace="x", root=tmp_path, stable_abi=True, python_module=True)
 

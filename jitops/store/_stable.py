@@ -26,7 +26,8 @@ STANDARD = "c++20"
 # Where the stable API's declarations live: a source including any other torch header is not stable.
 STABLE_HEADERS = ("torch/csrc/stable/", "torch/headeronly/", "torch/csrc/inductor/aoti_torch/c/")
 # What keeps a source off the stable ABI however it includes torch (GPTQModel's conservative test).
-UNSTABLE_MARKS = re.compile(rb"Python\.h|pybind11|PYBIND11_MODULE|TORCH_LIBRARY|TORCH_EXTENSION_NAME")
+# (\b: STABLE_TORCH_LIBRARY is the stable API's own.) <jitops/library.h> is torch's <torch/library.h>.
+UNSTABLE_MARKS = re.compile(rb"Python\.h|pybind11|PYBIND11_MODULE|\bTORCH_LIBRARY|TORCH_EXTENSION_NAME|\bJITOPS_LIBRARY")
 _INCLUDE = re.compile(rb'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 # The stable C shim's symbols (C names) and the runtimes' symbol versions a stable library may need.
 SHIM_SYMBOL = re.compile(r"(aoti_torch_\w+|torch_\w+)")
@@ -103,7 +104,7 @@ def uses_stable_headers_only(paths: list[str]) -> bool:
             return False
         for bracket, name in _INCLUDE.findall(text):
             header = name.decode(errors="replace")
-            if header.startswith(("torch/", "ATen/", "c10/", "caffe2/")) and not header.startswith(STABLE_HEADERS):
+            if header.startswith(("torch/", "ATen/", "c10/", "caffe2/", "jitops/")) and not header.startswith(STABLE_HEADERS):
                 return False
             if bracket == b'"':
                 local = os.path.join(os.path.dirname(path), header)
