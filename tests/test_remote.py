@@ -273,7 +273,7 @@ def test_torch_builds_python_abis_archs_and_glibc_that_do_not_fit_never_share(tm
     assert _prebuilt.missing_archs("8.0", [(9, 0)]) == ["9.0"]
     assert _prebuilt.missing_archs("8.0;9.0", [(9, 0)]) == []
     assert _remote_records.glibc_needed(b"\0GLIBC_2.17\0GLIBC_2.34\0GLIBC_2.4\0") == "2.34"
-    assert _remote_records._version("2.99") > _remote_records._version(_remote_records.glibc_here())
+    assert _remote_records.numbers("2.99") > _remote_records.numbers(_remote_records.glibc_here())
 
 
 def resigned_record(server: RedisServer, keys: dict, change) -> None:

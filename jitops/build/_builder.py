@@ -10,14 +10,13 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import BuildError, NamespaceConflict
-from ..store import _budget, _entries, _failures, _object_store, _prebuilt, _root
+from ..store import _budget, _entries, _failures, _object_store, _prebuilt, _root, _stable
 from ..store._key import CudaPlan, PlannedEntry, environment_tools
 from ..store._lock import build_timeout, lock_timeout, under_entry_lock
 from ..warm import _libraries, _namespaces
@@ -305,8 +304,6 @@ def _built_under(planned: PlannedEntry, library: Path) -> dict:
     """What a stable entry's manifest says of its build (_stable.built_under); empty for an exact entry."""
     if not planned.stable and not planned.exact_because:
         return {}
-    from ..store import _stable
-
     torch_headers = _torch_flags.include_paths(None)
     return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
 
@@ -430,11 +427,5 @@ def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_le
 
 
 def _demangle(symbol: str) -> str:
-    """A C++ symbol as written in the source (c++filt, where binutils has it), else as it is."""
-    tool = shutil.which("c++filt")
-    if tool is None:
-        return symbol
-    try:
-        return subprocess.run([tool, symbol], capture_output=True, text=True, timeout=10).stdout.strip() or symbol
-    except (OSError, subprocess.SubprocessError):
-        return symbol
+    """A C++ symbol as written in the source (binutils' c++filt, where it is installed), else as it is."""
+    return _stable.demangled([symbol])[0]

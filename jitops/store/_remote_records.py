@@ -15,7 +15,7 @@ from .._errors import CacheError
 from . import _entries, _prebuilt, _root, _signing
 from ._key import PlannedEntry, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable
-from ._stable import unfit_here
+from ._stable import numbers, unfit_here
 
 # Of the records and the lookup key: bump when their meaning changes (2: records framed as below,
 # their signature checked before their body is parsed; 3: stable-ABI keys, without torch's or
@@ -46,10 +46,6 @@ def glibc_here() -> str | None:
         return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.36"
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def _version(text: str | None) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
 
 
 # A record: a header line, the signer's public key, the signature of the body's bytes (each "-"
@@ -207,7 +203,7 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
     """Why a remote entry's library cannot run here ('' where it can): the glibc it needs, the GPUs
     it has no code for, a header that differs here."""
     needed, here = body.get("glibc"), glibc_here()
-    if needed and here and _version(needed) > _version(here):
+    if needed and here and numbers(needed) > numbers(here):
         return f"built against glibc {needed}, newer than this machine's {here}"
     if planned.stable and (problem := unfit_here(body.get("built_under") or {})):
         return problem

@@ -45,7 +45,7 @@ def floor_text(floor: tuple[int, int] = FLOOR) -> str:
 
 def release(version: str) -> tuple[int, int]:
     """(major, minor) of a torch version ("2.14.1+cu130"); (0, 0) where it names none."""
-    found = re.match(r"(\d+)\.(\d+)", version or "")
+    found = re.match(r"(\d{1,9})\.(\d{1,9})", version or "")
     return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
@@ -162,10 +162,10 @@ def audit(library: Path, cxx: Path | None, include_dirs: list[str]) -> Audit:
         elif name.startswith("_Z"):
             cxx_symbols.append(name)
         # Any other symbol is another library's: the load check says whether it resolves.
-    offending += [name for name in _demangled(cxx_symbols) if TORCH_CXX.search(name)]
+    offending += [name for name in demangled(cxx_symbols) if TORCH_CXX.search(name)]
     strings = re.findall(rb"\x00((?:aoti_torch|torch)_\w+)\x00", library.read_bytes()) if "dlsym" in undefined else []
     looked_up = sorted({name.decode() for name in strings} - undefined)
-    return Audit(offending, looked_up, max(glibcxx, key=_numbers, default=None))
+    return Audit(offending, looked_up, max(glibcxx, key=numbers, default=None))
 
 
 @functools.cache
@@ -181,7 +181,7 @@ def floor_symbols(cxx: str, include_dirs: tuple[str, ...]) -> frozenset[str]:
     return frozenset(re.findall(r"\b((?:aoti_torch|torch)_\w+)\s*\(", text))
 
 
-def _demangled(symbols: list[str]) -> list[str]:
+def demangled(symbols: list[str]) -> list[str]:
     """C++ symbols as written in the source (binutils' c++filt, in one call), else as they are."""
     tool = shutil.which("c++filt")
     if tool is None or not symbols:
@@ -238,16 +238,18 @@ def unfit_here(built: dict) -> str:
     if isinstance(floor, str) and release(floor) > release(torch.__version__):
         return f"it needs torch >= {floor}, and this is torch {torch.__version__}"
     needed, here = built.get("glibcxx"), runtime_glibcxx()
-    if isinstance(needed, str) and here and _numbers(needed) > _numbers(here):
+    if isinstance(needed, str) and here and numbers(needed) > numbers(here):
         return f"it needs the C++ runtime's GLIBCXX_{needed}, and this process's has GLIBCXX_{here} at most"
     toolkit = built.get("cuda_toolkit")
-    if isinstance(toolkit, str) and (driver := driver_release()) and _numbers(driver) < _numbers(toolkit):
+    if isinstance(toolkit, str) and (driver := driver_release()) and numbers(driver) < numbers(toolkit):
         return f"its CUDA code was compiled by CUDA {toolkit}, newer than this driver's CUDA {driver}"
     return ""
 
 
-def _numbers(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
+def numbers(text: str | None) -> tuple[int, ...]:
+    """A version's numbers, for comparing ("3.4.29" -> (3, 4, 29)); each at most 9 digits, so that
+    a hostile record's value cannot make int() refuse it."""
+    return tuple(int(part) for part in re.findall(r"\d{1,9}", text or ""))
 
 
 @functools.cache
@@ -261,4 +263,4 @@ def runtime_glibcxx() -> str | None:
     except OSError:
         return None
     versions = {m.decode() for m in re.findall(rb"GLIBCXX_(\d+\.\d+(?:\.\d+)?)\x00", data)}
-    return max(versions, key=_numbers, default=None)
+    return max(versions, key=numbers, default=None)
