@@ -577,6 +577,28 @@ def test_a_package_extensions_first_build_starts_no_precompiled_header_and_its_r
     assert sum("-x c++-header" in line for line in log.read_text().splitlines()) == 1
 
 
+def test_no_precompiled_header_for_a_rebuild_an_upgrade_caused_or_one_the_budget_cannot_hold(tmp_path):
+    """A new compiler (as a torch upgrade would) rebuilds an extension without a PCH: nobody edited it;
+    the edit after it starts one. A budget below one PCH's size starts none, in the background or
+    with JITOPS_PCH=wait: none is compiled to be evicted at once."""
+    root = pch_tree(tmp_path)
+    cache = tmp_path / "cache"
+    old_compiler, _ = logging_compiler(tmp_path, real="g++")
+    compiler, log = logging_compiler(tmp_path)
+    load(cache, root, CXX=old_compiler, JITOPS_PCH="1")
+    edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* edit 1 */")
+    upgraded = load(cache, root, CXX=compiler, JITOPS_PCH="1")
+    assert "C++ compiler changed" in upgraded["stderr"] and "precompiled header" not in upgraded["stderr"], upgraded["stderr"]
+    for budget, mode in [("1M", "1"), ("1M", "wait")]:
+        edit(root / "bindings" / "tiny.cpp", "/* edit 1", f"/* edit 1 {mode}")
+        tight = load(cache, root, CXX=compiler, JITOPS_PCH=mode, JITOPS_CACHE_MAX_SIZE=budget)
+        assert "precompiled header" not in tight["stderr"] and "with a PCH" not in tight["stderr"], tight["stderr"]
+    assert not any("c++-header" in line for line in log.read_text().splitlines())
+    edit(root / "bindings" / "tiny.cpp", "/* edit 1", "/* edit 2")
+    edited = load(cache, root, CXX=compiler, JITOPS_PCH="1")
+    assert "building a precompiled header of c10/macros/Macros.h in the background" in edited["stderr"], edited["stderr"]
+
+
 def pch_compiles() -> list[str]:
     """The processes compiling a precompiled header now (not python -m jitops.build._pch, whose argument
     holds the command with @header@)."""
@@ -615,9 +637,9 @@ print(ctypes.CDLL(jitops.load(sys.argv[2], [path], is_python_module=False)).valu
 """
     env = tiny_env(tmp_path / "cache", CXX=str(wrapper), JITOPS_PCH="1")
 
-    def load_one(name: str) -> subprocess.CompletedProcess:
+    def load_one(name: str, cpus: list[str] = ()) -> subprocess.CompletedProcess:
         return children.run(
-            [sys.executable, "-c", code, str(tmp_path / f"{name}.cpp"), name],
+            [*cpus, sys.executable, "-c", code, str(tmp_path / f"{name}.cpp"), name],
             env=env,
             capture_output=True,
             text=True,
@@ -629,7 +651,8 @@ print(ctypes.CDLL(jitops.load(sys.argv[2], [path], is_python_module=False)).valu
     deadline = time.time() + 30
     while not pch_compiles() and time.time() < deadline:
         time.sleep(0.05)
-    second = load_one("second")
+    # On one CPU (its affinity), the build leaves none idle: the PCH pauses for it.
+    second = load_one("second", ["taskset", "-c", "0"])
     assert second.returncode == 0, second.stderr
     seen = states.read_text().split()
     assert seen and set(seen) == {"T"}, f"the PCH's processes during the foreground compile: {seen}"
@@ -688,3 +711,58 @@ def test_a_depfile_names_each_header_by_its_resolved_path_as_realpath_does(tmp_p
         plain = [w.replace("\\ ", " ").replace("$$", "$") for w in words]
         assert found == [os.path.realpath(os.path.join(build, w)) for w in plain], escapes
         assert found[2] == str(real / "sub" / "b.h")
+
+
+# A pybind11 module (a tiny one: pybind11 without torch's headers) whose kernels the notebook edits.
+MODULE_UNITS = {
+    "bind.cpp": "#include <pybind11/pybind11.h>\nint k1();\nint k2();\n"
+    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("k1", &k1); m.def("k2", &k2); }\n',
+    "k1.cpp": "int k1() { return 1; }\n",
+    "k2.cpp": "int k2() { return 2; }\n",
+}
+
+MODULE_EDITS = """
+import json, pathlib, sys, jitops
+folder, edits = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2])
+def load():
+    module = jitops.load("nb", [str(folder / s) for s in ("bind.cpp", "k1.cpp", "k2.cpp")])
+    return [module.__name__, pathlib.Path(module.__file__).name, module.k1(), module.k2()]
+print(json.dumps(load()), flush=True)
+for source, old, new in edits:
+    path = folder / source
+    path.write_text(path.read_text().replace(old, new))
+    print(json.dumps(load()), flush=True)
+"""
+
+
+def test_a_kernel_edit_in_process_compiles_the_kernel_alone_whatever_came_before(tmp_path):
+    # The binding (PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) its one use of the name) is compiled as the
+    # module nb once and linked as nb_v1, nb_v2: the module and file keep torch's names.
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for name, text in MODULE_UNITS.items():
+        (folder / name).write_text(text)
+    compiler, log = logging_compiler(tmp_path)
+    edits = [["k1.cpp", "return 1", "return 11"], ["bind.cpp", "int k2();", "int k2(); // edited"], ["k1.cpp", "11", "111"]]
+    proc = children.run(
+        [sys.executable, "-c", MODULE_EDITS, str(folder), json.dumps(edits)],
+        env=tiny_env(tmp_path / "cache", CXX=compiler),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loads = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert loads == [
+        ["nb", "nb.so", 1, 2],
+        ["nb_v1", "nb_v1.so", 11, 2],
+        ["nb_v2", "nb_v2.so", 11, 2],
+        ["nb_v3", "nb_v3.so", 111, 2],
+    ]
+    compiles = [line for line in log.read_text().splitlines() if " -c " in line]
+    units = [next(w for w in line.split() if w.endswith(".o")).removesuffix(".o") for line in compiles]
+    assert units[3:] == ["k1", "bind", "k1"], units  # after the first build's three: the edited unit alone
+    assert all("-DTORCH_EXTENSION_NAME=nb " in line + " " for line in compiles if "bind" in line)
+    status = [line for line in proc.stderr.splitlines() if line.startswith("jitops: built nb_v")]
+    assert ["k1.cpp changed" in status[0], "bind.cpp changed" in status[1], "k1.cpp changed" in status[2]] == [True] * 3, status
+    assert "bind.cpp" not in status[2], status

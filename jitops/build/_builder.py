@@ -21,7 +21,7 @@ from ..store._key import CudaPlan, PlannedEntry, environment_tools
 from ..store._lock import build_timeout, lock_timeout, under_entry_lock
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
-from . import _buildfile, _ninja, _pch, _progress, _torch_flags
+from . import _buildfile, _jobs, _ninja, _pch, _progress, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -177,10 +177,12 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
                 _fetch_object(remote, entry, unit, build_dir)
         compiled = [unit for unit in units if not unit.reused]
-        previous = _progress.newest_manifest(entry)
-        built_before = previous is not None or bool(entry.stale_because)
+        stem = _buildfile.renamed_from(extension)
+        previous = _progress.newest_manifest(entry, stem and f"{extension.namespace}.{stem}")
+        # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
+        wanted = bool(entry.stale_because) or _pch.worth_building(extension, previous, components)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, built_before, flags.gcc_heap)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
@@ -193,8 +195,14 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         started, started_ns = time.time(), time.time_ns()
         built = build_dir / library_file
         try:
-            with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root):
-                failure = _ninja.run_ninja(build_dir, log_path, status, verbose)
+            kind = "cuda" if any(unit.cuda for unit in compiled) else "c++"
+            # Where the machine has a CPU this build leaves idle, its PCHs start now (at idle
+            # priority), ready for the build that follows; else after it, and paused while it runs.
+            beside = pch_jobs and len(compiled) < _jobs.limits().cpus
+            if beside:
+                pch_jobs = [spec for spec in pch_jobs if not _start_pch(spec)]
+            with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root, pause=not beside):
+                failure = _ninja.run_ninja(build_dir, log_path, status, verbose, kind)
             if failure is None:
                 # Before the load check: a library whose inputs changed is never opened (a second
                 # TORCH_LIBRARY block of its namespace, from the next attempt, would abort).
@@ -280,12 +288,18 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _entries.publish(entry, staging, manifest)
         published = True
         for spec in pch_jobs:
-            if _pch.start_background(spec):
-                _progress.BuildStatus.say(_pch.describe_background(spec))
+            _start_pch(spec)
         return entry.path / library.name
     finally:
         if not published:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _start_pch(spec: dict) -> bool:
+    started = _pch.start_background(spec)
+    if started:
+        _progress.BuildStatus.say(_pch.describe_background(spec))
+    return started
 
 
 class NotStable(BuildError):
@@ -319,10 +333,10 @@ def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:
 
 
 def _plan_pch(
-    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], built_before: bool, heap: str
+    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], wanted: bool, heap: str
 ) -> list[dict]:
     """Give each C++ unit that starts with torch's headers its PCH where one is ready (JITOPS_PCH=wait:
-    built now); returns the PCHs worth building in the background after the build."""
+    built now, where the budget holds it); returns the PCHs wanted in the background after the build."""
     mode = _pch.mode()
     if mode == "off":
         return []
@@ -339,9 +353,11 @@ def _plan_pch(
         unit.pch = _pch.find(root, pch_key)
         if unit.pch is None:
             spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
+            if (mode == "wait" or wanted) and not _pch.fits_budget(root, header):
+                continue  # it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
             if mode == "wait":
                 unit.pch = _pch.build(spec, blocking=True)
-            elif _pch.worth_building(extension, built_before):
+            elif wanted:
                 later[pch_key] = spec
     return list(later.values())
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._errors import BuildError
 from ..store._key import CudaPlan
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
-from . import _ninja, _torch_flags
+from . import _jobs, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -44,14 +44,8 @@ def gcc_heap(cxx_description: str) -> str:
     version = cxx_description.rpartition(": ")[2]
     if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)\S* \(", version):
         return ""
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/sys/fs/cgroup/memory.max") as limit:  # a container's (cgroup v2; "max" where none)
-            memory = min(memory, int(limit.read()))
-    except (OSError, ValueError):
-        pass
-    jobs = _ninja.max_jobs() or (os.cpu_count() or 1) + 2
-    return GCC_HEAP_FLAG if memory >= jobs * GCC_HEAP_MEMORY_PER_JOB else ""
+    memory = _jobs.limits().memory or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return GCC_HEAP_FLAG if memory >= _jobs.job_count()[0] * GCC_HEAP_MEMORY_PER_JOB else ""
 
 
 class Unit:
@@ -71,6 +65,7 @@ class Unit:
         self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
         self.reused = False
         self.pch: str | None = None  # the precompiled header's text file, -include'd, where one is used
+        self.module_stem: str | None = None  # compiled as the module <stem>, linked as <stem>_v<n> (module_stem)
 
     @property
     def command(self) -> list[str]:
@@ -112,13 +107,55 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
         wrapper.write_text(f'#include "{source}"\n', encoding="utf-8")
         is_cuda = cuda.enabled and relative.endswith(CUDA_SUFFIXES)
         if is_cuda:
-            units.append(Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, "", extension.library_name))
+            unit = Unit(relative, source, str(wrapper), True, flags.nvcc, flags.cuda_cflags, "", extension.library_name)
         else:
-            units.append(Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, "", extension.library_name))
+            unit = Unit(relative, source, str(wrapper), False, flags.cxx, flags.cflags, "", extension.library_name)
+        stem = module_stem(extension, source)
+        if stem is not None:
+            stem_define = f"-DTORCH_EXTENSION_NAME={stem}"
+            unit.flags = re.sub(rf"(?<!\S){re.escape(unit.name_define)}(?!\S)", stem_define, unit.flags)
+            unit.name_define, unit.module_stem = stem_define, stem
+        units.append(unit)
     if len({unit.object for unit in units}) < len(units):  # x.cpp beside x.cc: objects named in full
         for unit in units:
             unit.object = os.path.basename(unit.wrapper) + (".cuda.o" if unit.cuda else ".o")
     return units
+
+
+_RENAMED = re.compile(r"(.+)_v[1-9][0-9]*")
+_NAME_USES = re.compile(rb"TORCH_EXTENSION_NAME")
+_MODULE_DEFINITION = re.compile(rb"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\s*,")
+_QUOTED_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def renamed_from(extension: Extension) -> str | None:
+    """<name> for a Python module that a reload renamed <name>_v<n> (torch's name for it), else None."""
+    renamed = _RENAMED.fullmatch(extension.name) if extension.python_module else None
+    return renamed.group(1) if renamed else None
+
+
+def module_stem(extension: Extension, source: str) -> str | None:
+    """For a Python module renamed by a reload (<name>_v1: torch's name for it), <name>, where the
+    source spells TORCH_EXTENSION_NAME only in PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) and the
+    headers it includes by quoted name never: the unit is compiled as the module <name> (the object
+    the first load stored, so a kernel edit does not recompile the binding) and the link gives it
+    PyInit_<name>_v1. Else None (compiled under its own name, as torch compiles it)."""
+    stem = renamed_from(extension)
+    if stem is None:
+        return None
+    try:
+        with open(source, "rb") as file:
+            text = file.read()
+        uses = len(_NAME_USES.findall(text))
+        if uses == 0 or uses != len(_MODULE_DEFINITION.findall(text)):
+            return None
+        for header in _QUOTED_INCLUDE.findall(text):
+            path = os.path.join(os.path.dirname(source), os.fsdecode(header))
+            if os.path.isfile(path) and _NAME_USES.search(Path(path).read_bytes()):
+                return None
+    except OSError:
+        return None
+    return stem
 
 
 def launchers() -> dict[str, str]:
@@ -141,7 +178,7 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
         "rule cuda_compile",
         "  command = $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
         "rule link",
-        f"  command = {flags.cxx} $in {flags.ldflags} -o $out",
+        f"  command = {flags.cxx} $in {flags.ldflags} $aliases -o $out",
     ]
     for unit in units:
         if unit.reused:
@@ -154,6 +191,11 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
             lines.append(f"  pch = -include {shlex.quote(unit.pch).replace('$', '$$')} -Winvalid-pch")
     objects = " ".join(escape_path(unit.object) for unit in units)
     lines.append(f"build {escape_path(library)}: link {objects}")
+    # A binding compiled as the module <stem> (module_stem): Python looks for PyInit_<name>.
+    name = os.path.splitext(library)[0]
+    aliases = sorted({f"-Wl,--defsym=PyInit_{name}=PyInit_{u.module_stem}" for u in units if u.module_stem})
+    if aliases:
+        lines.append(f"  aliases = {' '.join(aliases)}")
     lines.append(f"default {escape_path(library)}")
     (build_dir / "build.ninja").write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .._errors import BuildError
 from ..store._lock import build_timeout
+from . import _jobs
 from ._progress import BuildStatus
 
 
@@ -49,23 +50,22 @@ def missing_tools(cxx: Path | None) -> list[str]:
 _NINJA_STEP = r"^\[\d+/\d+\]"
 
 
-def max_jobs() -> int | None:
-    """MAX_JOBS, as torch's load() reads it; None leaves ninja its default (cores + 2)."""
-    jobs = os.environ.get("MAX_JOBS", "")
-    return int(jobs) if jobs.isdigit() else None
-
-
-def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool) -> str | None:
+def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool, kind: str = "c++") -> str | None:
     """Run ninja in build_dir (in this process's group: Ctrl-C reaches it), teeing its output to the
-    log. None if it succeeded, else the first compiler error or the timeout."""
+    log, its jobs from the process's pool (_jobs; MAX_JOBS: its own -j). None if it succeeded, else
+    the first compiler error or the timeout."""
     timeout = build_timeout()
-    jobs = max_jobs()
-    command = [find_ninja() or "ninja", "-v"] + (["-j", str(jobs)] if jobs is not None else [])
+    jobs, lowered_because = _jobs.job_count(kind)
+    if lowered_because:
+        status.say(f"jitops: {jobs} compile jobs at once: {lowered_because}")
+    explicit = _jobs.max_jobs()
+    command = [find_ninja() or "ninja", "-v"] + (["-j", str(explicit)] if explicit is not None else [])
     timed_out = threading.Event()
     proc = watchdog = None
     try:
         # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
-        with _sigterm_raises(), open(log_path, "a") as log:
+        pool = contextlib.nullcontext({}) if explicit is not None else _jobs.ninja_jobs(jobs)
+        with _sigterm_raises(), open(log_path, "a") as log, pool as jobserver:
             with _held_while_starting():
                 proc = subprocess.Popen(
                     command,
@@ -75,6 +75,7 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
                     text=True,
                     errors="replace",
                     cwd=build_dir,
+                    env={**os.environ, **jobserver},
                 )
             watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
             watchdog.daemon = True

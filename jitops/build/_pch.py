@@ -22,6 +22,7 @@ from .. import _flock, _layout
 from .._errors import BuildError, CacheError
 from ..store import _budget, _root
 from ..warm._libraries import file_identity, mark_used, write_json_atomic
+from . import _jobs
 
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
@@ -34,12 +35,45 @@ def mode() -> str:
     return MODES[value]
 
 
-def worth_building(extension, built_before: bool) -> bool:
-    """Whether a missing PCH (a compile of torch's headers, 0.4-0.8 GB) is built after this build: where
-    compiles follow, an extension built here before or a jitops.load one; not a first build of a package's."""
+def worth_building(extension, previous: dict | None, components: dict) -> bool:
+    """Whether a missing PCH (a compile of torch's headers, 0.4-0.8 GB) is built for the builds that
+    follow: after an edit here (the newest other entry built with this same toolchain), or a
+    jitops.load extension's first build (a notebook's). Never for a rebuild that a torch, Python or
+    compiler upgrade caused, nor a package's first build: nobody is editing those."""
+    from ..store._object_store import TOOLCHAIN_COMPONENTS
     from ..warm._libraries import DROP_IN_NAMESPACE
 
-    return built_before or extension.namespace == DROP_IN_NAMESPACE
+    if previous is None:
+        return extension.namespace == DROP_IN_NAMESPACE
+    before = previous.get("components")
+    return isinstance(before, dict) and all(before.get(name) == components.get(name) for name in TOOLCHAIN_COMPONENTS)
+
+
+# What a PCH of torch's headers takes on disk where none of the same headers was built before.
+ESTIMATED_SIZE = 800 << 20
+
+
+def fits_budget(root: Path, header: str) -> bool:
+    """Whether the root's budget holds a PCH of `header` (its size: the last one of these headers,
+    else ESTIMATED_SIZE) beside the entries live processes have mapped: none is built to be evicted."""
+    limit = _budget.max_size()
+    if limit <= 0:
+        return True
+    estimate = ESTIMATED_SIZE
+    for folder in _budget.items(root):
+        if folder.kind == "pch" and _same_header(folder.path, header):
+            estimate = folder.size
+            break
+    live = _budget.live_paths(root) or set()
+    in_use = sum(item.size for item in _budget.items(root) if item.kind == "entry" and _budget.is_live(item.path, live))
+    return estimate + in_use <= limit
+
+
+def _same_header(folder: Path, header: str) -> bool:
+    try:
+        return (folder / _layout.PCH_HEADER_NAME).read_text(encoding="utf-8") == header
+    except OSError:
+        return False
 
 
 def left_out_of_key(extension, library_name: str) -> list[str]:
@@ -50,9 +84,10 @@ def left_out_of_key(extension, library_name: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def foreground(root: Path | None):
-    """Held around a build's compiles: background PCH builds of the root pause meanwhile."""
-    parent = _root.usable_part(root, _layout.PCH_DIR) if root is not None else None
+def foreground(root: Path | None, pause: bool = True):
+    """Held around a build's compiles (pause: one that leaves no CPU idle): background PCH builds of
+    the root pause meanwhile."""
+    parent = _root.usable_part(root, _layout.PCH_DIR) if root is not None and pause else None
     if parent is None:
         yield
         return
@@ -173,42 +208,50 @@ def build(spec: dict, blocking: bool) -> str | None:
         found = find(root, pch_key)
         if found is not None:
             return found
-        _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
-        staging = None
-        try:
-            staging = _root.new_staging(parent)
-            header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
-            header.write_text(spec["header"], encoding="utf-8")
-            # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
-            # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
-            command = spec["command"]
-            for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
-                command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
-            command = command.replace("$$", "$")
-            if blocking:
-                returncode = subprocess.run(shlex.split(command), capture_output=True, check=False).returncode
-            else:
-                returncode = _compile_in_background(shlex.split(command), root)
-            if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
-                return None
-            record = {
-                "sha256": _root.sha256_file(gch),
-                "identity": file_identity(gch),
-                "command": command,
-                "built_at": time.time(),
-            }
-            write_json_atomic(staging / _layout.RECORD_NAME, record)
-            deps.unlink()
-            os.chmod(staging, 0o700)
-            _root.publish_folder(staging, parent / pch_key)
-        except (OSError, ValueError):
-            return None  # a full disk, or flags the shell cannot split: the units compile without it
-        finally:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-        # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
-        # free finds the root within its budget.
-        _budget.enforce_budget(root)
+        if not blocking:  # the machine's one background PCH compile, with the memory it takes
+            with _jobs.background_compile(lambda: find(root, pch_key) is None and fits_budget(root, spec["header"])) as go:
+                return _compile_and_publish(spec, parent, root, pch_key, blocking) if go else find(root, pch_key)
+        return _compile_and_publish(spec, parent, root, pch_key, blocking)
+
+
+def _compile_and_publish(spec: dict, parent: Path, root: Path, pch_key: str, blocking: bool) -> str | None:
+    """Under the PCH's lock: compile it in a staging folder, check what it holds, publish it."""
+    _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
+    staging = None
+    try:
+        staging = _root.new_staging(parent)
+        header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
+        header.write_text(spec["header"], encoding="utf-8")
+        # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
+        # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
+        command = spec["command"]
+        for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
+            command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
+        command = command.replace("$$", "$")
+        if blocking:
+            returncode = subprocess.run(shlex.split(command), capture_output=True, check=False).returncode
+        else:
+            returncode = _compile_in_background(shlex.split(command), root)
+        if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
+            return None
+        record = {
+            "sha256": _root.sha256_file(gch),
+            "identity": file_identity(gch),
+            "command": command,
+            "built_at": time.time(),
+        }
+        write_json_atomic(staging / _layout.RECORD_NAME, record)
+        deps.unlink()
+        os.chmod(staging, 0o700)
+        _root.publish_folder(staging, parent / pch_key)
+    except (OSError, ValueError):
+        return None  # a full disk, or flags the shell cannot split: the units compile without it
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
+    # free finds the root within its budget.
+    _budget.enforce_budget(root)
     return find(root, pch_key)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -157,10 +158,14 @@ def why_built(components: dict, source_hashes: dict, previous: dict | None) -> s
     return ", ".join(reasons) or "key changed"
 
 
-def newest_manifest(entry: _entries.Entry) -> dict | None:
+def newest_manifest(entry: _entries.Entry, renamed_from: str | None = None) -> dict | None:
     """The manifest of the extension's entry loaded or built last (a new build says what changed
-    since), or None: one manifest read, however many entries an edit loop left."""
+    since; for a module a reload renamed, the entries of the name it had), or None: one manifest
+    read, however many entries an edit loop left."""
     others = [other for other in _entries.entries(entry.root, entry.name) if other.key != entry.key]
+    if not others and renamed_from is not None:  # <name>, <name>_v1, ...: the one loaded last
+        family = re.compile(rf"{re.escape(renamed_from)}(_v[0-9]+)?")
+        others = [other for other in _entries.entries(entry.root) if other.key != entry.key and family.fullmatch(other.name)]
     for other in sorted(others, key=_last_used, reverse=True):
         try:
             manifest = other.read_manifest()

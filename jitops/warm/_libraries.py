@@ -241,6 +241,9 @@ class LoadedLibrary:
             spec = importlib.util.spec_from_file_location(self.extension.name, self.library)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
+            # A binding compiled as <name> and linked as <name>_v1 (a reload): pybind11 before 3.0
+            # names the module after the first.
+            module.__name__ = spec.name
             self._module = module
         return self._module
 
