@@ -110,6 +110,12 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     locks = command("locks", reading.cmd_locks, "lock files under torch's extension root, live or stale", package=False)
     locks.add_argument("--clear-stale", action="store_true", help="remove stale torch FileBaton locks")
     command("doctor", building.cmd_doctor, "environment report; exit 1 when an extension cannot be had")
+    command(
+        "pch",
+        building.cmd_pch,
+        "build now the precompiled headers of torch/extension.h this machine's jitops.load builds use (0.4-0.8 GB each)",
+        package=False,
+    )
     build = command("build", building.cmd_build, "build ops now, in parallel")
     build.add_argument("names", nargs="*", metavar="NAME")
     build.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST for this build, e.g. '8.0;9.0'")

@@ -183,3 +183,61 @@ def _check_exported(target: Path) -> None:
         sound = None
     if sound is None:
         raise BuildError(f"jitops: {target} is there already and damaged; remove it (`rm -r {target}`) and export again")
+
+
+# The header jitops.load's extensions start with, as torch's tutorials write them.
+EXTENSION_HEADER = "#include <torch/extension.h>\n"
+
+
+def cmd_pch(args: argparse.Namespace) -> int:
+    """Build now the precompiled headers of torch/extension.h that jitops.load's extensions (default
+    flags, no extra include paths) use under this machine's compiler and torch: one for C++-only
+    extensions and, where CUDA builds here, one for extensions with CUDA sources. For an image."""
+    import tempfile
+    import time
+
+    from jitops.build import _pch
+    from jitops.store._key import plan_cuda
+
+    os.environ["JITOPS_PCH"] = "wait"  # the PCH is built before the unit that uses it
+    pch_dir = Path(_layout.pch_dir(_root.shared_root(None)))
+    before = {folder.name for folder in pch_dir.glob("*") if (folder / _layout.GCH_NAME).is_file()}
+    results, failure = [], None
+    with tempfile.TemporaryDirectory(prefix="jitops-pch-") as folder:
+        binding = Path(folder, "pch_binding.cpp")
+        binding.write_text(EXTENSION_HEADER + 'extern "C" int jitops_pch_binding() { return 0; }\n')
+        kernel = Path(folder, "pch_kernel.cu")
+        kernel.write_text("__global__ void jitops_pch_kernel() {}\n")
+        variants = [("c++", [str(binding)])]
+        probe = jitops.Extension("jitops_pch_cuda", [kernel.name], namespace=_libraries.DROP_IN_NAMESPACE, root=folder)
+        if plan_cuda(probe).enabled:
+            variants.append(("c++ beside CUDA sources", [str(binding), str(kernel)]))
+        for label, sources in variants:
+            began = time.time()
+            try:
+                jitops.load(
+                    f"jitops_pch_{len(results)}",
+                    sources,
+                    build_directory=os.path.join(folder, str(len(results))),
+                    is_python_module=False,
+                )
+            except (BuildError, CacheError) as err:
+                failure = f"{label}: {err}"
+                break
+            results.append({"for": label, "seconds": round(time.time() - began, 1)})
+    found = []
+    for pch in sorted(pch_dir.glob("*")):
+        gch = pch / _layout.GCH_NAME
+        if gch.is_file() and _pch.same_header(pch, EXTENSION_HEADER):
+            found.append({"path": str(gch), "bytes": gch.stat().st_size, "new": pch.name not in before})
+
+    def human():
+        for result in results:
+            print(f"torch/extension.h for {result['for']}: ready ({result['seconds']} s, with the unit that uses it)")
+        for pch in found:
+            print(f"  {pch['bytes'] / 1e6:,.0f} MB  {pch['path']}{'' if pch['new'] else ' (there before)'}")
+        if failure:
+            print(f"jitops-cache pch: {failure}", file=sys.stderr)
+
+    emit(args, {"built": results, "pch": found, "error": failure}, human)
+    return EXIT_PROBLEM if failure else EXIT_OK

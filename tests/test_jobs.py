@@ -92,7 +92,8 @@ jitops.load_all()
 
 
 @pytest.mark.slow
-def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path):
+@pytest.mark.parametrize("ninja", ["pip's (1.13: joins the jobserver)", "PATH's (may be older: -j its tokens)"])
+def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path, ninja):
     pod = {**POD, "kubepods/pod1/cpu.max": "400000 100000\n"}
     proc, cgroup = fake_tree(tmp_path, "0::/kubepods/pod1/ctr\n", pod)
     expected, why = _jobs.job_count("c++", proc, cgroup)
@@ -106,6 +107,8 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path):
     compiler.chmod(0o755)
     env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(compiler), "JITOPS_PCH": "0"}
     env.pop("MAX_JOBS", None)
+    if ninja.startswith("pip"):
+        env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
     proc_ = children.run([sys.executable, "-c", LOAD_ALL, proc, cgroup], env=env, capture_output=True, text=True, timeout=900)
     assert proc_.returncode == 0, proc_.stderr
     assert f"{expected} compile jobs at once: " in proc_.stderr, proc_.stderr
@@ -120,12 +123,16 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path):
 
 def test_the_pool_is_refilled_once_no_ninja_runs(tmp_path):
     """A ninja killed while it held tokens loses them; the pool is whole again for the next build."""
-    with _jobs.ninja_jobs(3) as env:
+    with _jobs.ninja_jobs(3) as (args, env):
         fifo = env["MAKEFLAGS"].split("fifo:")[1]
         fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         assert os.read(fd, 10) == b"++"  # one is this ninja's own: two left; a "ninja" takes them and dies
     with _jobs.ninja_jobs(3):
         assert os.read(fd, 10) == b"++"
         os.write(fd, b"++")
+    with _jobs.ninja_jobs(3, joins=False, wanted=5) as (args, env):  # a ninja before 1.13: -j what it holds
+        assert (args, env) == (["-j", "3"], {})
+        with pytest.raises(BlockingIOError):  # it holds all three until it ends
+            os.read(fd, 1)
     os.close(fd)
     assert subprocess.run(["test", "-p", fifo]).returncode == 0

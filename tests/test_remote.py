@@ -570,3 +570,33 @@ def test_distributed_nodes_that_hit_the_remote_never_build_and_one_whose_remote_
     assert all(r["ok"] for r in rank_results(out).values()) and len(rank_results(out)) == 4
     assert builds_in(logs) == {}, logs
     assert "the remote cache is off" in logs[1] and "the remote cache is off" not in logs[0], logs
+
+
+def test_a_fresh_machine_builds_a_new_extension_with_the_fleets_precompiled_header(tmp_path, server, keys):
+    """A writer's PCH travels in compressed chunks under a signed record; a fresh root of the same
+    image and checkout path builds an extension the remote has no entry for with it, compiling no
+    header. A chunk changed on the server is refused (the unit compiles from text)."""
+    from jitops.store._remote_backends import open_backend
+    from test_edit_loop import edit, load, logging_compiler, pch_tree
+
+    root = pch_tree(tmp_path)
+    compiler, log = logging_compiler(tmp_path)
+    writer = load(tmp_path / "a", root, CXX=compiler, JITOPS_PCH="wait", **remote_env(server.url, keys))
+    assert "1 with a PCH" in writer["stderr"], writer["stderr"]
+    backend = open_backend(server.url, 10.0)
+    (record_name,) = [f"pch/{key}/{variant}" for key in backend.list("pch") for variant in backend.list(f"pch/{key}")]
+    record = json.loads(backend.read(record_name, 1 << 16).split(b"\n", 3)[3])
+    assert record["chunks"] and all(chunk["size"] <= 64 << 20 for chunk in record["chunks"])
+    headers_before = sum("c++-header" in line for line in log.read_text().splitlines())
+    edit(root / "bindings" / "tiny.cpp", "jitops_tiny_units() {", "jitops_tiny_units() { /* a new edit */")
+    reader = load(tmp_path / "b", root, CXX=compiler, JITOPS_PCH="1", **remote_env(server.url, keys, writer=False))
+    assert "1 with a PCH" in reader["stderr"] and "in the background" not in reader["stderr"], reader["stderr"]
+    assert sum("c++-header" in line for line in log.read_text().splitlines()) == headers_before
+    assert len(list((tmp_path / "b" / "pch").glob("*/pch.h.gch"))) == 1
+    # A chunk changed on the server: refused with one warning, compiled from text.
+    blob = f"blobs/{record['chunks'][0]['sha256']}"
+    backend.put(blob, b"x" * 100, False)
+    edit(root / "bindings" / "tiny.cpp", "/* a new edit */", "/* another */")
+    tampered = load(tmp_path / "d", root, CXX=compiler, JITOPS_PCH="1", **remote_env(server.url, keys, writer=False))
+    assert "does not match its size and sha256" in tampered["stderr"] and "with a PCH" not in tampered["stderr"], tampered["stderr"]
+    assert not list((tmp_path / "d" / "pch").glob("*/pch.h.gch")) and not list((tmp_path / "d" / "pch").glob(".tmp-*"))

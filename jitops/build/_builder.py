@@ -353,8 +353,11 @@ def _plan_pch(
         unit.pch = _pch.find(root, pch_key)
         if unit.pch is None:
             spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
-            if (mode == "wait" or wanted) and not _pch.fits_budget(root, header):
+            if not _pch.fits_budget(root, header):
                 continue  # it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
+            unit.pch = _pch.fetch(spec)  # the fleet's, made in the same image
+            if unit.pch is not None:
+                continue
             if mode == "wait":
                 unit.pch = _pch.build(spec, blocking=True)
             elif wanted:

@@ -159,21 +159,30 @@ _pool: dict = {"fd": None, "path": None, "size": 0, "running": 0}
 
 
 @contextlib.contextmanager
-def ninja_jobs(jobs: int):
-    """The arguments and environment for one ninja that shares the process's pool of `jobs`."""
-    token = None
+def ninja_jobs(jobs: int, joins: bool = True, wanted: int = 1):
+    """The arguments and environment for one ninja that shares the process's pool of `jobs`: a
+    jobserver where ninja joins one (1.13 and later), else `-j` the tokens it could take at once (at
+    least one, at most `wanted`), held until it ends."""
+    tokens = b""
     with _pool_lock:
         if _pool["running"] == 0:  # none out: (re)filled, so a killed ninja's tokens are not lost
             _refill(jobs)
         _pool["running"] += 1
         fd, path = _pool["fd"], _pool["path"]
     try:
-        token = os.read(fd, 1)  # blocks while the pool's jobs are all running
-        yield {"MAKEFLAGS": f"-j{_pool['size']} --jobserver-auth=fifo:{path}"}
+        tokens = os.read(fd, 1)  # blocks while the pool's jobs are all running
+        if joins:
+            yield [], {"MAKEFLAGS": f"-j{_pool['size']} --jobserver-auth=fifo:{path}"}
+        else:
+            os.set_blocking(fd, False)
+            with contextlib.suppress(BlockingIOError):
+                tokens += os.read(fd, max(0, wanted - 1)) if wanted > 1 else b""
+            os.set_blocking(fd, True)
+            yield ["-j", str(len(tokens))], {}
     finally:
         with _pool_lock:
-            if token:
-                os.write(fd, token)
+            if tokens:
+                os.write(fd, tokens)
             _pool["running"] -= 1
 
 

@@ -5,6 +5,7 @@ stopped on a timeout, an exception or SIGTERM), what it recorded, and the first 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -50,6 +51,24 @@ def missing_tools(cxx: Path | None) -> list[str]:
 _NINJA_STEP = r"^\[\d+/\d+\]"
 
 
+@functools.cache
+def joins_jobserver(ninja: str) -> bool:
+    """Whether this ninja joins a GNU make jobserver (1.13 and later)."""
+    try:
+        version = subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return tuple(int(n) for n in re.findall(r"\d+", version)[:2]) >= (1, 13)
+
+
+def _edges(build_dir: Path) -> int:
+    """The compiles a build file holds (what more jobs than that would leave idle)."""
+    try:
+        return max(1, (build_dir / "build.ninja").read_text().count("\nbuild "))
+    except OSError:
+        return 1
+
+
 def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: bool, kind: str = "c++") -> str | None:
     """Run ninja in build_dir (in this process's group: Ctrl-C reaches it), teeing its output to the
     log, its jobs from the process's pool (_jobs; MAX_JOBS: its own -j). None if it succeeded, else
@@ -58,17 +77,19 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     jobs, lowered_because = _jobs.job_count(kind)
     if lowered_because:
         status.say(f"jitops: {jobs} compile jobs at once: {lowered_because}")
-    explicit = _jobs.max_jobs()
-    command = [find_ninja() or "ninja", "-v"] + (["-j", str(explicit)] if explicit is not None else [])
+    explicit, ninja = _jobs.max_jobs(), find_ninja() or "ninja"
     timed_out = threading.Event()
     proc = watchdog = None
     try:
         # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
-        pool = contextlib.nullcontext({}) if explicit is not None else _jobs.ninja_jobs(jobs)
-        with _sigterm_raises(), open(log_path, "a") as log, pool as jobserver:
+        if explicit is not None:
+            pool = contextlib.nullcontext((["-j", str(explicit)], {}))
+        else:
+            pool = _jobs.ninja_jobs(jobs, joins_jobserver(ninja), _edges(build_dir))
+        with _sigterm_raises(), open(log_path, "a") as log, pool as (jobs_args, jobserver):
             with _held_while_starting():
                 proc = subprocess.Popen(
-                    command,
+                    [ninja, "-v", *jobs_args],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,

@@ -61,7 +61,7 @@ def fits_budget(root: Path, header: str) -> bool:
         return True
     estimate = ESTIMATED_SIZE
     for folder in _budget.items(root):
-        if folder.kind == "pch" and _same_header(folder.path, header):
+        if folder.kind == "pch" and same_header(folder.path, header):
             estimate = folder.size
             break
     live = _budget.live_paths(root) or set()
@@ -69,7 +69,7 @@ def fits_budget(root: Path, header: str) -> bool:
     return estimate + in_use <= limit
 
 
-def _same_header(folder: Path, header: str) -> bool:
+def same_header(folder: Path, header: str) -> bool:
     try:
         return (folder / _layout.PCH_HEADER_NAME).read_text(encoding="utf-8") == header
     except OSError:
@@ -190,7 +190,62 @@ def describe(folder: Path) -> tuple[str, float | None, Path, str]:
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
     """What building one PCH takes (a background process gets it as JSON)."""
     command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
-    return {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
+    spec = {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
+    return {**spec, "compiler": unit.compiler}
+
+
+def _remote():
+    """The remote cache where one is set (JITOPS_REMOTE_CACHE; imported only then), else None."""
+    if not os.environ.get("JITOPS_REMOTE_CACHE"):
+        return None
+    from ..store import _remote
+
+    return _remote.active()
+
+
+def fetch(spec: dict) -> str | None:
+    """The PCH `spec` from the remote cache (a fleet's, made in the same image: _remote_pch), published
+    here under its lock; the path to -include, or None (no remote, none there, or another process
+    holds its lock)."""
+    from ..store._lock import HeldLock
+
+    remote = _remote()
+    root, pch_key = Path(spec["root"]), spec["key"]
+    parent = _root.usable_part(root, _layout.PCH_DIR)
+    if remote is None or parent is None:
+        return None
+    from ..store import _remote_pch
+
+    with HeldLock(Path(_layout.pch_lock_path(parent / pch_key)), f"the precompiled header {pch_key}", blocking=False) as lock:
+        if not lock.acquired:
+            return None
+        _root.remove_dead_staging(parent)
+        staging = _root.new_staging(parent)
+        try:
+            record = _remote_pch.fetch(remote, staging, pch_key, spec["header"], spec["compiler"])
+            if record is None:
+                return None
+            gch = staging / _layout.GCH_NAME
+            write_json_atomic(
+                staging / _layout.RECORD_NAME, {**record, "identity": file_identity(gch), "command": spec["command"]}
+            )
+            os.chmod(staging, 0o700)
+            _root.publish_folder(staging, parent / pch_key)
+        except OSError:
+            return None  # a full disk: the units compile without it
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return find(root, pch_key)
+
+
+def _push(spec: dict) -> None:
+    """A PCH built here, to the remote cache where one is set that this machine writes to."""
+    remote = _remote()
+    if remote is not None:
+        from ..store import _remote_pch
+
+        folder = Path(_layout.pch_dir(spec["root"]), spec["key"])
+        _remote_pch.push(remote, folder, spec["key"], spec["compiler"])
 
 
 def build(spec: dict, blocking: bool) -> str | None:
@@ -252,7 +307,10 @@ def _compile_and_publish(spec: dict, parent: Path, root: Path, pch_key: str, blo
     # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
     # free finds the root within its budget.
     _budget.enforce_budget(root)
-    return find(root, pch_key)
+    found = find(root, pch_key)
+    if found is not None:
+        _push(spec)
+    return found
 
 
 def _compile_in_background(argv: list[str], root: Path) -> int:

@@ -114,6 +114,10 @@ def _sha256(value) -> bool:
     return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
+def _chunk(value) -> bool:  # one compressed piece of a PCH (_remote_pch)
+    return isinstance(value, dict) and _sha256(value.get("sha256")) and _size(value.get("size")) and _size(value.get("raw"))
+
+
 _COMMON = {"format": lambda v: v == FORMAT, "kind": _optional(str), "key": _optional(str), "size": _size}
 _COMMON["pushed_at"] = _optional((int, float))
 SHAPES = {
@@ -131,6 +135,14 @@ SHAPES = {
         "built_at": _optional((int, float)),
     },
     "object": {**_COMMON, "source": _optional(str), "headers": _hashes, "object_sha256": _sha256},
+    "pch": {
+        **_COMMON,
+        "header": lambda v: isinstance(v, str),
+        "gch_sha256": _sha256,
+        "chunks": lambda v: isinstance(v, list) and all(_chunk(c) for c in v),
+        "compiler_sha256": _sha256,
+        "built_at": _optional((int, float)),
+    },
 }
 
 

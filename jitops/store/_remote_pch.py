@@ -1,0 +1,144 @@
+# SPDX-License-Identifier: MIT
+"""Precompiled headers through the remote cache. A PCH of torch's headers is 0.4-0.8 GB, and Redis
+refuses a value over 512 MB: it travels as zlib-compressed chunks of at most CHUNK_MAX bytes, each a
+blob checked by its size and sha256 as it streams to disk, under one signed record (kind "pch") named
+by the local PCH key (torch's exact identity, the compiler's path and version, flags and include
+paths: one image and checkout path). gcc does not check a PCH against the compiler that made it,
+so a reader takes one only where its compiler's bytes (driver and cc1plus) are the writer's."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+import zlib
+from pathlib import Path
+
+from .. import _layout
+from ._remote import Fault, Remote
+from ._remote_records import FORMAT, seal
+
+CHUNK_MAX = 64 << 20  # a chunk blob, compressed
+RAW_PER_CHUNK = 60 << 20  # the bytes of .gch in one chunk: zlib adds at most 0.03% to what it cannot shrink
+READ_S = 1 << 20
+
+
+@functools.cache
+def compiler_sha256(compiler: str) -> str | None:
+    """sha256 of the compiler's driver and, for gcc, its cc1plus (what reads a PCH); None where unknown."""
+    try:
+        driver = shutil.which(shlex.split(compiler)[-1])
+        if driver is None:
+            return None
+        files = [os.path.realpath(driver)]
+        found = subprocess.run([driver, "-print-prog-name=cc1plus"], capture_output=True, text=True, timeout=30).stdout.strip()
+        files += [os.path.realpath(found)] if os.path.isabs(found) else []
+        digest = hashlib.sha256()
+        for path in files:
+            with open(path, "rb") as file:
+                while chunk := file.read(READ_S):
+                    digest.update(chunk)
+        return digest.hexdigest()
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def push(remote: Remote, folder: Path, pch_key: str, compiler: str) -> bool:
+    """Upload a published PCH folder: its chunks, then its record. False where nothing was pushed
+    (read-only, off, a trusted record there already, an unknown compiler)."""
+    op = f"the precompiled header {pch_key[:16]}"
+    compiler_digest = compiler_sha256(compiler)
+    if remote.read_only or remote.disabled or compiler_digest is None:
+        return False
+    remote.warn_unsigned()
+    name = f"pch/{pch_key}/{compiler_digest[:16]}"
+    try:
+        there = remote.replaceable(name, op)
+        if there is None:
+            return False
+        record = json.loads((folder / _layout.RECORD_NAME).read_text())
+        chunks, size, whole = [], 0, hashlib.sha256()
+        with open(folder / _layout.GCH_NAME, "rb") as gch:
+            while raw := gch.read(RAW_PER_CHUNK):
+                whole.update(raw)
+                data = zlib.compress(raw, 1)  # fast: the PCH is read once per fresh machine
+                chunks.append({"sha256": remote.put_blob(data, op), "size": len(data), "raw": len(raw)})
+                size += len(raw)
+        if whole.hexdigest() != record["sha256"]:
+            return False  # changed on disk: not ours to spread
+        body = {
+            "format": FORMAT,
+            "kind": "pch",
+            "key": pch_key,
+            "size": size,
+            "header": (folder / _layout.PCH_HEADER_NAME).read_text(encoding="utf-8"),
+            "gch_sha256": record["sha256"],
+            "chunks": chunks,
+            "compiler_sha256": compiler_digest,
+            "built_by": socket.gethostname(),
+            "built_at": record.get("built_at"),
+            "pushed_at": time.time(),
+        }
+        if not remote.call(f"uploading {op} to", "put", name, seal(body, remote.signer), not there):
+            return False
+        remote.count(pushes=1, bytes_up=sum(c["size"] for c in chunks))
+        return True
+    except (Fault, OSError, ValueError, KeyError):
+        return False
+
+
+def fetch(remote: Remote, staging: Path, pch_key: str, header: str, compiler: str) -> dict | None:
+    """Write a trusted remote PCH of this key, header and compiler into staging (its header and .gch,
+    each chunk verified, the whole .gch's sha256 too); its record for the local folder, or None."""
+    op = f"the precompiled header {pch_key[:16]}"
+    compiler_digest = compiler_sha256(compiler)
+    if compiler_digest is None:
+        return None
+    try:
+        for name, data in remote.records(f"pch/{pch_key}", op):
+            body = remote.opened(data, name, "pch", pch_key, op)
+            if body is None or body["compiler_sha256"] != compiler_digest or body["header"] != header:
+                continue
+            if _assemble(remote, body, staging, op, name):
+                remote.count(pch_hits=1, bytes_down=sum(c["size"] for c in body["chunks"]))
+                return {"sha256": body["gch_sha256"], "built_at": body["built_at"], "remote": remote.server}
+    except Fault:
+        pass
+    for leftover in (_layout.GCH_NAME, "chunk"):
+        (staging / leftover).unlink(missing_ok=True)
+    return None
+
+
+def _assemble(remote: Remote, body: dict, staging: Path, op: str, name: str) -> bool:
+    """The .gch from the record's chunks: each downloaded (size and sha256 checked), inflated to at
+    most its stated length, appended; the whole checked against gch_sha256."""
+    chunks = body["chunks"]
+    fits = all(c["size"] <= CHUNK_MAX and c["raw"] <= RAW_PER_CHUNK for c in chunks)
+    if not fits or sum(c["raw"] for c in chunks) != body["size"]:
+        remote.skip(op, name, body["signed_by"], "its chunks are larger than a chunk may be, or do not add up to its size")
+        return False
+    whole, chunk_path = hashlib.sha256(), staging / "chunk"
+    with open(staging / _layout.GCH_NAME, "wb") as gch:
+        for chunk in chunks:
+            part = {"size": chunk["size"], "signed_by": body["signed_by"]}
+            if not remote.download(part, chunk["sha256"], chunk_path, op, name):
+                return False
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(chunk_path.read_bytes(), chunk["raw"] + 1)
+            if len(raw) != chunk["raw"] or not inflate.eof or inflate.unconsumed_tail:
+                remote.skip(op, name, body["signed_by"], "a chunk does not inflate to its stated length")
+                return False
+            whole.update(raw)
+            gch.write(raw)
+    chunk_path.unlink(missing_ok=True)
+    if whole.hexdigest() != body["gch_sha256"]:
+        remote.skip(op, name, body["signed_by"], "its chunks do not make the .gch its sha256 names")
+        return False
+    (staging / _layout.PCH_HEADER_NAME).write_text(body["header"], encoding="utf-8")
+    return True
