@@ -576,8 +576,9 @@ def test_a_fresh_machine_builds_a_new_extension_with_the_fleets_precompiled_head
     """A writer's PCH travels in compressed chunks under a signed record; a fresh root of the same
     image and checkout path builds an extension the remote has no entry for with it, compiling no
     header. A chunk changed on the server is refused (the unit compiles from text)."""
-    from jitops.store._remote_backends import open_backend
     from test_edit_loop import edit, load, logging_compiler, pch_tree
+
+    from jitops.store._remote_backends import open_backend
 
     root = pch_tree(tmp_path)
     compiler, log = logging_compiler(tmp_path)
@@ -598,5 +599,7 @@ def test_a_fresh_machine_builds_a_new_extension_with_the_fleets_precompiled_head
     backend.put(blob, b"x" * 100, False)
     edit(root / "bindings" / "tiny.cpp", "/* a new edit */", "/* another */")
     tampered = load(tmp_path / "d", root, CXX=compiler, JITOPS_PCH="1", **remote_env(server.url, keys, writer=False))
-    assert "does not match its size and sha256" in tampered["stderr"] and "with a PCH" not in tampered["stderr"], tampered["stderr"]
+    assert "does not match its size and sha256" in tampered["stderr"] and "with a PCH" not in tampered["stderr"], tampered[
+        "stderr"
+    ]
     assert not list((tmp_path / "d" / "pch").glob("*/pch.h.gch")) and not list((tmp_path / "d" / "pch").glob(".tmp-*"))
