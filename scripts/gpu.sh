@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh cross-torch|remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh first-build|cross-torch|remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -47,6 +47,9 @@ case "$1" in
     status=0; for pid in $pids; do wait $pid || status=1; done
     for name in $names; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
     exit $status ;;
+  first-build)  # a first build against torch's load(): no PCH anywhere, the binding edit right after, with the
+    # fleet's PCH (a file:// remote: no redis-server here), after `jitops-cache pch`, the notebook's kernel edit
+    env -u MAX_JOBS python3 examples/first_build.py --repeats "${REPEATS:-3}" --json "$OUT/first_build.json" 2>&1 | tee "$OUT/first_build.log" ;;
   cross-torch)  # the ops' CUDA libraries built on a CPU machine under another torch and Python (`make
     # cross-torch`; carry .cross-torch/cuda/{remote,outputs.pt,signing.key.pub}), read by a pod with an
     # empty cache from the remote folder they were pushed to: 0 compiles but upfirdn2d's autograd

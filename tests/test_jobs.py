@@ -106,6 +106,7 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path, n
     )
     compiler.chmod(0o755)
     env = {**os.environ, "JITOPS_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(compiler), "JITOPS_PCH": "0"}
+    env["TMPDIR"] = str(tmp_path)  # the machine's job slots of its own: no other test's build holds one
     env.pop("MAX_JOBS", None)
     if ninja.startswith("pip"):
         env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
@@ -121,18 +122,136 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path, n
     assert starts >= 6 and peak == expected, json.dumps({"peak": peak, "starts": starts})
 
 
-def test_the_pool_is_refilled_once_no_ninja_runs(tmp_path):
-    """A ninja killed while it held tokens loses them; the pool is whole again for the next build."""
-    with _jobs.ninja_jobs(3) as (args, env):
+HOLD_SLOTS = """
+import sys, time
+from jitops.build import _jobs
+held = _jobs.claim(int(sys.argv[1]), int(sys.argv[1]))
+print(len(held), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_machines_job_slots_are_shared_by_processes_and_freed_by_a_killed_holder(tmp_path, monkeypatch):
+    """Another process's build holds both jobs: none is free here until it is killed (the kernel
+    frees its slots); a ninja's slots beyond its first wait in the process's jobserver FIFO."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    monkeypatch.setattr(_jobs, "machine_dir", lambda: tmp_path / f"jitops-{os.getuid()}")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SLOTS, "2"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "2"
+        assert _jobs.claim(2, 1, block=False) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    slots = _jobs.claim(2, 2, block=False)
+    assert len(slots) == 2
+    _jobs.release(slots)
+    with _jobs.ninja_jobs(3, joins=True, wanted=3) as (args, env):
         fifo = env["MAKEFLAGS"].split("fifo:")[1]
         fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-        assert os.read(fd, 10) == b"++"  # one is this ninja's own: two left; a "ninja" takes them and dies
-    with _jobs.ninja_jobs(3):
-        assert os.read(fd, 10) == b"++"
-        os.write(fd, b"++")
+        assert args == [] and os.read(fd, 10) == b"++"  # a "ninja" takes the two and is killed
+    freed = _jobs.claim(3, 3, block=False)
+    assert len(freed) == 3, "the slots of its lost tokens are free again"
+    _jobs.release(freed)
     with _jobs.ninja_jobs(3, joins=False, wanted=5) as (args, env):  # a ninja before 1.13: -j what it holds
         assert (args, env) == (["-j", "3"], {})
-        with pytest.raises(BlockingIOError):  # it holds all three until it ends
-            os.read(fd, 1)
+        assert _jobs.claim(3, 1, block=False) == []
     os.close(fd)
-    assert subprocess.run(["test", "-p", fifo]).returncode == 0
+
+
+def test_a_background_pch_waits_its_turn_and_for_its_memory(tmp_path, monkeypatch):
+    """One background PCH compile per machine: a second waits for the first; none starts while less
+    memory is free than it takes (it waits, then gives up), nor once no longer wanted."""
+    import threading
+    import time
+
+    monkeypatch.setattr(_jobs, "machine_dir", lambda: tmp_path)
+    proc, cgroup = fake_tree(tmp_path, "0::/\n", {"cgroup.controllers": ""}, available_kib=1 << 20)  # 1 GiB
+    monkeypatch.setattr(_jobs, "PROC", proc)
+    monkeypatch.setattr(_jobs, "CGROUP", cgroup)
+    with _jobs.background_compile(lambda: True, wait_s=0.3, poll_s=0.05) as go:
+        assert go is False
+    (tmp_path / "proc" / "meminfo").write_text(f"MemAvailable: {4 << 20} kB\n")
+    with _jobs.background_compile(lambda: False) as go:
+        assert go is False
+    spans = []
+
+    def compile_one():
+        with _jobs.background_compile(lambda: True) as go:
+            began = time.monotonic()
+            time.sleep(0.3)
+            spans.append((go, began, time.monotonic()))
+
+    threads = [threading.Thread(target=compile_one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spans.sort(key=lambda span: span[1])
+    assert [go for go, _, _ in spans] == [True] * 3
+    assert all(later[1] >= earlier[2] for earlier, later in zip(spans, spans[1:])), spans
+
+
+TWENTY = """
+import ctypes, sys, jitops
+folder = sys.argv[1]
+for n in range(20):  # different include paths: a PCH key each
+    path = f"{folder}/ext{n}.cpp"
+    open(path, "w").write('#include <c10/macros/Macros.h>\\nextern "C" int value() { return %d; }\\n' % n)
+    library = ctypes.CDLL(jitops.load(f"ext{n}", [path], extra_include_paths=[f"{folder}/inc{n}"], is_python_module=False))
+    assert library.value() == n
+print("loaded 20")
+"""
+
+
+@pytest.mark.slow
+def test_twenty_extensions_leave_at_most_one_background_pch_compiling_at_a_time(tmp_path):
+    """PyTorch's JIT-extension tests' shape: 20 loads, each flags of its own and so a PCH of its own,
+    each PCH's compile slowed to 2 s: a sampler of /proc never sees two compiling at once."""
+    import threading
+    import time
+
+    from test_edit_loop import logging_compiler
+
+    for n in range(20):
+        (tmp_path / f"inc{n}").mkdir()
+    compiler, log = logging_compiler(tmp_path, before_compile="")
+    slow = tmp_path / "slow-pch-c++"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) sleep 2;; esac\nexec {compiler} "$@"\n')
+    slow.chmod(0o755)
+    env = {
+        **os.environ,
+        "JITOPS_CACHE_DIR": str(tmp_path / "cache"),
+        "CXX": str(slow),
+        "JITOPS_PCH": "1",
+        "TMPDIR": str(tmp_path),
+    }
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            compiling = 0
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    words = cmdline.read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"c++-header" in words and b"@header@" not in words and str(tmp_path).encode() in b" ".join(words):
+                    compiling += not words[0].endswith(b"cc1plus")  # one process a compile: each wrapper execs the next
+            peak[0] = max(peak[0], compiling)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        proc = children.run([sys.executable, "-c", TWENTY, str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "loaded 20" in proc.stdout, proc.stderr
+        assert proc.stderr.count("building a precompiled header") >= 10, proc.stderr
+        deadline = time.time() + 300  # the queue drains after the script: one at a time
+        while time.time() < deadline and sum("c++-header" in line for line in log.read_text().splitlines()) < 20:
+            time.sleep(0.5)
+    finally:
+        done.set()
+        sampler.join()
+    assert sum("c++-header" in line for line in log.read_text().splitlines()) >= 10
+    assert peak[0] == 1, f"{peak[0]} background PCH compiles at once"

@@ -33,7 +33,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
     lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
-    remote = _remote_tier()
+    remote = _pch.remote_tier()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
     if library is not None:
@@ -101,19 +101,10 @@ def _why_not_build(planned: PlannedEntry) -> tuple[str, str]:
     return "", ""
 
 
-def _remote_tier():
-    """The remote cache (JITOPS_REMOTE_CACHE), or None. Imported only where one is set."""
-    if not os.environ.get("JITOPS_REMOTE_CACHE"):
-        return None
-    from ..store import _remote
-
-    return _remote.active()
-
-
 def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
     """The entry from the remote cache, published here under the key's lock: (library, "remote"), or
     (library, "cache") where another process published it meanwhile; else (None, "")."""
-    remote = _remote_tier()
+    remote = _pch.remote_tier()
     if remote is None:
         return None, ""
     library, how = under_entry_lock(planned.entry, "downloading", lambda: remote.fetch(planned))
@@ -126,7 +117,7 @@ def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
 def refuse_remote(planned: PlannedEntry, err: OSError) -> None:
     """A library fetched from the remote cache that does not open here (a C++ runtime older than
     its writer's, say): removed, with one warning, and its key not fetched again by this process."""
-    remote = _remote_tier()
+    remote = _pch.remote_tier()
     if remote is not None:
         remote.refuse(planned, f"{err.__cause__ or err}")
     planned.entry.discard()
@@ -353,8 +344,8 @@ def _plan_pch(
         unit.pch = _pch.find(root, pch_key)
         if unit.pch is None:
             spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
-            if not _pch.fits_budget(root, header):
-                continue  # it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
+            if not (mode == "wait" or wanted or _pch.remote_tier() is not None) or not _pch.fits_budget(root, header):
+                continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
             unit.pch = _pch.fetch(spec)  # the fleet's, made in the same image
             if unit.pch is not None:
                 continue

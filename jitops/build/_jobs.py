@@ -151,57 +151,95 @@ def job_count(kind: str = "c++", proc: str | None = None, cgroup: str | None = N
     return jobs, why
 
 
-# The pool: one jobserver FIFO for the process. Each ninja's own first job is a token its thread
-# takes before starting it (the protocol gives every client one job free), the others ninja takes
-# itself, so the process's ninjas together (load_all runs several) run at most `size` jobs.
+# The machine's jobs are slot files in machine_dir()/jobs, each one job while its flock is held (by
+# a ninja's thread, or a background PCH's compile): the kernel frees a dead holder's, so no job is
+# ever lost. Within a process, the slots its ninjas hold beyond each one's first are tokens in one
+# jobserver FIFO that ninja 1.13 joins: its ninjas (load_all runs several) share them job by job.
 _pool_lock = threading.Lock()
-_pool: dict = {"fd": None, "path": None, "size": 0, "running": 0}
+_pool: dict = {"fd": None, "path": None, "alive": 0}
+
+
+def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1) -> list[int | None]:
+    """Up to `wanted` of the machine's `total` job slots (flock fds; release() frees them), at least
+    one where block (waited for while every slot is held). Where the machine's folder cannot be used:
+    min(total, wanted) slots of this process alone (None each)."""
+    folder = machine_dir()
+    if folder is None:
+        return [None] * max(1, min(total, wanted))
+    jobs = folder / "jobs"
+    with contextlib.suppress(FileExistsError):
+        jobs.mkdir(mode=0o700)
+    held: list[int | None] = []
+    while True:
+        for slot in range(total):
+            if len(held) >= wanted:
+                break
+            with contextlib.suppress(OSError):  # unopenable: not a slot
+                if (fd := _flock.try_flock(jobs / f"{slot}.lock")) is not None:
+                    held.append(fd)
+        if held or not block:
+            return held
+        time.sleep(poll_s)
+
+
+def release(slots: list[int | None]) -> None:
+    for fd in slots:
+        if fd is not None:
+            os.close(fd)
 
 
 @contextlib.contextmanager
 def ninja_jobs(jobs: int, joins: bool = True, wanted: int = 1):
-    """The arguments and environment for one ninja that shares the process's pool of `jobs`: a
-    jobserver where ninja joins one (1.13 and later), else `-j` the tokens it could take at once (at
-    least one, at most `wanted`), held until it ends."""
-    tokens = b""
-    with _pool_lock:
-        if _pool["running"] == 0:  # none out: (re)filled, so a killed ninja's tokens are not lost
-            _refill(jobs)
-        _pool["running"] += 1
-        fd, path = _pool["fd"], _pool["path"]
+    """The arguments and environment for one ninja within the machine's `jobs`: it holds the slots
+    it could claim (one waited for, up to `wanted` more where free) until it ends; a ninja that joins
+    a jobserver (1.13 and later) shares those beyond its first with the process's other ninjas, an
+    older one gets `-j` their number."""
+    slots = claim(jobs, max(1, wanted))
+    extra = len(slots) - 1
     try:
-        tokens = os.read(fd, 1)  # blocks while the pool's jobs are all running
-        if joins:
-            yield [], {"MAKEFLAGS": f"-j{_pool['size']} --jobserver-auth=fifo:{path}"}
-        else:
-            os.set_blocking(fd, False)
-            with contextlib.suppress(BlockingIOError):
-                tokens += os.read(fd, max(0, wanted - 1)) if wanted > 1 else b""
-            os.set_blocking(fd, True)
-            yield ["-j", str(len(tokens))], {}
-    finally:
+        if not joins:
+            yield ["-j", str(len(slots))], {}
+            return
         with _pool_lock:
-            if tokens:
-                os.write(fd, tokens)
-            _pool["running"] -= 1
+            fd, path = _fifo()
+            _pool["alive"] += 1
+            os.write(fd, b"+" * extra)
+        try:
+            yield [], {"MAKEFLAGS": f"-j{jobs} --jobserver-auth=fifo:{path}"}
+        finally:
+            with _pool_lock:
+                _pool["alive"] -= 1
+            _take_back(fd, extra)
+    finally:
+        release(slots)
 
 
-def _refill(jobs: int) -> None:
+def _fifo() -> tuple[int, str]:
+    """The process's jobserver FIFO (made at its first build; removed at exit), read without blocking."""
     if _pool["fd"] is None:
         folder = tempfile.mkdtemp(prefix="jitops-jobs-")
         path = os.path.join(folder, "fifo")
         os.mkfifo(path, 0o600)
-        _pool["fd"], _pool["path"] = os.open(path, os.O_RDWR), path
+        _pool["fd"], _pool["path"] = os.open(path, os.O_RDWR | os.O_NONBLOCK), path
         import atexit  # only where a build runs
 
         atexit.register(shutil.rmtree, folder, True)
-    os.set_blocking(_pool["fd"], False)
-    with contextlib.suppress(BlockingIOError):
-        while os.read(_pool["fd"], 4096):
-            pass
-    os.set_blocking(_pool["fd"], True)
-    os.write(_pool["fd"], b"+" * jobs)
-    _pool["size"] = jobs
+    return _pool["fd"], _pool["path"]
+
+
+def _take_back(fd: int, count: int, poll_s: float = 0.05) -> None:
+    """Take `count` tokens out of the FIFO before their slots are released: they may be running a
+    job of another ninja of the process, which returns them. Once no ninja of the process runs,
+    what is not there was lost with a killed ninja: the slots are released all the same."""
+    while count > 0:
+        with _pool_lock:
+            try:
+                count -= len(os.read(fd, count))
+                continue
+            except BlockingIOError:
+                if _pool["alive"] == 0:
+                    return
+        time.sleep(poll_s)
 
 
 def machine_dir() -> Path | None:
@@ -214,7 +252,7 @@ def machine_dir() -> Path | None:
         found = folder.lstat()
     except OSError:
         return None
-    import stat  # only where a background PCH waits
+    import stat  # only where a build runs
 
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
         return None

@@ -194,8 +194,9 @@ def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixe
     return {**spec, "compiler": unit.compiler}
 
 
-def _remote():
-    """The remote cache where one is set (JITOPS_REMOTE_CACHE; imported only then), else None."""
+def remote_tier():
+    """The remote cache (JITOPS_REMOTE_CACHE), or None: the builds' and the PCHs'. Imported only
+    where one is set (an edit's build takes a fraction of a second)."""
     if not os.environ.get("JITOPS_REMOTE_CACHE"):
         return None
     from ..store import _remote
@@ -209,7 +210,7 @@ def fetch(spec: dict) -> str | None:
     holds its lock)."""
     from ..store._lock import HeldLock
 
-    remote = _remote()
+    remote = remote_tier()
     root, pch_key = Path(spec["root"]), spec["key"]
     parent = _root.usable_part(root, _layout.PCH_DIR)
     if remote is None or parent is None:
@@ -240,7 +241,7 @@ def fetch(spec: dict) -> str | None:
 
 def _push(spec: dict) -> None:
     """A PCH built here, to the remote cache where one is set that this machine writes to."""
-    remote = _remote()
+    remote = remote_tier()
     if remote is not None:
         from ..store import _remote_pch
 
@@ -316,18 +317,24 @@ def _compile_and_publish(spec: dict, parent: Path, root: Path, pch_key: str, blo
 def _compile_in_background(argv: list[str], root: Path) -> int:
     """Run the compiler in a process group of its own, stopped while any build of the root holds the
     foreground lock. If this process dies meanwhile, the kernel hangs up the orphaned, stopped group."""
+    total = _jobs.job_count()[0]
+    slot = _jobs.claim(total, 1)  # one of the machine's jobs, held while it compiles (not while stopped)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
     foreground_lock, stopped = _layout.foreground_lock_path(root), False
     try:
         while proc.poll() is None:
             busy = _flock.flock_is_held(foreground_lock)
-            if busy != stopped:
+            if busy != stopped and (busy or (slot := _jobs.claim(total, 1, block=False))):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGSTOP if busy else signal.SIGCONT)
+                if busy:
+                    _jobs.release(slot)
+                    slot = []
                 stopped = busy
             time.sleep(PAUSE_POLL_S)
         return proc.returncode
     finally:
+        _jobs.release(slot)
         if proc.poll() is None:  # interrupted: the compile goes too
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
