@@ -47,6 +47,7 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="jitops-first-build-"))
     remote = args.remote or f"file://{work / 'remote'}"
+    (work / "remote").mkdir()
     keys = work / "keys"
     keys.mkdir()
     seconds: dict[str, list[float]] = {}
