@@ -155,3 +155,17 @@ def foreground_lock_path(root) -> str:
 
 def inline_dir(root) -> str:
     return os.path.join(root, INLINE_DIR)
+
+
+# Outside any root: this user's folder for what jitops shares across the machine (build/_jobs.py):
+# the job slots, one lock file each, and the one background PCH compile's turn.
+MACHINE_DIR_PREFIX = "jitops-"
+BACKGROUND_PCH_LOCK_NAME = "background-pch.lock"
+
+
+def machine_dir_path(temporary: str) -> str:
+    return os.path.join(temporary, f"{MACHINE_DIR_PREFIX}{os.getuid()}")
+
+
+def job_slot_path(machine_dir, slot: int) -> str:
+    return os.path.join(machine_dir, "jobs", f"{slot}{LOCK_SUFFIX}")

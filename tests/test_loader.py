@@ -139,7 +139,8 @@ def tiny_copy(tmp_path) -> Path:
 def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert cold_build["how"] == "built" and cold_build["value"] == 42
     assert cold_build["units"] == 2, "every declared source is compiled and linked"
-    assert len(cold_build["locks"]) == 1, "a build takes its entry's lock"
+    # Besides the machine's job slots (build/_jobs.py), which its ninja holds while it compiles.
+    assert len([path for path in cold_build["locks"] if "/jobs/" not in path]) == 1, "a build takes its entry's lock"
     assert cold_build["stderr"].count("jitops: building jitops_test.tiny") == 1, cold_build["stderr"]
     assert " -MMD " not in cold_build["stderr"], "compiler output must stay out of stderr unless JITOPS_VERBOSE=1"
     (entry,) = entries(cold_build["cache"])

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _flock
+from .. import _flock, _layout
 
 # Where the limits are read: tests give the functions a fake tree instead (never this machine's cgroups).
 PROC, CGROUP = "/proc", "/sys/fs/cgroup"
@@ -166,16 +166,15 @@ def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1) -> l
     folder = machine_dir()
     if folder is None:
         return [None] * max(1, min(total, wanted))
-    jobs = folder / "jobs"
     with contextlib.suppress(FileExistsError):
-        jobs.mkdir(mode=0o700)
+        os.mkdir(os.path.dirname(_layout.job_slot_path(folder, 0)), 0o700)
     held: list[int | None] = []
     while True:
         for slot in range(total):
             if len(held) >= wanted:
                 break
             with contextlib.suppress(OSError):  # unopenable: not a slot
-                if (fd := _flock.try_flock(jobs / f"{slot}.lock")) is not None:
+                if (fd := _flock.try_flock(_layout.job_slot_path(folder, slot))) is not None:
                     held.append(fd)
         if held or not block:
             return held
@@ -245,7 +244,7 @@ def _take_back(fd: int, count: int, poll_s: float = 0.05) -> None:
 def machine_dir() -> Path | None:
     """This user's folder for what jitops coordinates across the machine (a private one under the
     temporary folder; None where it is not this user's alone)."""
-    folder = Path(tempfile.gettempdir(), f"jitops-{os.getuid()}")
+    folder = Path(_layout.machine_dir_path(tempfile.gettempdir()))
     with contextlib.suppress(FileExistsError, OSError):
         folder.mkdir(mode=0o700)
     try:
@@ -265,7 +264,7 @@ def background_compile(still_wanted, wait_s: float = 600.0, poll_s: float = 2.0)
     PCH_MEMORY to be free; yields whether to compile: False where it is no longer wanted (asked
     of still_wanted() after each wait) or the memory was not free within wait_s."""
     folder = machine_dir()
-    with _flock.flocked(str(folder / "background-pch.lock")) if folder else contextlib.nullcontext():
+    with _flock.flocked(folder / _layout.BACKGROUND_PCH_LOCK_NAME) if folder else contextlib.nullcontext():
         deadline = time.monotonic() + wait_s
         while still_wanted():
             memory = limits().memory
