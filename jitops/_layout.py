@@ -19,6 +19,7 @@ PCH_DIR = "pch"
 PCH_HEADER_NAME = "pch.h"
 GCH_NAME = PCH_HEADER_NAME + ".gch"  # gcc looks for the compiled header beside the one -include names
 RECORD_NAME = "record.json"  # of a stored object or a PCH
+PCH_FETCHED_NAME = "fetched"  # in a build's folder for a PCH being downloaded: made once it ended
 INLINE_DIR = "inline"
 
 FILE_HASHES_NAME = "file-hashes.json"

@@ -160,7 +160,8 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
         pch_root = _root.shared_root(extension.cache_dir)
-        ignored = toolchain_prefixes(planned.cxx, cuda, pch_root)
+        # The build folder's own headers too: a PCH being downloaded is -included from there.
+        ignored = (*toolchain_prefixes(planned.cxx, cuda, pch_root), os.path.join(os.path.realpath(build_dir), ""))
         _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
         identity = planned.toolchain_components  # objects and PCHs: torch's exact identity, always
         for unit in units:
@@ -173,7 +174,8 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
         wanted = bool(entry.stale_because) or _pch.worth_building(extension, previous, components)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap)
+        fetches = _pch.Fetches(build_dir)
+        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap, fetches)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
@@ -192,8 +194,14 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             beside = pch_jobs and len(compiled) < _jobs.limits().cpus
             if beside:
                 pch_jobs = [spec for spec in pch_jobs if not _start_pch(spec)]
-            with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root, pause=not beside):
-                failure = _ninja.run_ninja(build_dir, log_path, status, verbose, kind)
+            try:
+                with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root, pause=not beside):
+                    failure = _ninja.run_ninja(build_dir, log_path, status, verbose, kind)
+            finally:
+                fetches.close()
+            for unit in compiled:  # a download that brought no PCH: compiled from the header's text
+                if unit.pch_fetched and not os.path.exists(unit.pch + ".gch"):
+                    unit.pch = None
             if failure is None:
                 # Before the load check: a library whose inputs changed is never opened (a second
                 # TORCH_LIBRARY block of its namespace, from the next attempt, would abort).
@@ -324,10 +332,18 @@ def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:
 
 
 def _plan_pch(
-    root: Path, extension: Extension, compiled: list, components: dict, ignored: tuple[str, ...], wanted: bool, heap: str
+    root: Path,
+    extension: Extension,
+    compiled: list,
+    components: dict,
+    ignored: tuple[str, ...],
+    wanted: bool,
+    heap: str,
+    fetches: _pch.Fetches,
 ) -> list[dict]:
-    """Give each C++ unit that starts with torch's headers its PCH where one is ready (JITOPS_PCH=wait:
-    built now, where the budget holds it); returns the PCHs wanted in the background after the build."""
+    """Give each C++ unit that starts with torch's headers its PCH where one is ready, or the remote's
+    (downloaded while the other units compile), or JITOPS_PCH=wait's (built now), where the budget
+    holds it; returns the PCHs wanted in the background after the build."""
     mode = _pch.mode()
     if mode == "off":
         return []
@@ -346,8 +362,9 @@ def _plan_pch(
             spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
             if not (mode == "wait" or wanted or _pch.remote_tier() is not None) or not _pch.fits_budget(root, header):
                 continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
-            unit.pch = _pch.fetch(spec)  # the fleet's, made in the same image
+            unit.pch = fetches.start(spec)  # the fleet's, made in the same image
             if unit.pch is not None:
+                unit.pch_fetched = os.path.join(os.path.dirname(unit.pch), _layout.PCH_FETCHED_NAME)
                 continue
             if mode == "wait":
                 unit.pch = _pch.build(spec, blocking=True)

@@ -65,6 +65,7 @@ class Unit:
         self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
         self.reused = False
         self.pch: str | None = None  # the precompiled header's text file, -include'd, where one is used
+        self.pch_fetched: str | None = None  # made once the download of its PCH ended (_pch.Fetches)
         self.module_stem: str | None = None  # compiled as the module <stem>, linked as <stem>_v<n> (module_stem)
 
     @property
@@ -177,6 +178,9 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
         f"  command = $compiler -MMD -MF $out.d $flags $pch {flags.gcc_heap} -c $in -o $out $post_flags",
         "rule cuda_compile",
         "  command = $compiler -MD -MF $out.d $flags -c $in -o $out $post_flags",
+        # A unit whose PCH is being downloaded starts once the download ended (made by _pch.Fetches).
+        "rule wait_for_file",
+        "  command = while [ ! -e $out ]; do sleep 0.02; done",
         "rule link",
         f"  command = {flags.cxx} $in {flags.ldflags} $aliases -o $out",
     ]
@@ -184,11 +188,14 @@ def write_build_file(build_dir: Path, units: list[Unit], flags: TorchFlags, libr
         if unit.reused:
             continue
         wrapper = escape_path(os.path.relpath(unit.wrapper, build_dir))
-        lines.append(f"build {escape_path(unit.object)}: {'cuda_compile' if unit.cuda else 'compile'} {wrapper}")
+        waits = f" || {escape_path(os.path.relpath(unit.pch_fetched, build_dir))}" if unit.pch_fetched else ""
+        lines.append(f"build {escape_path(unit.object)}: {'cuda_compile' if unit.cuda else 'compile'} {wrapper}{waits}")
         compiler = f"{launcher['cuda' if unit.cuda else 'cxx']} {unit.compiler}".lstrip()
         lines += [f"  compiler = {compiler}", f"  flags = {unit.flags}", f"  post_flags = {unit.post_flags}"]
         if unit.pch:
             lines.append(f"  pch = -include {shlex.quote(unit.pch).replace('$', '$$')} -Winvalid-pch")
+    for fetched in sorted({unit.pch_fetched for unit in units if unit.pch_fetched and not unit.reused}):
+        lines.append(f"build {escape_path(os.path.relpath(fetched, build_dir))}: wait_for_file")
     objects = " ".join(escape_path(unit.object) for unit in units)
     lines.append(f"build {escape_path(library)}: link {objects}")
     # A binding compiled as the module <stem> (module_stem): Python looks for PyInit_<name>.

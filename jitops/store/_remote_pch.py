@@ -93,9 +93,9 @@ def push(remote: Remote, folder: Path, pch_key: str, compiler: str) -> bool:
         return False
 
 
-def fetch(remote: Remote, staging: Path, pch_key: str, header: str, compiler: str) -> dict | None:
-    """Write a trusted remote PCH of this key, header and compiler into staging (its header and .gch,
-    each chunk checked against the signed record); its record for the local folder, or None."""
+def find(remote: Remote, pch_key: str, header: str, compiler: str) -> tuple[str, dict] | None:
+    """The name and body of a trusted remote record of a PCH of this key, header and compiler (a
+    listing and one read: the build asks before it starts), or None."""
     op = f"the precompiled header {pch_key[:16]}"
     compiler_digest = compiler_sha256(compiler)
     if compiler_digest is None:
@@ -103,11 +103,21 @@ def fetch(remote: Remote, staging: Path, pch_key: str, header: str, compiler: st
     try:
         for name, data in remote.records(f"pch/{pch_key}", op):
             body = remote.opened(data, name, "pch", pch_key, op)
-            if body is None or body["compiler_sha256"] != compiler_digest or body["header"] != header:
-                continue
-            if _assemble(remote, body, staging, op, name):
-                remote.count(pch_hits=1, bytes_down=sum(c["size"] for c in body["chunks"]))
-                return {"sha256": body["gch_sha256"], "built_at": body["built_at"], "remote": remote.server}
+            if body is not None and body["compiler_sha256"] == compiler_digest and body["header"] == header:
+                return name, body
+    except Fault:
+        pass
+    return None
+
+
+def fetch(remote: Remote, staging: Path, found: tuple[str, dict]) -> dict | None:
+    """Write the PCH of a record find() returned into staging (its header and .gch, each chunk
+    checked against the signed record); its record for the local folder, or None."""
+    name, body = found
+    try:
+        if _assemble(remote, body, staging, f"the precompiled header {body['key'][:16]}", name):
+            remote.count(pch_hits=1, bytes_down=sum(c["size"] for c in body["chunks"]))
+            return {"sha256": body["gch_sha256"], "built_at": body["built_at"], "remote": remote.server}
     except Fault:
         pass
     for leftover in [staging / _layout.GCH_NAME, *staging.glob("chunk-*")]:
