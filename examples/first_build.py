@@ -87,7 +87,11 @@ def main() -> None:
     began = time.perf_counter()
     print(jitops_cli(work / "writer", "pch", **writer), end="")
     notes.append(f"jitops-cache pch (writer, pushed): {time.perf_counter() - began:.1f} s")
-    reader = {"JITOPS_REMOTE_CACHE": remote, "JITOPS_REMOTE_MODE": "read-only", "JITOPS_REMOTE_TRUSTED_KEYS": str(keys / "writer.pub")}
+    reader = {
+        "JITOPS_REMOTE_CACHE": remote,
+        "JITOPS_REMOTE_MODE": "read-only",
+        "JITOPS_REMOTE_TRUSTED_KEYS": str(keys / "writer.pub"),
+    }
     image = work / "image"  # the image's cache: jitops-cache pch ran in it ahead of time
     began = time.perf_counter()
     jitops_cli(image, "pch")
@@ -154,7 +158,9 @@ def main() -> None:
         "image cold / torch cold": median["image cold"] / median["torch cold"],
         "edit k1 in process / new process": median["edit k1 in process"] / median["edit k1 new process"],
     }
-    print(f"\ntorch {torch.__version__}, {'CUDA' if cuda else 'CPU'}, {os.cpu_count()} CPUs, MAX_JOBS={os.environ.get('MAX_JOBS', 'unset')}")
+    print(
+        f"\ntorch {torch.__version__}, {'CUDA' if cuda else 'CPU'}, {os.cpu_count()} CPUs, MAX_JOBS={os.environ.get('MAX_JOBS', 'unset')}"
+    )
     for label, value in median.items():
         print(f"  {label:<26} median {value:7.2f} s  ({', '.join(f'{v:.2f}' for v in seconds[label])})")
     for label, value in ratios.items():
