@@ -21,7 +21,7 @@ from ..store._key import CudaPlan, PlannedEntry, environment_tools
 from ..store._lock import build_timeout, lock_timeout, under_entry_lock
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
-from . import _buildfile, _jobs, _ninja, _pch, _progress, _torch_flags
+from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
@@ -174,8 +174,8 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
         wanted = bool(entry.stale_because) or _pch.worth_building(extension, previous, components)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        fetches = _pch.Fetches(build_dir)
-        pch_jobs = _plan_pch(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap, fetches)
+        fetches = _pch_fetch.Fetches(build_dir)
+        pch_jobs = _pch.plan(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap, fetches)
         library_file = f"{extension.library_name}.so"
         _buildfile.write_build_file(build_dir, units, flags, library_file)
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
@@ -193,7 +193,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
             # priority), ready for the build that follows; else after it, and paused while it runs.
             beside = pch_jobs and len(compiled) < _jobs.limits().cpus
             if beside:
-                pch_jobs = [spec for spec in pch_jobs if not _start_pch(spec)]
+                pch_jobs = [spec for spec in pch_jobs if not _pch.start_background(spec)]
             try:
                 with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root, pause=not beside):
                     failure = _ninja.run_ninja(build_dir, log_path, status, verbose, kind)
@@ -287,18 +287,11 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         _entries.publish(entry, staging, manifest)
         published = True
         for spec in pch_jobs:
-            _start_pch(spec)
+            _pch.start_background(spec)
         return entry.path / library.name
     finally:
         if not published:
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _start_pch(spec: dict) -> bool:
-    started = _pch.start_background(spec)
-    if started:
-        _progress.BuildStatus.say(_pch.describe_background(spec))
-    return started
 
 
 class NotStable(BuildError):
@@ -329,48 +322,6 @@ def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:
         unit.headers = headers
         _object_store.store(entry.root, unit, build_dir)
         unit.reused = True
-
-
-def _plan_pch(
-    root: Path,
-    extension: Extension,
-    compiled: list,
-    components: dict,
-    ignored: tuple[str, ...],
-    wanted: bool,
-    heap: str,
-    fetches: _pch.Fetches,
-) -> list[dict]:
-    """Give each C++ unit that starts with torch's headers its PCH where one is ready, or the remote's
-    (downloaded while the other units compile), or JITOPS_PCH=wait's (built now), where the budget
-    holds it; returns the PCHs wanted in the background after the build."""
-    mode = _pch.mode()
-    if mode == "off":
-        return []
-    left_out = _pch.left_out_of_key(extension, extension.library_name)
-    later = {}
-    for unit in compiled:
-        header = "" if unit.cuda else _pch.leading_torch_includes(unit.source)
-        if not header:
-            continue
-        flags = _pch.command_flags(unit, left_out)
-        if flags is None:
-            continue
-        pch_key = _pch.key(header, unit, flags, components)
-        unit.pch = _pch.find(root, pch_key)
-        if unit.pch is None:
-            spec = _pch.job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
-            if not (mode == "wait" or wanted or _pch.remote_tier() is not None) or not _pch.fits_budget(root, header):
-                continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
-            unit.pch = fetches.start(spec)  # the fleet's, made in the same image
-            if unit.pch is not None:
-                unit.pch_fetched = os.path.join(os.path.dirname(unit.pch), _layout.PCH_FETCHED_NAME)
-                continue
-            if mode == "wait":
-                unit.pch = _pch.build(spec, blocking=True)
-            elif wanted:
-                later[pch_key] = spec
-    return list(later.values())
 
 
 def _check_inputs(

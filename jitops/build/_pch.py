@@ -17,12 +17,18 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _flock, _layout
 from .._errors import BuildError, CacheError
 from ..store import _budget, _root
 from ..warm._libraries import file_identity, mark_used, write_json_atomic
 from . import _jobs
+from ._progress import BuildStatus
+
+if TYPE_CHECKING:
+    from ..extension import Extension
+    from ._pch_fetch import Fetches
 
 MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
@@ -187,6 +193,48 @@ def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     return headers, record.get("built_at"), folder / _layout.GCH_NAME, record["sha256"]
 
 
+def plan(
+    root: Path,
+    extension: Extension,
+    compiled: list,
+    components: dict,
+    ignored: tuple[str, ...],
+    wanted: bool,
+    heap: str,
+    fetches: Fetches,
+) -> list[dict]:
+    """Give each C++ unit that starts with torch's headers its PCH where one is ready, or the remote's
+    (downloaded while the other units compile), or JITOPS_PCH=wait's (built now), where the budget
+    holds it; returns the PCHs wanted in the background after the build."""
+    chosen = mode()
+    if chosen == "off":
+        return []
+    left_out = left_out_of_key(extension, extension.library_name)
+    later = {}
+    for unit in compiled:
+        header = "" if unit.cuda else leading_torch_includes(unit.source)
+        if not header:
+            continue
+        flags = command_flags(unit, left_out)
+        if flags is None:
+            continue
+        pch_key = key(header, unit, flags, components)
+        unit.pch = find(root, pch_key)
+        if unit.pch is None:
+            spec = job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
+            if not (chosen == "wait" or wanted or remote_tier() is not None) or not fits_budget(root, header):
+                continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
+            unit.pch = fetches.start(spec)  # the fleet's, made in the same image
+            if unit.pch is not None:
+                unit.pch_fetched = os.path.join(os.path.dirname(unit.pch), _layout.PCH_FETCHED_NAME)
+                continue
+            if chosen == "wait":
+                unit.pch = build(spec, blocking=True)
+            elif wanted:
+                later[pch_key] = spec
+    return list(later.values())
+
+
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
     """What building one PCH takes (a background process gets it as JSON)."""
     command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
@@ -202,75 +250,6 @@ def remote_tier():
     from ..store import _remote
 
     return _remote.active()
-
-
-class Fetches:
-    """PCHs downloaded from the remote cache (a fleet's, made in the same image: _remote_pch) while a
-    build's other units compile. A unit that waits for one -includes <build>/pch-<key>/pch.h (the
-    header's text), after a ninja edge that waits for the download to end; beside it the published
-    .gch is linked where one came (held in use until close()), else it compiles from the text."""
-
-    def __init__(self, build_dir: Path):
-        self.build_dir, self.threads, self.held = build_dir, [], contextlib.ExitStack()
-        self._holding = threading.Lock()
-
-    def start(self, spec: dict) -> str | None:
-        """Where the remote holds this PCH, its download started; the path the unit -includes, else None."""
-        remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
-        if remote is None or parent is None:
-            return None
-        from ..store import _remote_pch
-
-        found = _remote_pch.find(remote, spec["key"], spec["header"], spec["compiler"])
-        if found is None:
-            return None
-        folder = self.build_dir / f"pch-{spec['key'][:16]}"
-        folder.mkdir(exist_ok=True)
-        (folder / _layout.PCH_HEADER_NAME).write_text(spec["header"], encoding="utf-8")
-        thread = threading.Thread(target=self._download, args=(remote, parent, spec, found, folder), daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        return str(folder / _layout.PCH_HEADER_NAME)
-
-    def _download(self, remote, parent: Path, spec: dict, found, folder: Path) -> None:
-        from ..store._lock import HeldLock
-
-        try:
-            lock_path = Path(_layout.pch_lock_path(parent / spec["key"]))
-            with HeldLock(lock_path, f"the precompiled header {spec['key']}", blocking=False) as lock:
-                if lock.acquired and find(spec["root"], spec["key"]) is None:
-                    self._publish(remote, parent, spec, found)
-            published = find(spec["root"], spec["key"])
-            if published is not None:
-                with self._holding:  # in use (not evicted) until the build ends
-                    self.held.enter_context(_flock.flocked(lock_path, shared=True))
-                os.symlink(published + ".gch", folder / _layout.GCH_NAME)
-        except (OSError, CacheError):
-            pass  # the unit compiles from the header's text
-        finally:
-            (folder / _layout.PCH_FETCHED_NAME).touch()
-
-    @staticmethod
-    def _publish(remote, parent: Path, spec: dict, found) -> None:
-        from ..store import _remote_pch
-
-        _root.remove_dead_staging(parent)
-        staging = _root.new_staging(parent)
-        try:
-            record = _remote_pch.fetch(remote, staging, found)
-            if record is not None:
-                gch = staging / _layout.GCH_NAME
-                made = {**record, "identity": file_identity(gch), "command": spec["command"]}
-                write_json_atomic(staging / _layout.RECORD_NAME, made)
-                os.chmod(staging, 0o700)
-                _root.publish_folder(staging, parent / spec["key"])
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def close(self) -> None:
-        for thread in self.threads:
-            thread.join()
-        self.held.close()
 
 
 def _push(spec: dict) -> None:
@@ -405,12 +384,13 @@ def start_background(spec: dict) -> bool:
                 close_fds=True,
             )
         threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while this process runs
+        BuildStatus.say(_describe_background(spec))
         return True
     except (OSError, CacheError):
         return False  # only a later build's speed depends on it
 
 
-def describe_background(spec: dict) -> str:
+def _describe_background(spec: dict) -> str:
     """The status line that says a PCH is being built, and what it costs."""
     headers = " ".join(re.findall(r"<([^>]+)>", spec["header"]))
     return (

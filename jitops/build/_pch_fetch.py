@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: MIT
+"""A fleet's precompiled headers, downloaded from the remote cache (store/_remote_pch) while a build's
+other units compile: the unit that uses one waits on a ninja edge for the download's end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from .. import _flock, _layout
+from .._errors import CacheError
+from ..store import _root
+from ..warm._libraries import file_identity, write_json_atomic
+from ._pch import find, remote_tier
+
+
+class Fetches:
+    """PCHs downloaded from the remote cache (a fleet's, made in the same image: _remote_pch) while a
+    build's other units compile. A unit that waits for one -includes <build>/pch-<key>/pch.h (the
+    header's text), after a ninja edge that waits for the download to end; beside it the published
+    .gch is linked where one came (held in use until close()), else it compiles from the text."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir, self.threads, self.held = build_dir, [], contextlib.ExitStack()
+        self._holding = threading.Lock()
+
+    def start(self, spec: dict) -> str | None:
+        """Where the remote holds this PCH, its download started; the path the unit -includes, else None."""
+        remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
+        if remote is None or parent is None:
+            return None
+        from ..store import _remote_pch
+
+        found = _remote_pch.find(remote, spec["key"], spec["header"], spec["compiler"])
+        if found is None:
+            return None
+        folder = self.build_dir / f"pch-{spec['key'][:16]}"
+        folder.mkdir(exist_ok=True)
+        (folder / _layout.PCH_HEADER_NAME).write_text(spec["header"], encoding="utf-8")
+        thread = threading.Thread(target=self._download, args=(remote, parent, spec, found, folder), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return str(folder / _layout.PCH_HEADER_NAME)
+
+    def _download(self, remote, parent: Path, spec: dict, found, folder: Path) -> None:
+        from ..store._lock import HeldLock
+
+        try:
+            lock_path = Path(_layout.pch_lock_path(parent / spec["key"]))
+            with HeldLock(lock_path, f"the precompiled header {spec['key']}", blocking=False) as lock:
+                if lock.acquired and find(spec["root"], spec["key"]) is None:
+                    self._publish(remote, parent, spec, found)
+            published = find(spec["root"], spec["key"])
+            if published is not None:
+                with self._holding:  # in use (not evicted) until the build ends
+                    self.held.enter_context(_flock.flocked(lock_path, shared=True))
+                os.symlink(published + ".gch", folder / _layout.GCH_NAME)
+        except (OSError, CacheError):
+            pass  # the unit compiles from the header's text
+        finally:
+            (folder / _layout.PCH_FETCHED_NAME).touch()
+
+    @staticmethod
+    def _publish(remote, parent: Path, spec: dict, found) -> None:
+        from ..store import _remote_pch
+
+        _root.remove_dead_staging(parent)
+        staging = _root.new_staging(parent)
+        try:
+            record = _remote_pch.fetch(remote, staging, found)
+            if record is not None:
+                gch = staging / _layout.GCH_NAME
+                made = {**record, "identity": file_identity(gch), "command": spec["command"]}
+                write_json_atomic(staging / _layout.RECORD_NAME, made)
+                os.chmod(staging, 0o700)
+                _root.publish_folder(staging, parent / spec["key"])
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def close(self) -> None:
+        for thread in self.threads:
+            thread.join()
+        self.held.close()
