@@ -140,7 +140,7 @@ def _assemble(remote: Remote, body: dict, staging: Path, op: str, name: str) -> 
     offsets = [sum(c["raw"] for c in chunks[:n]) for n in range(len(chunks))]
     fd = os.open(staging / _layout.GCH_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(len(chunks), (os.cpu_count() or 2) - 1))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(chunks), os.cpu_count() or 1))) as pool:
             inflated = []
             for n, chunk in enumerate(chunks):
                 path = staging / f"chunk-{n}"
