@@ -35,7 +35,7 @@ def find_ninja() -> str | None:
             found = shutil.which("ninja", path=ninja.BIN_DIR)
         except (ImportError, AttributeError):
             pass
-    return found
+    return os.path.abspath(found) if found else None  # a relative PATH entry: ninja runs in the build folder
 
 
 def missing_tools(cxx: Path | None) -> list[str]:
