@@ -37,7 +37,8 @@ POD = {
     "cgroup.controllers": "cpu memory pids\n",
     "kubepods/pod1/cpu.max": "50000 100000\n",
     "kubepods/pod1/memory.max": f"{4 * GIB}\n",
-    "kubepods/pod1/memory.current": "0\n",
+    "kubepods/pod1/memory.current": f"{GIB}\n",
+    "kubepods/pod1/memory.stat": f"anon 0\ninactive_file {GIB}\n",  # page cache the kernel reclaims: free
     "kubepods/pod1/ctr/cpu.max": "max 100000\n",
     "kubepods/pod1/ctr/memory.max": "max\n",
     "kubepods/pod1/ctr/memory.current": f"{GIB}\n",

@@ -92,14 +92,20 @@ def cpu_quota(proc: str, cgroup: str) -> tuple[float | None, str]:
     return found, where
 
 
-def _free_in_cgroups(proc: str, cgroup: str, controller: str, files: list[tuple[str, str]]) -> tuple[int | None, str]:
-    """The least (limit - use) of the process's cgroups and those above, for each (limit, use) file pair."""
+def _free_in_cgroups(proc: str, cgroup: str, controller: str, files: list[tuple[str, ...]]) -> tuple[int | None, str]:
+    """The least (limit - use) of the process's cgroups and those above, for each (limit, use) file
+    pair; a third name: the line of memory.stat whose bytes the kernel reclaims at need (inactive page
+    cache), not counted as used."""
     found, where = None, ""
     for folder in _cgroup_folders(proc, cgroup, controller):
-        for limit_name, use_name in files:
+        for limit_name, use_name, *reclaimable in files:
             limit, use = _number(_read(folder / limit_name)), _number(_read(folder / use_name))
             if limit is None or use is None or limit >= 1 << 60:  # "max", or v1's "no limit"
                 continue
+            for line in (_read(folder / "memory.stat") or "").splitlines() if reclaimable else ():
+                name, _, value = line.partition(" ")
+                if name == reclaimable[0] and (cache := _number(value)) is not None:
+                    use -= min(use, cache)
             if found is None or limit - use < found:
                 found, where = max(0, limit - use), str(folder)
     return found, where
@@ -115,7 +121,13 @@ def limits(proc: str | None = None, cgroup: str | None = None) -> Limits:
     if quota is not None and math.ceil(quota) < cpus:
         cpus, cpus_why = max(1, math.ceil(quota)), f"the CPU quota of {where}"
     memory, memory_why = _free_in_cgroups(
-        proc, cgroup, "memory", [("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")]
+        proc,
+        cgroup,
+        "memory",
+        [
+            ("memory.max", "memory.current", "inactive_file"),
+            ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+        ],
     )
     memory_why = f"the memory limit of {memory_why}" if memory is not None else ""
     for line in (_read(Path(proc, "meminfo")) or "").splitlines():

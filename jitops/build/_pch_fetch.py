@@ -38,7 +38,9 @@ class Fetches:
         if found is None:
             return None
         folder = self.build_dir / f"pch-{spec['key'][:16]}"
-        folder.mkdir(exist_ok=True)
+        if folder.exists():  # another unit of this build waits for the same PCH
+            return str(folder / _layout.PCH_HEADER_NAME)
+        folder.mkdir()
         (folder / _layout.PCH_HEADER_NAME).write_text(spec["header"], encoding="utf-8")
         thread = threading.Thread(target=self._download, args=(remote, parent, spec, found, folder), daemon=True)
         thread.start()
