@@ -214,17 +214,18 @@ print("loaded 20")
 @pytest.mark.slow
 def test_twenty_extensions_leave_at_most_one_background_pch_compiling_at_a_time(tmp_path):
     """PyTorch's JIT-extension tests' shape: 20 loads, each flags of its own and so a PCH of its own,
-    each PCH's compile slowed to 2 s: a sampler of /proc never sees two compiling at once."""
-    import threading
+    each PCH's compile slowed by a second. The compiler logs when each PCH compile starts and ends
+    (before its process ends, so before its turn passes on): never two at once."""
     import time
-
-    from test_edit_loop import logging_compiler
 
     for n in range(20):
         (tmp_path / f"inc{n}").mkdir()
-    compiler, log = logging_compiler(tmp_path, before_compile="")
-    slow = tmp_path / "slow-pch-c++"
-    slow.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) sleep 2;; esac\nexec {compiler} "$@"\n')
+    times = tmp_path / "times"
+    slow = tmp_path / "timed-pch-c++"
+    slow.write_text(
+        f'#!/bin/sh\ncase "$*" in *c++-header*) echo "+ $(date +%s%N)" >> {times}; sleep 1; c++ "$@"; rc=$?; '
+        f'echo "- $(date +%s%N)" >> {times}; exit $rc;; esac\nexec c++ "$@"\n'
+    )
     slow.chmod(0o755)
     env = {
         **os.environ,
@@ -233,32 +234,20 @@ def test_twenty_extensions_leave_at_most_one_background_pch_compiling_at_a_time(
         "JITOPS_PCH": "1",
         "TMPDIR": str(tmp_path),
     }
-    peak, done = [0], threading.Event()
+    proc = children.run([sys.executable, "-c", TWENTY, str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "loaded 20" in proc.stdout, proc.stderr
+    assert proc.stderr.count("building a precompiled header") >= 10, proc.stderr
+    deadline = time.time() + 300  # the queue drains after the script: one at a time
 
-    def sample():
-        while not done.is_set():
-            compiling = 0
-            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    words = cmdline.read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"c++-header" in words and b"@header@" not in words and str(tmp_path).encode() in b" ".join(words):
-                    compiling += not words[0].endswith(b"cc1plus")  # one process a compile: each wrapper execs the next
-            peak[0] = max(peak[0], compiling)
-            time.sleep(0.02)
+    def events() -> list[tuple[int, str]]:
+        return sorted((int(t), sign) for sign, t in (line.split() for line in times.read_text().splitlines()))
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        proc = children.run([sys.executable, "-c", TWENTY, str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0 and "loaded 20" in proc.stdout, proc.stderr
-        assert proc.stderr.count("building a precompiled header") >= 10, proc.stderr
-        deadline = time.time() + 300  # the queue drains after the script: one at a time
-        while time.time() < deadline and sum("c++-header" in line for line in log.read_text().splitlines()) < 20:
-            time.sleep(0.5)
-    finally:
-        done.set()
-        sampler.join()
-    assert sum("c++-header" in line for line in log.read_text().splitlines()) >= 10
-    assert peak[0] == 1, f"{peak[0]} background PCH compiles at once"
+    while time.time() < deadline and sum(sign == "-" for _, sign in events()) < 10:
+        time.sleep(0.5)
+    time.sleep(2)  # the last ones to start, if any
+    running = peak = 0
+    for _, sign in sorted(events(), key=lambda e: (e[0], e[1] == "+")):  # an end before a start at one instant
+        running += 1 if sign == "+" else -1
+        peak = max(peak, running)
+    assert sum(sign == "-" for _, sign in events()) >= 10
+    assert peak == 1, f"{peak} background PCH compiles at once"
