@@ -147,6 +147,8 @@ def test_the_machines_job_slots_are_shared_by_processes_and_freed_by_a_killed_ho
     try:
         assert holder.stdout.readline().strip() == "2"
         assert _jobs.claim(2, 1, block=False) == []
+        # A holder that never lets go (stopped with Ctrl-Z): one job beside it after the wait, no hang.
+        assert _jobs.claim(2, 1, wait_s=0.3) == [None]
     finally:
         holder.kill()
         holder.wait()

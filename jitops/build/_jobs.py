@@ -171,25 +171,37 @@ _pool_lock = threading.Lock()
 _pool: dict = {"fd": None, "path": None, "alive": 0}
 
 
-def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1) -> list[int | None]:
+def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1, wait_s: float = 120.0) -> list[int | None]:
     """Up to `wanted` of the machine's `total` job slots (flock fds; release() frees them), at least
-    one where block (waited for while every slot is held). Where the machine's folder cannot be used:
-    min(total, wanted) slots of this process alone (None each)."""
+    one where block: waited for while every slot is held, for at most wait_s (a holder stopped with
+    Ctrl-Z keeps its slots: then one job beside them, never a hang). Where the machine's folder or
+    its slot files cannot be used: min(total, wanted) slots of this process alone (None each)."""
     folder = machine_dir()
+    alone = [None] * max(1, min(total, wanted))
     if folder is None:
-        return [None] * max(1, min(total, wanted))
-    with contextlib.suppress(FileExistsError):
+        return alone
+    with contextlib.suppress(OSError):
         os.mkdir(os.path.dirname(_layout.job_slot_path(folder, 0)), 0o700)
     held: list[int | None] = []
+    deadline = time.monotonic() + wait_s
     while True:
+        opened = 0
         for slot in range(total):
             if len(held) >= wanted:
                 break
-            with contextlib.suppress(OSError):  # unopenable: not a slot
-                if (fd := _flock.try_flock(_layout.job_slot_path(folder, slot))) is not None:
-                    held.append(fd)
+            try:
+                fd = _flock.try_flock(_layout.job_slot_path(folder, slot))
+            except OSError:
+                continue  # unopenable: not a slot
+            opened += 1
+            if fd is not None:
+                held.append(fd)
         if held or not block:
             return held
+        if opened == 0:
+            return alone
+        if time.monotonic() > deadline:
+            return [None]
         time.sleep(poll_s)
 
 
@@ -202,7 +214,7 @@ def release(slots: list[int | None]) -> None:
 @contextlib.contextmanager
 def ninja_jobs(jobs: int, joins: bool = True, wanted: int = 1):
     """The arguments and environment for one ninja within the machine's `jobs`: it holds the slots
-    it could claim (one waited for, up to `wanted` more where free) until it ends; a ninja that joins
+    it could claim (one waited for, up to `wanted` in all where free) until it ends; a ninja that joins
     a jobserver (1.13 and later) shares those beyond its first with the process's other ninjas, an
     older one gets `-j` their number."""
     slots = claim(jobs, max(1, wanted))
