@@ -401,6 +401,25 @@ for source, old, new in edits:
 """
 
 
+def in_process_edits(tmp_path: Path, units: dict, script: str, *args: str) -> tuple[list, Path, subprocess.CompletedProcess]:
+    """Write the units into tmp_path/src and run script (one process that loads, edits, loads again)
+    with a logging compiler: each line it printed (JSON), the compiler's log, the process."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for name, text in units.items():
+        (folder / name).write_text(text)
+    compiler, log = logging_compiler(tmp_path)
+    proc = children.run(
+        [sys.executable, "-c", script, str(folder), *args],
+        env=tiny_env(tmp_path / "cache", CXX=compiler),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()], log, proc
+
+
 @pytest.mark.parametrize(
     "sources, edits, compiled",
     [
@@ -421,20 +440,7 @@ for source, old, new in edits:
     ids=["edit-the-bindings-then-a-kernel", "a-header-names-the-module"],
 )
 def test_an_in_process_edit_compiles_only_the_edited_units_and_those_that_name_the_module(tmp_path, sources, edits, compiled):
-    folder = tmp_path / "src"
-    folder.mkdir()
-    for name, text in NAMED_UNITS.items():
-        (folder / name).write_text(text)
-    compiler, log = logging_compiler(tmp_path)
-    proc = children.run(
-        [sys.executable, "-c", IN_PROCESS_EDITS, str(folder), json.dumps(sources), json.dumps(edits)],
-        env=tiny_env(tmp_path / "cache", CXX=compiler),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert proc.returncode == 0, proc.stderr
-    loads = [json.loads(line) for line in proc.stdout.splitlines()]
+    loads, log, _ = in_process_edits(tmp_path, NAMED_UNITS, IN_PROCESS_EDITS, json.dumps(sources), json.dumps(edits))
     names = [name for name, _ in loads]  # the library's name: jitops_load_inproc, then _v1, _v2 (each load a new module)
     assert names == [names[0]] + [f"{names[0]}_v{n}" for n in range(1, len(edits) + 1)]
     assert [p1 for _, p1 in loads] == [1] + [
@@ -738,21 +744,8 @@ for source, old, new in edits:
 def test_a_kernel_edit_in_process_compiles_the_kernel_alone_whatever_came_before(tmp_path):
     # The binding (PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) its one use of the name) is compiled as the
     # module nb once and linked as nb_v1, nb_v2: the module and file keep torch's names.
-    folder = tmp_path / "src"
-    folder.mkdir()
-    for name, text in MODULE_UNITS.items():
-        (folder / name).write_text(text)
-    compiler, log = logging_compiler(tmp_path)
     edits = [["k1.cpp", "return 1", "return 11"], ["bind.cpp", "int k2();", "int k2(); // edited"], ["k1.cpp", "11", "111"]]
-    proc = children.run(
-        [sys.executable, "-c", MODULE_EDITS, str(folder), json.dumps(edits)],
-        env=tiny_env(tmp_path / "cache", CXX=compiler),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert proc.returncode == 0, proc.stderr
-    loads = [json.loads(line) for line in proc.stdout.splitlines()]
+    loads, log, proc = in_process_edits(tmp_path, MODULE_UNITS, MODULE_EDITS, json.dumps(edits))
     assert loads == [
         ["nb", "nb.so", 1, 2],
         ["nb_v1", "nb_v1.so", 11, 2],

@@ -82,6 +82,19 @@ def test_max_jobs_wins(tmp_path, monkeypatch):
     assert _jobs.job_count("cuda", proc, cgroup) == (7, "")
 
 
+def logged_events(times: Path) -> list[tuple[int, str]]:
+    """The compiles' "+ <ns>" (start) and "- <ns>" (end) lines a timing compiler wrapper wrote."""
+    return sorted((int(t), sign) for sign, t in (line.split() for line in times.read_text().splitlines()))
+
+
+def most_at_once(events: list[tuple[int, str]]) -> int:
+    running = peak = 0
+    for _, sign in sorted(events, key=lambda e: (e[0], e[1] == "+")):  # an end before a start at one instant
+        running += 1 if sign == "+" else -1
+        peak = max(peak, running)
+    return peak
+
+
 # load_all's ninjas (one per library, in threads) under a fake pod of 4 CPUs and 4 GB: at most the
 # jobs that fit run at once, all ninjas together. The compiler logs when each compile starts and ends.
 LOAD_ALL = """
@@ -115,12 +128,8 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path, n
     proc_ = children.run([sys.executable, "-c", LOAD_ALL, proc, cgroup], env=env, capture_output=True, text=True, timeout=900)
     assert proc_.returncode == 0, proc_.stderr
     assert " compile jobs at once: " in proc_.stderr, proc_.stderr
-    running = peak = 0
-    events = sorted((int(t), sign) for sign, t in (line.split() for line in times.read_text().splitlines()))
-    for _, sign in sorted(events, key=lambda e: (e[0], e[1] == "+")):  # an end before a start at one instant
-        running += 1 if sign == "+" else -1
-        peak = max(peak, running)
-    starts = sum(1 for _, sign in events if sign == "+")
+    events = logged_events(times)
+    peak, starts = most_at_once(events), sum(1 for _, sign in events if sign == "+")
     # With a CUDA torch and nvcc, the libraries with CUDA sources run one job (4 GB an nvcc unit):
     # the C++ compiles counted here then peak at most at the C++ count.
     import torch
@@ -241,15 +250,9 @@ def test_twenty_extensions_leave_at_most_one_background_pch_compiling_at_a_time(
     assert proc.stderr.count("building a precompiled header") >= 10, proc.stderr
     deadline = time.time() + 300  # the queue drains after the script: one at a time
 
-    def events() -> list[tuple[int, str]]:
-        return sorted((int(t), sign) for sign, t in (line.split() for line in times.read_text().splitlines()))
-
-    while time.time() < deadline and sum(sign == "-" for _, sign in events()) < 10:
+    while time.time() < deadline and sum(sign == "-" for _, sign in logged_events(times)) < 10:
         time.sleep(0.5)
     time.sleep(2)  # the last ones to start, if any
-    running = peak = 0
-    for _, sign in sorted(events(), key=lambda e: (e[0], e[1] == "+")):  # an end before a start at one instant
-        running += 1 if sign == "+" else -1
-        peak = max(peak, running)
-    assert sum(sign == "-" for _, sign in events()) >= 10
-    assert peak == 1, f"{peak} background PCH compiles at once"
+    events = logged_events(times)
+    assert sum(sign == "-" for _, sign in events) >= 10
+    assert most_at_once(events) == 1, f"{most_at_once(events)} background PCH compiles at once"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import BuildError
 from ..store._key import CudaPlan
+from ..store._object_store import NAME_MACRO, names_extension
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 from . import _jobs, _torch_flags
 
@@ -44,8 +45,9 @@ def gcc_heap(cxx_description: str) -> str:
     version = cxx_description.rpartition(": ")[2]
     if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)\S* \(", version):
         return ""
-    memory = _jobs.limits().memory or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return GCC_HEAP_FLAG if memory >= _jobs.job_count()[0] * GCC_HEAP_MEMORY_PER_JOB else ""
+    found = _jobs.limits()
+    memory = found.memory or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return GCC_HEAP_FLAG if memory >= _jobs.job_count(found=found)[0] * GCC_HEAP_MEMORY_PER_JOB else ""
 
 
 class Unit:
@@ -124,7 +126,6 @@ def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: 
 
 
 _RENAMED = re.compile(r"(.+)_v[1-9][0-9]*")
-_NAME_USES = re.compile(rb"TORCH_EXTENSION_NAME")
 _MODULE_DEFINITION = re.compile(rb"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\s*,")
 _QUOTED_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.M)
 
@@ -147,16 +148,13 @@ def module_stem(extension: Extension, source: str) -> str | None:
     try:
         with open(source, "rb") as file:
             text = file.read()
-        uses = len(_NAME_USES.findall(text))
-        if uses == 0 or uses != len(_MODULE_DEFINITION.findall(text)):
-            return None
-        for header in _QUOTED_INCLUDE.findall(text):
-            path = os.path.join(os.path.dirname(source), os.fsdecode(header))
-            if os.path.isfile(path) and _NAME_USES.search(Path(path).read_bytes()):
-                return None
     except OSError:
         return None
-    return stem
+    uses = text.count(NAME_MACRO.encode())
+    if uses == 0 or uses != len(_MODULE_DEFINITION.findall(text)):
+        return None
+    headers = [os.path.join(os.path.dirname(source), os.fsdecode(h)) for h in _QUOTED_INCLUDE.findall(text)]
+    return None if any(os.path.isfile(h) and names_extension(h) for h in headers) else stem
 
 
 def launchers() -> dict[str, str]:

@@ -144,12 +144,14 @@ def max_jobs() -> int | None:
     return int(jobs) if jobs.isdigit() and int(jobs) > 0 else None
 
 
-def job_count(kind: str = "c++", proc: str | None = None, cgroup: str | None = None) -> tuple[int, str]:
+def job_count(
+    kind: str = "c++", proc: str | None = None, cgroup: str | None = None, found: Limits | None = None
+) -> tuple[int, str]:
     """How many compiles of this kind ("c++" or "cuda") may run at once, and why fewer than ninja's
     default (CPUs + 2) where the memory or processes free are what bound it ("" where they are not)."""
     if (jobs := max_jobs()) is not None:
         return jobs, ""
-    found = limits(proc, cgroup)
+    found = found or limits(proc, cgroup)
     jobs, why = found.cpus + 2 if found.cpus > 1 else 2, ""
     if found.cpus_why.startswith("the CPU quota"):
         why = f"{found.cpus} CPUs ({found.cpus_why})"

@@ -65,13 +65,10 @@ def fits_budget(root: Path, header: str) -> bool:
     limit = _budget.max_size()
     if limit <= 0:
         return True
-    estimate = ESTIMATED_SIZE
-    for folder in _budget.items(root):
-        if folder.kind == "pch" and same_header(folder.path, header):
-            estimate = folder.size
-            break
+    items = _budget.items(root)
+    estimate = next((i.size for i in items if i.kind == "pch" and same_header(i.path, header)), ESTIMATED_SIZE)
     live = _budget.live_paths(root) or set()
-    in_use = sum(item.size for item in _budget.items(root) if item.kind == "entry" and _budget.is_live(item.path, live))
+    in_use = sum(item.size for item in items if item.kind == "entry" and _budget.is_live(item.path, live))
     return estimate + in_use <= limit
 
 
