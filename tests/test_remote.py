@@ -603,3 +603,31 @@ def test_a_fresh_machine_builds_a_new_extension_with_the_fleets_precompiled_head
         "stderr"
     ]
     assert not list((tmp_path / "d" / "pch").glob("*/pch.h.gch")) and not list((tmp_path / "d" / "pch").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("inflater", ["zlib", "isal.isal_zlib"])
+def test_a_pch_chunk_inflates_to_exactly_its_stated_length_with_either_inflater(tmp_path, monkeypatch, inflater):
+    """ISA-L's inflate (the remote extra) and zlib's read the same chunks: exactly the stated length
+    lands at its offset; a chunk that inflates longer, shorter or past a bad checksum is refused."""
+    import zlib
+
+    from jitops.store import _remote_pch
+
+    monkeypatch.setattr(_remote_pch, "inflating", pytest.importorskip(inflater))
+    raw = os.urandom(1 << 16) + bytes(1 << 16)
+    packed = zlib.compress(raw, 1)
+    corrupt = packed[:-1] + bytes([packed[-1] ^ 1])  # the stream's adler32
+    out = tmp_path / "pch.h.gch"
+    fd = os.open(out, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for n, (data, length, expected) in enumerate(
+            [(packed, len(raw), True), (packed, len(raw) - 1, False), (packed, len(raw) + 1, False), (corrupt, len(raw), False)]
+        ):
+            chunk = tmp_path / f"chunk-{n}"
+            chunk.write_bytes(data)
+            assert _remote_pch._inflate(chunk, length, fd, 10) is expected, (n, inflater)
+            assert not chunk.exists()
+            if n == 0:
+                assert out.read_bytes() == bytes(10) + raw
+    finally:
+        os.close(fd)

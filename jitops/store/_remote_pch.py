@@ -24,6 +24,12 @@ from .. import _layout
 from ._remote import Fault, Remote
 from ._remote_records import FORMAT, seal
 
+try:  # ISA-L's inflate reads the same zlib streams about twice as fast (the `remote` extra installs it)
+    from isal import isal_zlib as inflating
+except ImportError:
+    inflating = zlib
+INFLATE_ERRORS = (zlib.error, inflating.error)
+
 CHUNK_MAX = 64 << 20  # a chunk blob, compressed
 RAW_PER_CHUNK = 60 << 20  # the bytes of .gch in one chunk: zlib adds at most 0.03% to what it cannot shrink
 READ_S = 1 << 20
@@ -160,12 +166,12 @@ def _inflate(path: Path, length: int, fd: int, offset: int) -> bool:
     """Inflate one chunk file into fd at offset: exactly `length` bytes and the stream's end (zlib
     checks its own adler32), else False. The chunk file goes either way."""
     try:
-        inflate = zlib.decompressobj()
+        inflate = inflating.decompressobj()
         raw = inflate.decompress(path.read_bytes(), length + 1)
         if len(raw) != length or not inflate.eof or inflate.unconsumed_tail:
             return False
         return os.pwrite(fd, raw, offset) == length
-    except (zlib.error, OSError):
+    except (*INFLATE_ERRORS, OSError):
         return False
     finally:
         path.unlink(missing_ok=True)
