@@ -11,6 +11,7 @@ VARIANT_LENGTH = 16
 MANIFEST_NAME = "manifest.json"  # in each entry, written last
 BUILD_LOG_NAME = "build.log"
 TMP_PREFIX = ".tmp-"  # a folder being written: <TMP_PREFIX>...<pid>-...
+REMOVING_PREFIX = f"{TMP_PREFIX}removing-"  # a folder renamed away to be deleted: <REMOVING_PREFIX><pid>-...
 RECORD_PREFIX = "warm-"
 
 OBJECTS_DIR = "objects"

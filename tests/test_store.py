@@ -226,6 +226,40 @@ def test_the_budget_evicts_the_least_recently_used_and_never_what_a_live_process
     assert again["how"] == "built" and Path(new["library"]).exists() and Path(held["library"]).exists()
 
 
+KILLED_REMOVER = """
+import shutil, sys, time
+from pathlib import Path
+from jitops.store import _root
+def stuck(*args, **kwargs):  # killed while deleting: the entry renamed away, its files still there
+    print("renamed", flush=True)
+    time.sleep(600)
+shutil.rmtree = stuck
+_root.remove_tree(Path(sys.argv[1]))
+"""
+
+
+def test_an_eviction_killed_mid_delete_leaves_nothing_the_budget_keeps_counting(tmp_path):
+    """reliability-review-4 S6: a remover SIGKILLed mid-delete leaves its renamed-away folder; the
+    next build's budget removes it (its owner is gone, nothing reads it) rather than counting it and
+    evicting every other entry to make room."""
+    cache = tmp_path / "cache"
+    old = load_tiny(cache, tree(tmp_path, "old", 1))
+    with open(Path(old["library"]).parent / "padding", "wb") as pad:
+        pad.truncate(50 << 20)  # 50 MiB counted by the budget, none written
+    kept = [load_tiny(cache, tree(tmp_path, f"kept{n}", 10 + n)) for n in range(2)]
+    remover = children.popen(
+        [sys.executable, "-c", KILLED_REMOVER, str(Path(old["library"]).parent)], stdout=subprocess.PIPE, text=True
+    )
+    assert remover.stdout.readline().strip() == "renamed"
+    remover.kill()
+    remover.wait(timeout=TIMEOUT_S)
+    assert [p.name for p in cache.glob(".tmp-removing-*")], "the killed remover left its folder"
+    new = load_tiny(cache, tree(tmp_path, "new", 3), JITOPS_CACHE_MAX_SIZE="20M")
+    assert new["value"] == 3 and not list(cache.glob(".tmp-removing-*"))
+    assert all(Path(entry["library"]).exists() for entry in kept), "entries that fit the budget stay"
+    assert _budget.tree_size(cache) <= 20 << 20
+
+
 SUPERSEDED = """
 import ctypes, json, sys, jitops
 path = jitops.load("sup", [sys.argv[1]], is_python_module=False)

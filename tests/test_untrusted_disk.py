@@ -172,6 +172,16 @@ def test_an_entry_removed_between_check_and_open_is_found_again(tmp_path, window
 # ---------------------------------------------------------------------------------------------
 
 
+def output_within_a_minute(proc: subprocess.Popen, what: str) -> tuple[str, str]:
+    """stdout and stderr of a load that must not wait on what was planted (what: for the failure)."""
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{what} hung the load")
+
+
 def test_a_fifo_at_a_warm_record_is_a_miss_not_a_hang(tmp_path):
     cache = tmp_path / "cache"
     load_tiny(cache)
@@ -179,15 +189,55 @@ def test_a_fifo_at_a_warm_record_is_a_miss_not_a_hang(tmp_path):
     record.unlink()
     os.mkfifo(record)
     proc = start_tiny(cache)
-    try:
-        stdout, stderr = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail("a FIFO at the warm record's path hung the load")
+    stdout, stderr = output_within_a_minute(proc, "a FIFO at the warm record's path")
     assert proc.returncode == 0, stderr
     assert json.loads(stdout.splitlines()[-1])["how"] == "cache"
     assert record.is_file(), "the broken record is replaced by a regular one"
+
+
+def plant(path: Path, what: str) -> None:
+    """A FIFO, a link to /dev/zero or a folder where a regular file belongs."""
+    path.unlink(missing_ok=True)
+    {"fifo": os.mkfifo, "dev-zero": lambda p: os.symlink("/dev/zero", p), "folder": os.mkdir}[what](path)
+
+
+@pytest.mark.parametrize(
+    "where, what",
+    [("manifest", "fifo"), ("library", "fifo"), ("library", "dev-zero"), ("library", "folder"), ("manifest", "folder")],
+)
+def test_a_fifo_a_device_or_a_folder_in_an_entry_is_discarded_and_rebuilt(tmp_path, where, what):
+    """A non-regular file where an entry's manifest or library belongs (warm records gone, so the
+    load reads the entry): the entry is discarded with a warning and rebuilt, never waited on."""
+    cache = tmp_path / "cache"
+    load_tiny(cache)
+    for record in warm_records(cache):
+        record.unlink()
+    library = only_library(cache)
+    plant(library.parent / _layout.MANIFEST_NAME if where == "manifest" else library, what)
+    proc = start_tiny(cache)
+    stdout, stderr = output_within_a_minute(proc, f"a {what} at the entry's {where}")
+    assert proc.returncode == 0, stderr
+    result = json.loads(stdout.splitlines()[-1])
+    assert result["how"] == "built" and result["value"] == 42, stderr
+    assert only_library(cache).is_file()
+
+
+@pytest.mark.parametrize(
+    "name", [_layout.FILE_HASHES_NAME, _layout.TOOLCHAIN_PROBES_NAME, _layout.STATS_NAME, _layout.LOCATIONS_NAME]
+)
+def test_a_fifo_at_a_root_record_is_ignored_not_waited_on(tmp_path, tiny_copy, name):
+    """The root's records only save work: a FIFO at one costs that work, never a hang (a build
+    reads and writes them all: a changed header, warm records gone)."""
+    cache = tmp_path / "cache"
+    load_tiny(cache, tiny_copy)
+    for record in warm_records(cache):
+        record.unlink()
+    header = tiny_copy / "kernels" / "tiny.h"
+    header.write_text(header.read_text().replace("TINY_VALUE 42", "TINY_VALUE 43"))
+    plant(cache / name, "fifo")
+    proc = start_tiny(cache, tiny_copy)
+    stdout, stderr = output_within_a_minute(proc, f"a FIFO at {name}")
+    assert proc.returncode == 0 and json.loads(stdout.splitlines()[-1])["value"] == 43, stderr
 
 
 def test_a_warm_record_never_points_outside_the_cache(tmp_path):

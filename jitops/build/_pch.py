@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .. import _flock, _layout
 from .._errors import BuildError, CacheError
 from ..store import _budget, _root
-from ..warm._libraries import file_identity, mark_used, write_json_atomic
+from ..warm._libraries import file_identity, mark_used, read_regular, write_json_atomic
 from . import _jobs
 from ._progress import BuildStatus
 
@@ -155,7 +155,7 @@ def find(root: Path, pch_key: str) -> str | None:
         warn(f"not using the precompiled header {folder}: {problem}")
         return None
     try:
-        record = json.loads((folder / _layout.RECORD_NAME).read_text())
+        record = json.loads(read_regular(folder / _layout.RECORD_NAME))
         if file_identity(gch) != record["identity"] and _root.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:
@@ -185,7 +185,7 @@ def in_use(headers: list[str]):
 def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     """A published PCH folder, for the CLI: the header it holds, when it was built, its .gch and the
     sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
-    record = json.loads((folder / _layout.RECORD_NAME).read_text())
+    record = json.loads(read_regular(folder / _layout.RECORD_NAME))
     headers = " ".join(re.findall(r"<([^>]+)>", (folder / _layout.PCH_HEADER_NAME).read_text()))
     return headers, record.get("built_at"), folder / _layout.GCH_NAME, record["sha256"]
 

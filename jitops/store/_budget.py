@@ -13,7 +13,7 @@ from .. import _layout
 from .._errors import CacheError
 from .._layout import TMP_PREFIX
 from ._entries import entries
-from ._root import remove_locked, tree_size
+from ._root import remove_dead_staging, remove_locked, tree_size
 
 DEFAULT_MAX_SIZE = 2 << 30  # holds an edit loop: one or two PCHs, its objects and entries (docs/cache.md)
 
@@ -115,6 +115,10 @@ def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
     total = tree_size(root)
     if total <= limit:
         return []
+    # What a remover killed mid-delete renamed away is counted but never read: it goes first (S6).
+    for folder in (root, _layout.pch_dir(root), *(unit.path for unit in _subfolders(_layout.objects_dir(root)))):
+        remove_dead_staging(Path(folder), _layout.REMOVING_PREFIX)
+    total = tree_size(root)
     live = live_paths(root)
     if live is None:
         return []

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import _layout
 from .._errors import BuildError, CacheError, warn
 from .._layout import MANIFEST_NAME, parse_entry_name
-from ..warm._libraries import file_identity, identity_or_none, mark_used, write_json_atomic
+from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from ._root import (
     check_private_dir,
     json_digest,
@@ -25,6 +26,8 @@ from ._root import (
     remove_tree,
     sha256_file,
 )
+
+MANIFEST_MAX = 16 << 20  # a manifest lists an extension's sources and headers
 
 
 class StaleEntry(CacheError):
@@ -90,12 +93,14 @@ class Entry:
     def read_manifest(self) -> dict | None:
         """The manifest, or None if the entry is absent. Malformed manifests raise CacheError."""
         try:
-            text = self.manifest_path.read_text()
+            text = read_regular(self.manifest_path, MANIFEST_MAX)
         except FileNotFoundError:
             return None
+        except ValueError as err:  # a link, FIFO, device or folder: never followed or waited on
+            raise CacheError(str(err)) from None
         try:
             manifest = json.loads(text)
-        except json.JSONDecodeError as err:
+        except ValueError as err:
             raise CacheError(f"{self.manifest_path} is not valid JSON: {err}") from None
         if not isinstance(manifest, dict):
             raise CacheError(f"{self.manifest_path} is not a JSON object")
@@ -128,6 +133,8 @@ class Entry:
             raise CacheError(f"{self.manifest_path} names no valid library file")
         library = self.path / library_name
         try:
+            if not stat.S_ISREG(os.lstat(library).st_mode):  # a FIFO, device, link or folder is never read
+                raise CacheError(f"{library} is not a regular file")
             identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import _layout
 from .._errors import BuildError, warn
-from ..warm._libraries import file_identity, identity_or_none, mark_used, write_json_atomic
+from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from . import _root
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._key import portable_components
@@ -24,6 +24,8 @@ FORMAT = 1  # of a unit key and record: bump when their meaning changes
 # A file whose status changed less than this before a build started may have changed after it
 # (timestamps come from a clock this coarse): it is not trusted to be what the compiler read.
 TIMESTAMP_SLACK_NS = 10_000_000
+OBJECT_MAX = 4 << 30  # a stored object is read whole (to hash and push): device code can be large
+
 # The key components that describe the toolchain (every unit's key has them).
 TOOLCHAIN_COMPONENTS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "cxx", "nvcc")
 TOOLCHAIN_COMPONENTS += ("environment", "environment_tools")
@@ -95,8 +97,8 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
     """The record and object of a stored variant, the object checked against its sha256; or None."""
     folder = Path(_layout.objects_dir(root), key, variant)
     try:
-        record = json.loads((folder / _layout.RECORD_NAME).read_text())
-        data = (folder / _layout.OBJECT_NAME).read_bytes()
+        record = json.loads(read_regular(folder / _layout.RECORD_NAME))
+        data = read_regular(folder / _layout.OBJECT_NAME, OBJECT_MAX)
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or _root.sha256_bytes(data) != record.get("object_sha256"):
@@ -136,7 +138,7 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _root.K
             warn(f"not reusing the stored object {variant.path}: {problem}")
             continue
         try:
-            record = json.loads(Path(record_path).read_text())
+            record = json.loads(read_regular(record_path))
             headers = record["headers"]
             if record.get("key") != key or not all(_sha256_or_none(known, p) == d for p, d in headers.items()):
                 continue
@@ -194,7 +196,7 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
 def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     """A stored variant, for the CLI: its source's file name, when it was stored, its object and the
     sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
-    record = json.loads((folder / _layout.RECORD_NAME).read_text())
+    record = json.loads(read_regular(folder / _layout.RECORD_NAME))
     return os.path.basename(record["source"]), record.get("stored_at"), folder / _layout.OBJECT_NAME, record["object_sha256"]
 
 

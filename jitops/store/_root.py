@@ -20,8 +20,8 @@ from pathlib import Path
 from .. import _layout
 from .._errors import CacheError, warn
 from .._flock import flocked
-from .._layout import TMP_PREFIX, configured_root
-from ..warm._libraries import file_identity, private_dir_problem, unsafe_path_problem, write_json_atomic
+from .._layout import REMOVING_PREFIX, TMP_PREFIX, configured_root
+from ..warm._libraries import file_identity, private_dir_problem, read_regular, unsafe_path_problem, write_json_atomic
 
 
 # Folders: staged beside their place, published in one rename, removed by renaming away first
@@ -81,7 +81,7 @@ def remove_tree(path: Path) -> None:
     """Delete a directory (or a file or link in its place) so that no reader sees it half deleted.
     One removed meanwhile (by another remover) is no error."""
     # Not named after path: an entry's name may already be near the file system's 255 bytes.
-    trash = Path(path).parent / f"{TMP_PREFIX}removing-{os.getpid()}-{time.monotonic_ns()}"
+    trash = Path(path).parent / f"{REMOVING_PREFIX}{os.getpid()}-{time.monotonic_ns()}"
     try:
         os.rename(path, trash)
     except FileNotFoundError:
@@ -287,6 +287,9 @@ def usable_part(root: Path | str, part: str, write: bool = True) -> Path | None:
 
 
 # Records that only save work
+RECORD_FILE_MAX = 64 << 20  # a root's record of file hashes grows with the headers it has seen
+
+
 class RecordFile:
     """A JSON object in the cache root that only saves work: a lost, stale or unreadable record
     costs recomputing what it held, never a wrong result."""
@@ -297,9 +300,9 @@ class RecordFile:
         self.changed = False
         if path is not None:
             try:
-                loaded = json.loads(path.read_text())
+                loaded = json.loads(read_regular(path, RECORD_FILE_MAX))
                 self.records = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # a FIFO or a folder there too: never waited on
                 pass
 
     def put(self, key: str, value) -> None:

@@ -5,6 +5,7 @@ warm records. Standard library only at import."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import importlib.machinery
@@ -345,7 +346,7 @@ def recorded_library(extension: Extension, of_settings: str, seen: dict | None =
     try:
         if private_dir_problem(root) or not os.access(root, os.W_OK | os.X_OK):
             return None  # the long way says why, and falls back
-        record = json.loads(_read(record_path(root, extension.qualified_name, of_settings)))
+        record = json.loads(read_regular(record_path(root, extension.qualified_name, of_settings)))
         entry = record_entry(root, record, extension.qualified_name) if isinstance(record, dict) else None
         if entry is None or not _valid_record(record, of_settings):
             return None
@@ -369,16 +370,24 @@ def recorded_library(extension: Extension, of_settings: str, seen: dict | None =
         return None  # no record, or an unreadable one: the long way
 
 
-def _read(path: str) -> bytes:
-    """A small regular file's bytes, with os.read (a buffered file object is slower). A link, FIFO
-    or device planted at a record's path is refused, not followed or waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+def read_regular(path: str | Path, cap: int = 1 << 20) -> bytes:
+    """A small regular file's bytes, with os.read (a buffered file object is slower). A link, FIFO,
+    device or folder planted where a record belongs, or a file over cap bytes, is ValueError: never
+    followed, waited on or read without end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symbolic link") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path} is not a regular file")
-        # Its size, not a large bound: os.read allocates the bound first (a MiB is an mmap and munmap).
-        return os.read(fd, min(info.st_size, 1 << 20))
+        if info.st_size > cap:
+            raise ValueError(f"{path} is larger than {cap} bytes")
+        # Its size, not the cap: os.read allocates what it is asked for first.
+        return os.read(fd, info.st_size)
     finally:
         os.close(fd)
 
