@@ -256,7 +256,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """ccache -s for jitops: per extension, what the long way did since the counters were zeroed."""
     root = Path(_layout.configured_root()[0])
     if args.zero:
-        _usage.zero_stats(root)
+        try:
+            _usage.zero_stats(root)
+        except OSError as err:  # a read-only root: one line, the counters kept
+            print(f"jitops-cache stats --zero: cannot zero the statistics in {root}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_PROBLEM
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
         return EXIT_OK
     extensions, zeroed_at = _usage.read_stats(root)

@@ -181,6 +181,26 @@ def test_a_read_only_objects_folder_costs_only_the_store(tmp_path):
     assert "Traceback" not in run.stderr and "objects" in run.stderr and "building without" in run.stderr
 
 
+def test_stats_zero_on_a_read_only_cache_is_one_line_not_a_traceback(tmp_path):
+    """`jitops-cache stats --zero` where the root cannot be written (a read-only bind mount): one
+    line naming the root and why, exit 1, the counters kept."""
+    cache = tmp_path / "cache"
+    assert load_tiny(cache)["value"] == 42
+    if children.run([*read_only(cache), "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user and mount namespaces here (unshare -rm)")
+    had_stats = (cache / _layout.STATS_NAME).exists()
+    run = children.run(
+        [*read_only(cache), sys.executable, "-m", "jitops", "stats", "--zero"],
+        env=tiny_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "stats --zero" in run.stderr and str(cache) in run.stderr and "ead-only file system" in run.stderr, run.stderr
+    assert (cache / _layout.STATS_NAME).exists() == had_stats
+
+
 HOLD = """
 import json, sys, time, ctypes
 sys.path.insert(0, sys.argv[2])
