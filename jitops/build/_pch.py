@@ -221,9 +221,8 @@ def plan(
             spec = job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
             if not (chosen == "wait" or wanted or remote_tier() is not None) or not fits_budget(root, header):
                 continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
-            unit.pch = fetches.start(spec)  # the fleet's, made in the same image
-            if unit.pch is not None:
-                unit.pch_fetched = os.path.join(os.path.dirname(unit.pch), _layout.PCH_FETCHED_NAME)
+            if (fetching := fetches.start(spec)) is not None:  # the fleet's, made in the same image
+                unit.pch, unit.pch_fetched = fetching
                 continue
             if chosen == "wait":
                 unit.pch = build(spec, blocking=True)

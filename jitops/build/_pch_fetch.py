@@ -27,8 +27,8 @@ class Fetches:
         self.build_dir, self.threads, self.held = build_dir, [], contextlib.ExitStack()
         self._holding = threading.Lock()
 
-    def start(self, spec: dict) -> str | None:
-        """Where the remote holds this PCH, its download started; the path the unit -includes, else None."""
+    def start(self, spec: dict) -> tuple[str, str] | None:
+        """Where the remote holds this PCH, its download started: (the path -included, the file made once it ended)."""
         remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
         if remote is None or parent is None:
             return None
@@ -38,14 +38,15 @@ class Fetches:
         if found is None:
             return None
         folder = self.build_dir / f"pch-{spec['key'][:16]}"
+        waited = str(folder / _layout.PCH_HEADER_NAME), str(folder / _layout.PCH_FETCHED_NAME)
         if folder.exists():  # another unit of this build waits for the same PCH
-            return str(folder / _layout.PCH_HEADER_NAME)
+            return waited
         folder.mkdir()
         (folder / _layout.PCH_HEADER_NAME).write_text(spec["header"], encoding="utf-8")
         thread = threading.Thread(target=self._download, args=(remote, parent, spec, found, folder), daemon=True)
         thread.start()
         self.threads.append(thread)
-        return str(folder / _layout.PCH_HEADER_NAME)
+        return waited
 
     def _download(self, remote, parent: Path, spec: dict, found, folder: Path) -> None:
         from ..store._lock import HeldLock
