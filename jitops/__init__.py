@@ -16,6 +16,13 @@ The loader, for your own C++/CUDA:
     jitops.distributed.load_all(ops=None, extensions=None)   the same, once per torch.distributed job
 """
 
+import sys as _sys
+
+# `python -m jitops` puts the working folder first on sys.path, where a json.py would shadow jitops'
+# imports: off before any of them, put back by `run` where python has it (argv[0] is "-m" only then).
+_MINUS_M = getattr(_sys, "argv", [])[:1] == ["-m"] and _sys.path and not _sys.flags.safe_path
+_WORKING_FOLDER = _sys.path.pop(0) if _MINUS_M else None
+
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 

@@ -6,9 +6,10 @@ torch.utils.cpp_extension.load/load_inline going through jitops (jitops/compat/_
 import sys
 
 if sys.argv[1:2] == ["run"]:
+    from jitops import _WORKING_FOLDER
     from jitops.compat._drop_in import run
 
-    sys.exit(run(sys.argv[2:]))
+    sys.exit(run(sys.argv[2:], _WORKING_FOLDER))
 
 from jitops.cache_tools.__main__ import main
 

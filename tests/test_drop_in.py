@@ -328,6 +328,37 @@ def test_run_gives_the_program_what_python_gives_it(tmp_path, args):
     assert python[0] != 0 or json.loads(python[1])["reads_itself"], "the program ran"
 
 
+WHERE_STARTED = """
+import sys
+print(sys.argv, sys.path[0], sys.path[1], __file__)
+"""
+
+
+@pytest.mark.parametrize("args", [["pk"], ["pk.zip"], ["../prog/train.py"], ["-m", "mod", "x"]])
+def test_run_starts_a_folder_a_zip_and_a_script_from_a_folder_holding_a_json_py_as_python_does(tmp_path, args):
+    """A folder or a zip with a __main__.py gets sys.argv[0] as typed; a json.py in the working
+    folder (a module jitops imports) never runs where python would not run it; -m still finds a
+    module of the working folder, as python's -m does."""
+    import zipfile
+
+    work, prog, package = tmp_path / "work", tmp_path / "prog", tmp_path / "work" / "pk"
+    for folder in (work, prog, package):
+        folder.mkdir()
+    (work / "json.py").write_text("print('the working folder json.py ran')\n")
+    for program in (prog / "train.py", package / "__main__.py", work / "mod.py"):
+        program.write_text(WHERE_STARTED)
+    with zipfile.ZipFile(work / "pk.zip", "w") as archive:
+        archive.write(package / "__main__.py", "__main__.py")
+    env = tiny_env(tmp_path / "cache")
+    both = [
+        subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=work)
+        for command in ([sys.executable, *args], [sys.executable, "-m", "jitops", "run", *args])
+    ]
+    python, through_jitops = ((proc.returncode, proc.stdout, proc.stderr) for proc in both)
+    assert python[0] == 0 and "json.py ran" not in python[1], python
+    assert through_jitops == python
+
+
 SWITCHED = """
 import json, sys
 started_with = sorted(name for name in sys.modules if name.split(".")[0] in ("jitops", "_jitops_torch_load"))

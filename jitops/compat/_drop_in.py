@@ -103,9 +103,10 @@ def install() -> LazyTorchCppExtension:
     return finder
 
 
-def run(argv: list[str]) -> int:
+def run(argv: list[str], working_folder: str | None = None) -> int:
     """`python -m jitops run script.py|-m module [args]`: the program runs as python would run it
-    (sys.argv, sys.path[0], an absolute __file__, tracebacks from the program, one-line errors)."""
+    (sys.argv, sys.path[0], an absolute __file__, tracebacks from the program, one-line errors).
+    working_folder: python -m's first sys.path entry, which jitops/__init__.py took off."""
     usage = "usage: python -m jitops run script.py [args ...] | -m module [args ...]"
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{usage}\n\nRuns the program with every torch.utils.cpp_extension.load/load_inline going through jitops.")
@@ -126,10 +127,10 @@ def run(argv: list[str]) -> int:
     sys.excepthook = _from_the_program(sys.excepthook, runpy)
     if script:
         sys.argv = list(argv)
-        if not sys.flags.safe_path:  # python puts the script's folder first (symlinks resolved), not the working directory
-            sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
         _run_script(argv[0], runpy)
     else:
+        if working_folder is not None:
+            sys.path.insert(0, working_folder)
         sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
         _new_main()
         # What `python -m` itself calls (CPython's main names it): the same module lookup, the same
@@ -151,13 +152,18 @@ def _new_main():
 
 def _run_script(path: str, runpy) -> None:
     """Run a script as python does, in a new __main__ with an absolute __file__ and sys.argv[0] as
-    given; a folder or zip file with a __main__.py goes to runpy."""
+    given, its folder first on sys.path (symlinks resolved); a folder or zip file with a __main__.py
+    first on sys.path itself, its __main__ run by runpy."""
     import zipfile
 
-    absolute = os.path.abspath(path)
+    absolute = os.path.join(os.getcwd(), path)  # python's __file__: joined, not normalised
     if os.path.isdir(path) or zipfile.is_zipfile(path):
-        runpy.run_path(absolute, run_name="__main__")
+        sys.path.insert(0, os.path.abspath(path))
+        _new_main()
+        runpy._run_module_as_main("__main__", False)  # what python calls: sys.argv[0] kept as typed
         return
+    if not sys.flags.safe_path:
+        sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
     import importlib.machinery
 
     loader = importlib.machinery.SourceFileLoader("__main__", absolute)
