@@ -21,6 +21,11 @@ class NamespaceConflict(RuntimeError):
     this process (two versions of one package): raised before dlopen, which would abort."""
 
 
+class FlagRefused(ValueError, RuntimeError):
+    """A flag or include path refused before any build (shell code, an unbalanced quote). A ValueError,
+    and a RuntimeError too: programs wrap torch's load() in `except RuntimeError` for a failed compile."""
+
+
 # Shown as jitops.BuildError (their public name) in tracebacks, not the private jitops._errors.
 for _error in (BuildError, CacheError, NamespaceConflict):
     _error.__module__ = "jitops"

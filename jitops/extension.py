@@ -15,7 +15,7 @@ from .warm._libraries import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_ident
 
 if TYPE_CHECKING:  # for type checkers only: a warm start pays for every line this module runs
     from collections.abc import Callable, Sequence
-    from typing import Any, Literal, TypeVar
+    from typing import Any, Literal, NoReturn, TypeVar
 
     PathLike = str | os.PathLike[str]
     Function = TypeVar("Function", bound=Callable[..., Any])
@@ -133,7 +133,7 @@ class Extension:
             values[argument] = flag_words(name, argument, value) if argument in TORCH_ARGUMENTS else tuple(value)
         for directory in values["include_dirs"]:
             if "$" in directory or "\n" in directory:  # ninja reads the build file's $; a newline ends its line
-                raise ValueError(
+                refuse(
                     f"Extension {name!r}: include_dirs (torch's extra_include_paths) entry {directory!r} holds "
                     f"{'a $' if '$' in directory else 'a newline'}, which no build file can pass on: rename that folder"
                 )
@@ -229,27 +229,38 @@ class Extension:
 # Flags: the names torch's load() gives them.
 TORCH_ARGUMENTS = {"cflags": "extra_cflags", "cuda_cflags": "extra_cuda_cflags", "ldflags": "extra_ldflags"}
 SHELL_CODE = (";", "|", "&", "`", "$", "\n")  # control operators, substitutions, a second command
+SPLIT_AT = frozenset(" \t\r\n'\"\\")  # what shlex splits at or unquotes: a flag with none is one word
 
 
 def flag_words(name: str, argument: str, flags) -> tuple[str, ...]:
     """Each flag split into words as a shell would (users write '-O3 -fopenmp'), each word passed to the
     compiler as one argument, never to a shell; a flag holding shell code is refused, naming it."""
-    import shlex
-
     words: list[str] = []
     for flag in flags:
         held = [code for code in SHELL_CODE if code in flag]
         why = f"holds {held[0]!r}, which a shell would run or substitute" if held else ""
         try:
-            words += shlex.split(flag)
+            words += [flag] if flag and SPLIT_AT.isdisjoint(flag) else _shell_words(flag)
         except ValueError as err:  # an unbalanced quote
             why = why or f"cannot be split into words as a shell would ({err})"
         if why:
-            raise ValueError(
+            refuse(
                 f"Extension {name!r}: {argument} (torch's {TORCH_ARGUMENTS[argument]}) entry {flag!r} {why}; "
                 "flags are passed to the compiler as words, never to a shell: remove it"
             )
     return tuple(words)
+
+
+def _shell_words(flag: str) -> list[str]:
+    import shlex  # only for a flag with a space, quote or backslash: its import was on every warm start
+
+    return shlex.split(flag)
+
+
+def refuse(message: str) -> NoReturn:
+    from ._errors import FlagRefused  # only on a refusal: a warm start imports no _errors
+
+    raise FlagRefused(message)
 
 
 _registering = threading.Lock()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import children
 import pytest
+from checkout import copy_of_checkout
 from test_loader import TIMEOUT_S, tiny_env
 
 pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): unmodified programs and both loaders, each in processes of its own
@@ -371,13 +372,7 @@ def installed_jitops(tmp_path: Path, how: str) -> tuple[Path, Path]:
     """A venv (with a lib64 link, as Linux makes them: site reads its .pth files twice) holding a copy
     of this checkout installed as a wheel or editable, torch and the rest from this environment.
     Returns (its python, the installed jitops package)."""
-    tree = tmp_path / "tree"
-    patterns = shutil.ignore_patterns(".git", ".venv*", "*.egg-info", "__pycache__", ".remote", "bench_*")
-
-    def skip(folder: str, names: list[str]) -> set[str]:  # setuptools' build/ at the top, not jitops/build/
-        return set(patterns(folder, names)) | ({"build"} if Path(folder) == REPO else set())
-
-    shutil.copytree(REPO, tree, ignore=skip, symlinks=True)
+    tree = copy_of_checkout(tmp_path / "tree")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT_S)
     python = venv / "bin" / "python"

@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from tiny_extension import NAMESPACE, tiny_extension
 import jitops
 import jitops.ops._framework
 from jitops import _errors, _layout
+from jitops.extension import flag_words
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -564,7 +566,23 @@ def test_a_flag_holding_shell_code_is_refused_naming_it_and_nothing_runs(tmp_pat
             jitops.load(
                 "tiny_shell", [str(TESTS / "tiny_ext" / "kernels" / "cpu" / "tiny.cpp")], **{torch_name[argument]: [flag]}
             )
+    # and it is the RuntimeError a failed compile is (PyTorch's test_pch_command_injection catches that)
+    try:
+        jitops.load_inline(
+            "tiny_shell", cpp_sources="int f() { return 1; }", **{torch_name.get(argument, "extra_include_paths"): [flag]}
+        )
+    except RuntimeError as caught:
+        assert repr(flag)[1:-1] in str(caught)  # include paths are made absolute
+    else:
+        raise AssertionError("load_inline built an extension whose flags hold shell code")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "flag", ["-O3", "-DX=1", "-I/a/b", "--std=c++17", "", "-DX=a#b", "-O3 -g", "-DX='a b'", "-DX=\\q", "-O1\t-g0"]
+)
+def test_a_flag_is_split_into_the_words_a_shell_makes(flag):
+    assert list(flag_words("tiny", "cflags", [flag])) == shlex.split(flag)
 
 
 def test_an_unbalanced_quote_is_refused_naming_the_flag():

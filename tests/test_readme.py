@@ -12,6 +12,7 @@ from pathlib import Path
 
 import children
 import pytest
+from checkout import copy_of_checkout
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -130,8 +131,9 @@ def test_the_install_line_installs_jitops_and_its_command(tmp_path):
     site = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True)
     (Path(site.strip()) / "parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     assert "pip install .    #" in README.read_text()
+    tree = copy_of_checkout(tmp_path / "tree")  # pip builds in the tree: a worker installing it at once would collide
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-build-isolation", "--no-deps", str(REPO)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-build-isolation", "--no-deps", str(tree)],
         check=True,
         timeout=TIMEOUT_S,
     )
