@@ -20,6 +20,9 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # this checkout's jitops: its settings here, its ops and flags for an AOT build
+from jitops import _settings  # noqa: E402 - after the path it is found on
+
 STARTUP_FILE = "jitops-torch-load.pth"
 
 
@@ -77,7 +80,6 @@ def ahead_of_time_build() -> dict:
 
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    sys.path.insert(0, str(ROOT))
     from jitops.build import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
     from jitops.store import _entries, _key, _root, _stable
@@ -85,7 +87,7 @@ def ahead_of_time_build() -> dict:
 
     cxx = _key.find_cxx()
     extensions = []
-    chosen = [op.strip() for op in os.environ.get("JITOPS_AOT_OPS", "").split(",") if op.strip()] or available_ops()
+    chosen = list(_settings.get("JITOPS_AOT_OPS")) or available_ops()
     unknown = sorted(set(chosen) - set(available_ops()))
     if unknown:
         raise SystemExit(f"JITOPS_AOT_OPS: unknown op(s) {unknown}; available: {available_ops()}")
@@ -141,4 +143,4 @@ def ahead_of_time_build() -> dict:
     return {"ext_modules": extensions, "cmdclass": {**COMMANDS, "build_ext": BuildAndStamp}}
 
 
-setup(**(ahead_of_time_build() if os.environ.get("JITOPS_AOT") == "1" else {"cmdclass": COMMANDS}))
+setup(**(ahead_of_time_build() if _settings.get("JITOPS_AOT") else {"cmdclass": COMMANDS}))

@@ -11,7 +11,7 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _layout
+from jitops import _layout, _settings
 from jitops._errors import CacheError
 from jitops.store import _entries, _root
 from jitops.warm import _libraries
@@ -102,7 +102,7 @@ def remote_settings() -> dict | None:
     """The remote cache the settings name (None: none), for doctor and info; a bad setting's error."""
     from jitops.store import _remote
 
-    if not os.environ.get("JITOPS_REMOTE_CACHE"):
+    if not _settings.get("JITOPS_REMOTE_CACHE"):
         return None
     try:
         remote = _remote.active()

@@ -11,7 +11,7 @@ import re
 import shutil
 import sys
 
-from jitops.store import _budget
+from jitops import _settings
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -60,7 +60,7 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 
 def parse_size(text: str) -> int:
     try:
-        return _budget.parse_size(text)
+        return _settings.parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _layout
+from jitops import _layout, _settings
 from jitops._errors import BuildError, CacheError
-from jitops.store import _budget, _entries, _root, _usage
+from jitops.store import _entries, _root, _usage
 from jitops.warm import _libraries
 
 from . import inventory, registry
@@ -110,7 +110,7 @@ def budget_data(root: Path) -> dict:
     """The whole cache's size against the budget (JITOPS_CACHE_MAX_SIZE), and the parts of it that
     cannot be used (objects/, pch/: each costs compiles)."""
     try:
-        budget = _budget.max_size()
+        budget = _settings.get("JITOPS_CACHE_MAX_SIZE")
     except CacheError as err:
         budget = str(err).removeprefix("jitops: ")
     problems = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
@@ -143,10 +143,8 @@ def store_summary(store: list[inventory.Row]) -> str:
 
 def lock_timeout_or_why() -> float | str:
     """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
-    from jitops.store import _lock
-
     try:
-        return _lock.lock_timeout()
+        return _settings.get("JITOPS_LOCK_TIMEOUT")
     except BuildError as err:
         return f"invalid: {str(err).removeprefix('jitops: ')}"
 
@@ -171,6 +169,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "by_status": by_status,
         "environment": environment_summary(),
         "lock_timeout_s": lock_timeout_or_why(),
+        "settings": settings_data(),
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "remote": doctor.remote_settings(),
         "store_bytes": sum(r.size for r in store),
@@ -184,17 +183,47 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("by status       " + ", ".join(f"{s} {n}" for s, n in by_status.items()))
         for name, value in data["environment"].items():
             print(f"{name:<15} {value}")
-        timeout = data["lock_timeout_s"]
-        print(f"lock timeout    {f'{timeout:.0f} s' if isinstance(timeout, float) else timeout} (JITOPS_LOCK_TIMEOUT)")
         print(f"prebuilt dirs   {doctor.existing_or_absent(data['prebuilt_dirs'])}")
         print(f"remote cache    {doctor.remote_line(data['remote'])}")
         print(f"shared          {store_summary(store).partition(': ')[2]}")
         print(f"cache size      {budget_summary(data)}")
         for name, roots in data["seen_in"].items():
             print(f"seen in         {name}: {', '.join(roots) or '-'}")
+        print("settings")
+        width = max(map(len, data["settings"]))
+        for name, setting in data["settings"].items():
+            print(f"  {name:<{width}}  {setting['error'] or shown(setting['value'])}  ({setting['source']})")
 
     emit(args, data, human)
     return EXIT_OK
+
+
+def settings_data() -> dict:
+    """Every JITOPS_* setting: its value (its default where unset), where that came from, and
+    why a value set is refused ("" where it is not)."""
+    data = {}
+    for name, setting in _settings.SETTINGS.items():
+        value, error = setting.default, ""
+        try:
+            value = _settings.get(name)
+        except CacheError as err:
+            value, error = _settings.text(name), f"invalid: {str(err).removeprefix('jitops: ')}"
+        variable = _settings.source(name)
+        source = "default" if variable == "default" else "environment" + (f", as {variable}" if variable != name else "")
+        data[name] = {"value": list(value) if isinstance(value, tuple) else value, "source": source, "error": error}
+    return data
+
+
+def shown(value) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, list):
+        return ",".join(value) or "-"
+    if isinstance(value, float):
+        return f"{value:g} s"
+    if isinstance(value, int):
+        return human_size(value)
+    return value or "-"
 
 
 def environment_summary() -> dict:

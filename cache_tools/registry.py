@@ -11,6 +11,7 @@ import sys
 import threading
 from importlib.metadata import entry_points
 
+from jitops import _settings
 from jitops.extension import Extension
 
 GROUP = "jitops.extensions"
@@ -54,11 +55,6 @@ def declared() -> dict[str, tuple[str, Extension]]:
     return _declared
 
 
-# An entry point's import that takes longer is given up (a module that waits on a server, say):
-# the CLI reports its package and goes on rather than hang.
-DEFAULT_IMPORT_TIMEOUT_S = 20.0
-
-
 class _ImportTimedOut(Exception):
     pass
 
@@ -67,10 +63,8 @@ def _load_isolated(point):
     """point.load(), its module's prints sent to stderr (stdout may be --json's), its sys.exit or
     KeyboardInterrupt raised as errors, and its import stopped after JITOPS_ENTRY_POINT_TIMEOUT
     seconds; a real Ctrl-C meanwhile still stops the CLI."""
-    from jitops.store._lock import seconds_from_env
-
     interrupted = []
-    timeout = seconds_from_env("JITOPS_ENTRY_POINT_TIMEOUT", DEFAULT_IMPORT_TIMEOUT_S)
+    timeout = _settings.get("JITOPS_ENTRY_POINT_TIMEOUT")  # a module that waits on a server: reported, not a hang
 
     def on_sigint(signum, frame):
         interrupted.append(signum)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _layout
+from jitops import _layout, _settings
 from jitops._errors import CacheError
 from jitops.store import _budget, _entries, _root
 
@@ -168,6 +168,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
 def budget() -> int:
     """JITOPS_CACHE_MAX_SIZE in bytes (0: none), or a usage error naming it."""
     try:
-        return _budget.max_size()
+        return _settings.get("JITOPS_CACHE_MAX_SIZE")
     except CacheError as err:
         raise UsageError(str(err).removeprefix("jitops: ")) from None

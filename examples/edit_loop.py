@@ -385,7 +385,11 @@ def main() -> None:
         wait_for_background_pch(work / "jitops" / "cache")
         sizes.append(sizes_now(f"-DSCALE1={value}, its PCH built"))
 
-    print(f"\njitops' roots, MiB (each kept within {_budget.max_size() / 2**30:.1f} GiB, JITOPS_CACHE_MAX_SIZE's default):")
+    from jitops import _settings  # the parent imports jitops only here: its budget (it named _budget without importing it)
+
+    print(
+        f"\njitops' roots, MiB (each kept within {_settings.get('JITOPS_CACHE_MAX_SIZE') / 2**30:.1f} GiB, JITOPS_CACHE_MAX_SIZE's default):"
+    )
     print(f"  {'':<32} {'cache root':>10} {'build_dir':>10} {'build2':>10} {'all':>10}")
     for label, each in sizes:
         print(f"  {label:<32} " + " ".join(f"{size / 2**20:10.1f}" for size in [*each, sum(each)]), flush=True)

@@ -21,6 +21,11 @@ class NamespaceConflict(RuntimeError):
     this process (two versions of one package): raised before dlopen, which would abort."""
 
 
+class SettingError(BuildError, CacheError):
+    """A JITOPS_* variable holds a value it does not take (the message names both). A BuildError and
+    a CacheError, as the errors of the settings it replaced were."""
+
+
 class FlagRefused(ValueError, RuntimeError):
     """A flag or include path refused before any build (shell code, an unbalanced quote). A ValueError,
     and a RuntimeError too: programs wrap torch's load() in `except RuntimeError` for a failed compile."""

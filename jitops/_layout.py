@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """The layout of a cache root (drawn in docs/ARCHITECTURE.md): the one module that names a path
-inside one. Standard library only, and small: every warm start imports it."""
+inside one. Standard library (and _settings) only, and small: every warm start imports it."""
 
 from __future__ import annotations
 
 import os
+
+from . import _settings
 
 KEY_LENGTH = 16  # hex digits of sha256 in entry names
 VARIANT_LENGTH = 16
@@ -48,7 +50,7 @@ def torch_extensions_root() -> str:
 
 def configured_root() -> tuple[str, str]:
     """The cache root asked for, and why (for `jitops-cache dir`)."""
-    configured = os.environ.get("JITOPS_CACHE_DIR")
+    configured = _settings.get("JITOPS_CACHE_DIR")
     if configured:
         return configured, "JITOPS_CACHE_DIR"
     return os.path.join(torch_extensions_root(), "jitops"), "default: jitops/ under torch's extension root"

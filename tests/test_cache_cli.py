@@ -19,8 +19,8 @@ import torch
 
 import jitops.ops._framework
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _layout
-from jitops.store import _lock, _root
+from jitops import _layout, _settings
+from jitops.store import _root
 from jitops.warm import _libraries
 
 TIMEOUT_S = 300
@@ -158,7 +158,7 @@ def test_list_shows_every_status(cache, add2_entry):
 def test_info_totals(cache):
     data = cli_json(cache, "info")
     assert data["entries"] == 4 and data["by_status"] == {"ok": 1, "stale": 1, "corrupt": 1, "building": 0, "orphan": 1}
-    assert data["bytes"] > 0 and data["lock_timeout_s"] == _lock.DEFAULT_LOCK_TIMEOUT_S
+    assert data["bytes"] > 0 and data["lock_timeout_s"] == _settings.SETTINGS["JITOPS_LOCK_TIMEOUT"].default
     assert "torch" in data["environment"]
 
 

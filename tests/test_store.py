@@ -18,7 +18,7 @@ import children
 import pytest
 from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, load_tiny_failing, start_tiny, tiny_env
 
-from jitops import _layout
+from jitops import _layout, _settings
 from jitops.store import _budget
 
 # The long way (no warm record), paused where the test says until the file `go` appears: a third
@@ -312,7 +312,7 @@ def test_prune_without_arguments_removes_superseded_load_entries_and_keeps_the_b
     assert load(here)[0] == 2
     listed = json.loads(cli(cache, "--json", "list").stdout)
     assert {e["status"] for e in listed["entries"]} == {"ok"}, "the clone still holds the first one's sources"
-    assert listed["budget_bytes"] == _budget.DEFAULT_MAX_SIZE and listed["total_bytes"] > 0
+    assert listed["budget_bytes"] == _settings.SETTINGS["JITOPS_CACHE_MAX_SIZE"].default and listed["total_bytes"] > 0
     (clone / "sup.cpp").write_text('extern "C" int sup_value() { return 2; }\n')
     listed = json.loads(cli(cache, "--json", "list").stdout)
     stale = [e for e in listed["entries"] if e["status"] == "stale"]
@@ -337,7 +337,7 @@ def test_a_bad_budget_is_an_error_naming_it(tmp_path):
         timeout=TIMEOUT_S,
     )
     assert bad.returncode == 2 and "JITOPS_CACHE_MAX_SIZE" in bad.stderr and "'lots'" in bad.stderr, bad.stderr
-    assert [_budget.parse_size(s) for s in ("4096", "2G", "1.5GiB", "500m")] == [4096, 2 << 30, 3 << 29, 500 << 20]
+    assert [_settings.parse_size(s) for s in ("4096", "2G", "1.5GiB", "500m")] == [4096, 2 << 30, 3 << 29, 500 << 20]
 
 
 def test_the_manifest_records_the_extensions_headers_not_the_systems(tmp_path):

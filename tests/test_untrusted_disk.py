@@ -25,8 +25,8 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
-from jitops import _layout
-from jitops.store import _key, _lock, _root
+from jitops import _layout, _settings
+from jitops.store import _key, _root
 from jitops.warm import _libraries
 
 
@@ -318,9 +318,8 @@ def test_a_directory_at_the_lock_path_is_a_clear_error(tmp_path, cold_build):
 @pytest.mark.parametrize("variable", ["JITOPS_BUILD_TIMEOUT", "JITOPS_LOCK_TIMEOUT"])
 def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(monkeypatch, variable, value):
     monkeypatch.setenv(variable, value)
-    read = _lock.build_timeout if variable == "JITOPS_BUILD_TIMEOUT" else _lock.lock_timeout
     with pytest.raises(jitops.BuildError, match=rf"{variable} must be a finite number of seconds above 0, got '{value}'"):
-        read()
+        _settings.get(variable)
 
 
 @pytest.mark.parametrize(

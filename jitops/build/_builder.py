@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _layout
+from .. import _layout, _settings
 from .._errors import BuildError, NamespaceConflict
 from ..store import _budget, _entries, _failures, _object_store, _prebuilt, _root, _stable
 from ..store._key import CudaPlan, PlannedEntry, environment_tools
-from ..store._lock import build_timeout, lock_timeout, under_entry_lock
+from ..store._lock import under_entry_lock
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
@@ -32,7 +32,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
     ("built", "cache": another process published it meanwhile, "remote", "prebuilt")."""
     extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
     # A bad setting is an error of its own before any build, not a reason to fall back.
-    lock_timeout(), build_timeout(), _pch.mode(), _budget.max_size()
+    _settings.check("JITOPS_LOCK_TIMEOUT", "JITOPS_BUILD_TIMEOUT", "JITOPS_PCH", "JITOPS_CACHE_MAX_SIZE", "JITOPS_VERBOSE")
     remote = _pch.remote_tier()
     # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
     library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
@@ -85,7 +85,7 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
 
 def _why_not_build(planned: PlannedEntry) -> tuple[str, str]:
     """Why this entry cannot be built here, and what to do; ("", "") where it can."""
-    if os.environ.get("JITOPS_DISABLE_BUILD", "") not in ("", "0"):  # images that must never compile at run time
+    if _settings.get("JITOPS_DISABLE_BUILD"):  # images that must never compile at run time
         why = f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {planned.entry.path} for this key"
         # `jitops-cache build` builds jitops' ops and packages' extensions, never a program's jitops.load (N21).
         if planned.extension.namespace == DROP_IN_NAMESPACE:
@@ -181,7 +181,7 @@ def _build(planned: PlannedEntry, remote=None) -> Path:
         why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
         log_path = staging / _layout.BUILD_LOG_NAME
         log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
-        verbose = os.environ.get("JITOPS_VERBOSE", "") not in ("", "0")
+        verbose = _settings.get("JITOPS_VERBOSE")
         left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
         status = _progress.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out, began)
         known_before = dict(_root.known_file_hashes(entry.root).records)  # each hash with the identity it was read at

@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .. import _settings
 from .._errors import BuildError
-from ..store._lock import build_timeout
 from . import _jobs
 from ._progress import BuildStatus
 
@@ -73,7 +73,7 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     """Run ninja in build_dir (in this process's group: Ctrl-C reaches it), teeing its output to the
     log, its jobs from the process's pool (_jobs; MAX_JOBS: its own -j). None if it succeeded, else
     the first compiler error or the timeout."""
-    timeout = build_timeout()
+    timeout = _settings.get("JITOPS_BUILD_TIMEOUT")
     jobs, lowered_because = _jobs.job_count(kind)
     if lowered_because:
         status.say(f"jitops: {jobs} compile jobs at once: {lowered_because}")

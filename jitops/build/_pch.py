@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _flock, _layout
-from .._errors import BuildError, CacheError
+from .. import _flock, _layout, _settings
+from .._errors import CacheError
 from ..store import _budget, _root
 from ..warm._libraries import file_identity, mark_used, read_regular, write_json_atomic
 from . import _jobs
@@ -30,15 +30,7 @@ if TYPE_CHECKING:
     from ..extension import Extension
     from ._pch_fetch import Fetches
 
-MODES = {"": "auto", "1": "auto", "auto": "auto", "wait": "wait", "0": "off", "off": "off"}
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
-
-
-def mode() -> str:
-    value = os.environ.get("JITOPS_PCH", "").strip().lower()
-    if value not in MODES:
-        raise BuildError(f"jitops: JITOPS_PCH must be one of 1, wait or 0, got {os.environ['JITOPS_PCH']!r}")
-    return MODES[value]
 
 
 def worth_building(extension, previous: dict | None, components: dict) -> bool:
@@ -62,7 +54,7 @@ ESTIMATED_SIZE = 800 << 20
 def fits_budget(root: Path, header: str) -> bool:
     """Whether the root's budget holds a PCH of `header` (its size: the last one of these headers,
     else ESTIMATED_SIZE) beside the entries live processes have mapped: none is built to be evicted."""
-    limit = _budget.max_size()
+    limit = _settings.get("JITOPS_CACHE_MAX_SIZE")
     if limit <= 0:
         return True
     items = _budget.items(root)
@@ -203,7 +195,7 @@ def plan(
     """Give each C++ unit that starts with torch's headers its PCH where one is ready, or the remote's
     (downloaded while the other units compile), or JITOPS_PCH=wait's (built now), where the budget
     holds it; returns the PCHs wanted in the background after the build."""
-    chosen = mode()
+    chosen = _settings.get("JITOPS_PCH")
     if chosen == "off":
         return []
     left_out = left_out_of_key(extension, extension.library_name)
@@ -241,7 +233,7 @@ def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixe
 def remote_tier():
     """The remote cache (JITOPS_REMOTE_CACHE), or None: the builds' and the PCHs'. Imported only
     where one is set (an edit's build takes a fraction of a second)."""
-    if not os.environ.get("JITOPS_REMOTE_CACHE"):
+    if not _settings.get("JITOPS_REMOTE_CACHE"):
         return None
     from ..store import _remote
 

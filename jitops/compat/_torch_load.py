@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .. import _settings
 from ..extension import Extension
 from ..warm._libraries import DROP_IN_NAMESPACE, identity_or_none, loaded
 from . import _module_names
@@ -186,16 +187,8 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
             from .._errors import BuildError
 
             raise BuildError(f"jitops: with_cuda=True, but {name} cannot be built with CUDA here: {plan.reason}")
-    verbose_before = os.environ.get("JITOPS_VERBOSE")
-    if verbose:
-        os.environ["JITOPS_VERBOSE"] = "1"
-    try:
+    with _settings.set_for_now("JITOPS_VERBOSE", "1") if verbose else contextlib.nullcontext():
         loaded = extension.load()
-    finally:
-        if verbose and verbose_before is None:
-            os.environ.pop("JITOPS_VERBOSE", None)
-        elif verbose:
-            os.environ["JITOPS_VERBOSE"] = verbose_before
     if extension.cache_dir is not None:
         _link_into_build_directory(extension, str(loaded.library))
     if not extension.python_module:

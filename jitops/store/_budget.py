@@ -9,37 +9,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _layout
-from .._errors import CacheError
+from .. import _layout, _settings
 from .._layout import TMP_PREFIX
 from ._entries import entries
 from ._root import remove_dead_staging, remove_locked, tree_size
-
-DEFAULT_MAX_SIZE = 2 << 30  # holds an edit loop: one or two PCHs, its objects and entries (docs/cache.md)
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '2G', '500M', '1.5GiB', '4096' (binary units). ValueError for anything else."""
-    import re  # only where a size is read
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, flags=re.I)
-    if not match:
-        raise ValueError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
-    number, unit = match.groups()
-    return int(float(number) * 1024 ** ["", "k", "m", "g", "t"].index(unit.lower()))
-
-
-def max_size() -> int:
-    """JITOPS_CACHE_MAX_SIZE in bytes (0: no budget), else DEFAULT_MAX_SIZE."""
-    value = os.environ.get("JITOPS_CACHE_MAX_SIZE", "").strip()
-    if not value:
-        return DEFAULT_MAX_SIZE
-    try:
-        return parse_size(value)
-    except ValueError:
-        raise CacheError(
-            f"jitops: JITOPS_CACHE_MAX_SIZE must be a size such as 2G, 500M or 0 (no budget), got {value!r}"
-        ) from None
 
 
 @dataclass
@@ -108,8 +81,8 @@ def is_live(folder: Path | str, live: set[str]) -> bool:
 
 def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
     """Evict the least recently used entries, objects and PCHs until the root is within limit (default
-    max_size()), never one a live process maps or a lock holder holds. Returns what was removed."""
-    limit = max_size() if limit is None else limit
+    JITOPS_CACHE_MAX_SIZE), never one a live process maps or a lock holder holds. Returns what was removed."""
+    limit = _settings.get("JITOPS_CACHE_MAX_SIZE") if limit is None else limit
     if limit <= 0:
         return []
     total = tree_size(root)

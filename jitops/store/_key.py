@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import _settings
 from .._errors import BuildError, CacheError
 from ..warm import _libraries
 from ..warm._libraries import (
@@ -124,9 +125,7 @@ def tool_probe(binary: Path, root: str | None = None) -> tuple[str, str]:
     if not isinstance(probes.records.get(identity), str):
         import subprocess  # only for a binary not probed before
 
-        from ._lock import build_timeout
-
-        timeout = min(PROBE_TIMEOUT_S, build_timeout())
+        timeout = min(PROBE_TIMEOUT_S, _settings.get("JITOPS_BUILD_TIMEOUT"))
 
         # A session of its own: a compiler (or wrapper) that hangs is ended with all it started.
         with subprocess.Popen(

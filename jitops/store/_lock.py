@@ -5,19 +5,13 @@ Kernel (flock) locks: the OS drops one when its holder dies, so a killed build b
 from __future__ import annotations
 
 import errno
-import math
 import os
 import time
 from pathlib import Path
 
-from .. import _flock, _layout
+from .. import _flock, _layout, _settings
 from .._errors import BuildError
 from . import _entries, _root
-
-# Waiting for another process's build (JITOPS_LOCK_TIMEOUT), and one build's run before it is
-# stopped as hung (JITOPS_BUILD_TIMEOUT): far beyond a cold CUDA build on a busy machine, but finite.
-DEFAULT_LOCK_TIMEOUT_S = 1800.0
-DEFAULT_BUILD_TIMEOUT_S = 3600.0
 
 
 def setting_for(path: Path | str) -> str:
@@ -28,32 +22,6 @@ def setting_for(path: Path | str) -> str:
         if path == root or path.startswith(os.path.join(root, "")):
             return "JITOPS_CACHE_DIR"
     return "build_directory"
-
-
-MAX_TIMEOUT_S = 365 * 24 * 3600.0
-
-
-def seconds_from_env(name: str, default: float) -> float:
-    """Seconds from the variable `name`, else default; 0, negative, nan or inf is refused, naming it,
-    and more than a year counts as a year (a timer's limit)."""
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise BuildError(f"jitops: {name} must be a finite number of seconds above 0, got {value!r}")
-    return min(seconds, MAX_TIMEOUT_S)
-
-
-def build_timeout() -> float:
-    return seconds_from_env("JITOPS_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT_S)
-
-
-def lock_timeout() -> float:
-    return seconds_from_env("JITOPS_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -97,7 +65,7 @@ class HeldLock:
     def _wait(self, what: str) -> int:
         """The lock, once its holder lets go, polled for as filelock polls. Not filelock itself:
         it would keep waiting on a lock file that a remover unlinked (_flock._locked_fd)."""
-        timeout = lock_timeout()
+        timeout = _settings.get("JITOPS_LOCK_TIMEOUT")
         deadline, pause = time.monotonic() + timeout, 0.01
         while (fd := _flock.try_flock(self.path)) is None:
             if time.monotonic() >= deadline:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import _settings
 from .._errors import BuildError, CacheError, warn
 from ..warm._libraries import unsafe_path_problem
 from . import _entries
@@ -27,7 +28,7 @@ def prebuilt_dirs(extension: Extension | None, shipped_only: bool = False) -> li
     """Where the extension's prebuilt libraries are looked for: the folder its package ships
     (prebuilt_dir), then JITOPS_PREBUILT_DIR (os.pathsep-separated), unless shipped_only."""
     shipped = [Path(extension.prebuilt_dir)] if extension is not None and extension.prebuilt_dir else []
-    configured = [] if shipped_only else [Path(p) for p in os.environ.get("JITOPS_PREBUILT_DIR", "").split(os.pathsep) if p]
+    configured = [] if shipped_only else [Path(p) for p in _settings.get("JITOPS_PREBUILT_DIR")]
     return shipped + configured
 
 

@@ -16,6 +16,7 @@ with one warning, a bad record is skipped with one warning, and nothing it retur
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import socket
@@ -23,19 +24,20 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .. import _settings
 from .._errors import CacheError, warn
 from . import _entries, _remote_records, _root, _signing
-from ._budget import parse_size
 from ._key import PlannedEntry
 from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, describe, open_backend, takes_max_bytes
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 
-DEFAULT_TIMEOUT_S = 5.0
-DEFAULT_MAX_BLOB = 2 << 30
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
-MODES = ("read-write", "read-only")
 
 
 class Fault(Exception):
@@ -45,23 +47,18 @@ class Fault(Exception):
 class Remote:
     """The remote of this process's settings, its trust, and what it did (for `remote status`)."""
 
-    def __init__(self, environ: dict):
-        from ._lock import seconds_from_env
-
-        self.setting = environ["JITOPS_REMOTE_CACHE"]
+    def __init__(self, environ: Mapping[str, str] | None = None):
+        """The remote that environ's settings (else this process's) name; a bad setting raises, naming it."""
+        setting = functools.partial(_settings.get, environ=environ)
+        self.setting = setting("JITOPS_REMOTE_CACHE")
         self.server = describe(self.setting)
-        self.mode = environ.get("JITOPS_REMOTE_MODE", "read-write") or "read-write"
-        if self.mode not in MODES:
-            raise CacheError(f"jitops: JITOPS_REMOTE_MODE={self.mode!r}: use {' or '.join(MODES)}")
+        self.mode = setting("JITOPS_REMOTE_MODE")
         self.read_only = self.mode == "read-only"
-        self.timeout = seconds_from_env("JITOPS_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_S)
-        self.max_blob = _max_blob(environ.get("JITOPS_REMOTE_MAX_BLOB", ""))
-        trust = environ.get("JITOPS_REMOTE_TRUST", "keys") or "keys"
-        if trust not in ("keys", "server"):
-            raise CacheError(f"jitops: JITOPS_REMOTE_TRUST={trust!r}: use keys (the default) or server")
-        self.trust_server = trust == "server"
-        self.trusted = _signing.trusted_keys(environ.get("JITOPS_REMOTE_TRUSTED_KEYS", ""))
-        signing_key = environ.get("JITOPS_REMOTE_SIGNING_KEY", "")
+        self.timeout = setting("JITOPS_REMOTE_TIMEOUT")
+        self.max_blob = setting("JITOPS_REMOTE_MAX_BLOB")
+        self.trust_server = setting("JITOPS_REMOTE_TRUST") == "server"
+        self.trusted = _signing.trusted_keys(setting("JITOPS_REMOTE_TRUSTED_KEYS"))
+        signing_key = setting("JITOPS_REMOTE_SIGNING_KEY")
         self.signer = _signing.Signer(signing_key) if signing_key and self.mode == "read-write" else None
         self.disabled = ""  # why, once a call failed
         self.warned: set[str] = set()
@@ -362,20 +359,19 @@ class Remote:
     def build_once(self, planned: PlannedEntry, build) -> tuple[Path, str]:
         """(library, "built") from build() under the key's lease, pushed before it goes; or (library,
         "remote") where another machine pushed it meanwhile (waiting at most JITOPS_BUILD_TIMEOUT)."""
-        from ._lock import build_timeout
-
         if self.read_only or self.disabled:
             return build(), "built"
         op = planned.entry.name
         lease, owner = f"leases/{lookup_key(planned.components)}", f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        deadline = time.monotonic() + build_timeout()
+        timeout = _settings.get("JITOPS_BUILD_TIMEOUT")
+        deadline = time.monotonic() + timeout
         try:
             while not self.call(f"taking a lease on {op} on", "lease", lease, owner, LEASE_S):
                 time.sleep(POLL_S)
                 if (library := self.fetch(planned, count=False)) is not None:
                     return library, "remote"
                 if time.monotonic() > deadline:
-                    self.warn_once(f"waited {build_timeout():g} s for another machine's build of {op}; building it here")
+                    self.warn_once(f"waited {timeout:g} s for another machine's build of {op}; building it here")
                     return self._build_and_push(planned, build), "built"
         except Fault:
             return build(), "built"
@@ -406,32 +402,19 @@ class Remote:
                 self.call(f"renewing a lease on {op} on", "lease", lease, owner, LEASE_S)
 
 
-def _max_blob(value: str) -> int:
-    """JITOPS_REMOTE_MAX_BLOB in bytes: the most one library or object download may hold."""
-    try:
-        size = parse_size(value) if value.strip() else DEFAULT_MAX_BLOB
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise CacheError(f"jitops: JITOPS_REMOTE_MAX_BLOB must be a size of at least one byte, such as 2G or 500M, got {value!r}")
-    return size
-
-
 def _build_allowed() -> bool:
-    return os.environ.get("JITOPS_DISABLE_BUILD", "") in ("", "0")
+    return not _settings.get("JITOPS_DISABLE_BUILD")
 
 
 _active: tuple[tuple, Remote | None] | None = None
-SETTINGS = tuple(
-    f"JITOPS_REMOTE_{name}" for name in ("CACHE", "MODE", "TIMEOUT", "TRUST", "TRUSTED_KEYS", "SIGNING_KEY", "MAX_BLOB")
-)
+REMOTE_SETTINGS = tuple(name for name in _settings.SETTINGS if name.startswith("JITOPS_REMOTE_"))
 
 
 def active() -> Remote | None:
     """The remote this process's settings name (one per settings, kept with its failures), or None.
     A bad setting raises CacheError (or BuildError: a timeout's) naming it."""
     global _active
-    values = tuple(os.environ.get(name, "") for name in SETTINGS)
+    values = tuple(_settings.text(name) for name in REMOTE_SETTINGS)
     if _active is None or _active[0] != values:
-        _active = (values, Remote(dict(zip(SETTINGS, values))) if values[0] else None)
+        _active = (values, Remote() if _settings.text("JITOPS_REMOTE_CACHE") else None)
     return _active[1]
