@@ -80,7 +80,7 @@ def ahead_of_time_build() -> dict:
 
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    from jitops.build import _builder, _torch_flags
+    from jitops.builder import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
     from jitops.store import _entries, _key, _root, _stable
     from jitops.warm import _libraries

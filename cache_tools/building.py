@@ -196,7 +196,7 @@ def cmd_pch(args: argparse.Namespace) -> int:
     import tempfile
     import time
 
-    from jitops.build import _pch
+    from jitops.builder import _pch
     from jitops.store._key import plan_cuda
 
     os.environ["JITOPS_PCH"] = "wait"  # the PCH is built before the unit that uses it

@@ -29,7 +29,7 @@ def report(package: str | None = None) -> dict:
     package whose entry point or extension cannot be inspected is a row saying why, not a crash."""
     import torch
 
-    from jitops.build import _ninja
+    from jitops.builder import _ninja
     from jitops.store import _key, _prebuilt
 
     cxx = _key.find_cxx()

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitops import _flock, _layout
-from jitops.build import _pch
+from jitops.builder import _pch
 from jitops.store import _budget, _entries, _object_store, _prebuilt, _root, _usage
 from jitops.warm import _libraries
 
@@ -43,7 +43,7 @@ class Row:
     built_at: float | None = None
     build_seconds: float | None = None
     last_used: float | None = None
-    kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/build/_pch.py)
+    kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/builder/_pch.py)
     seen_in: list[str] = field(default_factory=list)  # the extension roots an entry was loaded for
     fetched_under: str | None = None  # fetched from the remote cache: the key that signed it ("unsigned"); built here: None
 

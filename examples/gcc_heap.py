@@ -46,7 +46,7 @@ def main() -> None:
 
     import torch
 
-    from jitops.build import _buildfile, _torch_flags
+    from jitops.builder import _buildfile, _torch_flags
 
     cxx = os.environ.get("CXX", "c++")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]

@@ -128,7 +128,7 @@ PHASES = """
 import atexit, functools, importlib, json, sys, time
 seconds = {}
 started = time.perf_counter()
-for module in ("jitops.build._loader", "jitops.build._builder", "jitops.store._object_store", "jitops.build._ninja", "jitops.store._lock"):
+for module in ("jitops.builder._loader", "jitops.builder._builder", "jitops.store._object_store", "jitops.builder._ninja", "jitops.store._lock"):
     importlib.import_module(module)
 seconds["imports of the build path"] = time.perf_counter() - started
 
@@ -147,18 +147,18 @@ def timed(where, name, label):
     setattr(module, name, wrapper)
 
 for where, name, label in [
-    ("jitops.build._loader", "load", "loader, in all"),
-    ("jitops.build._builder", "_build", "build, in all"),
+    ("jitops.builder._loader", "load", "loader, in all"),
+    ("jitops.builder._builder", "_build", "build, in all"),
     ("jitops.store._lock", "HeldLock", "entry lock"),
-    ("jitops.build._buildfile", "plan_units", "plan units"),
+    ("jitops.builder._buildfile", "plan_units", "plan units"),
     ("jitops.store._object_store", "reuse", "reuse stored objects"),
-    ("jitops.build._progress", "newest_manifest", "last entry's manifest"),
-    ("jitops.build._buildfile", "write_build_file", "build file"),
-    ("jitops.build._ninja", "run_ninja", "ninja"),
-    ("jitops.build._builder", "_check_inputs", "inputs unchanged"),
+    ("jitops.builder._progress", "newest_manifest", "last entry's manifest"),
+    ("jitops.builder._buildfile", "write_build_file", "build file"),
+    ("jitops.builder._ninja", "run_ninja", "ninja"),
+    ("jitops.builder._builder", "_check_inputs", "inputs unchanged"),
     ("jitops.store._object_store", "store", "store objects"),
     ("jitops.warm._namespaces", "defined_in", "namespaces"),
-    ("jitops.build._builder", "_load_check", "load check"),
+    ("jitops.builder._builder", "_load_check", "load check"),
     ("jitops.store._entries", "make_manifest", "manifest"),
     ("jitops.store._entries", "publish", "publish"),
 ]:

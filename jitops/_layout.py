@@ -161,7 +161,7 @@ def inline_dir(root) -> str:
     return os.path.join(root, INLINE_DIR)
 
 
-# Outside any root: this user's folder for what jitops shares across the machine (build/_jobs.py):
+# Outside any root: this user's folder for what jitops shares across the machine (builder/_jobs.py):
 # the job slots, one lock file each, and the one background PCH compile's turn.
 MACHINE_DIR_PREFIX = "jitops-"
 BACKGROUND_PCH_LOCK_NAME = "background-pch.lock"

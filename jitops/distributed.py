@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from ._errors import BuildError, in_threads
-from .build import _builder, _loader
+from .builder import _builder, _loader
 from .extension import Extension
 from .store import _entries
 from .store._key import PlannedEntry

@@ -37,7 +37,7 @@ print((time.perf_counter() - started) * 1e3, len(mapped))
 VARIANT_CHILD = """
 import sys, torch
 from jitops.store import _key
-from jitops.build import _loader
+from jitops.builder import _loader
 _key.LDFLAGS = _key.LDFLAGS + sys.argv[2].split()
 import jitops, jitops.ops._framework
 op = sys.argv[1]
@@ -88,7 +88,7 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import jitops.ops._framework
-    from jitops.build import _loader
+    from jitops.builder import _loader
 
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     libs = ["c10", "torch_cpu"] + (["torch_cuda", "c10_cuda"] if torch.cuda.is_available() else [])

@@ -21,7 +21,7 @@ from test_reliability import hung_compiler, kill_processes_with, processes_with
 
 import jitops
 from jitops import _layout
-from jitops.build import _builder
+from jitops.builder import _builder
 from jitops.store import _entries
 
 pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): crowds of ranks and nodes
@@ -224,7 +224,7 @@ def test_plan_spreads_builds_and_keeps_keys_apart():
 
 
 def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
-    # What a receiving rank does with the bytes (jitops.build._builder.publish_received), on the tiny
+    # What a receiving rank does with the bytes (jitops.builder._builder.publish_received), on the tiny
     # extension's entry: refused with nothing left behind when the library or the manifest is not
     # the one expected; published, and verified in full, when it is.
     load_tiny(tmp_path / "built")

@@ -20,7 +20,7 @@ import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
 from jitops import _layout
-from jitops.build import _ninja, _torch_flags
+from jitops.builder import _ninja, _torch_flags
 from jitops.store import _key, _root
 from jitops.warm._libraries import INCLUDE_DIR
 
@@ -31,7 +31,7 @@ UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")
 LOAD = """
 import ctypes, json, sys
 from jitops import Extension
-from jitops.build import _loader
+from jitops.builder import _loader
 name, root, cflags, ldflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 sources = [f"kernels/cpu/{name}.cpp", "kernels/cpu/tiny_second.cpp", f"bindings/{name}.cpp"]
 loaded = _loader.resolve(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
@@ -525,7 +525,7 @@ def test_compile_commands_are_torchs(tmp_path, tree):
 
 @pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "cuda"])
 def test_flags_are_torchs(tmp_path, monkeypatch, cuda):
-    """The flags jitops makes from its own table (jitops/build/_torch_flags.py) are, word for word,
+    """The flags jitops makes from its own table (jitops/builder/_torch_flags.py) are, word for word,
     those torch's private build-file writer gives the same extension under the torch that runs
     this: defines, include folders, the C++ standard, nvcc's flags, the libraries and their order."""
     from torch.utils import cpp_extension
@@ -606,7 +606,7 @@ def test_no_precompiled_header_for_a_rebuild_an_upgrade_caused_or_one_the_budget
 
 
 def pch_compiles() -> list[str]:
-    """The processes compiling a precompiled header now (not python -m jitops.build._pch, whose argument
+    """The processes compiling a precompiled header now (not python -m jitops.builder._pch, whose argument
     holds the command with @header@)."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -626,7 +626,7 @@ def test_a_background_precompiled_header_is_paused_while_a_foreground_build_comp
     compiler, log = logging_compiler(tmp_path)
     states = tmp_path / "states"
     # The PCH's compile is slow (5 s); the second extension's compile looks at it first (its
-    # processes: not python -m jitops.build._pch, whose argument holds the command with @header@).
+    # processes: not python -m jitops.builder._pch, whose argument holds the command with @header@).
     wrapper = tmp_path / "pausing-c++"
     wrapper.write_text(
         f'#!/bin/sh\ncase "$*" in *c++-header*) sleep 5;; *" -c "*second.cpp*) sleep 1; '

@@ -110,7 +110,7 @@ def test_jitops_modules_import_each_other_without_cycles():
 # The wings in their order (docs/ARCHITECTURE.md): a module imports only modules of its own rank or
 # below, inside functions too. The ground is five leaves every wing stands on; the public modules
 # are on top, jitops.extension (the declaration the compat wing makes) just below the compat wing.
-WINGS = ("ground", "warm", "store", "build", "extension", "compat", "top")
+WINGS = ("ground", "warm", "store", "builder", "extension", "compat", "top")
 GROUND = {"jitops._errors", "jitops._torch_private", "jitops._layout", "jitops._flock", "jitops._settings"}
 
 
@@ -120,7 +120,7 @@ def wing_of(module: str) -> str:
     if module == "jitops.extension":
         return "extension"
     wing = module.split(".")[1] if module.count(".") else ""
-    return wing if wing in ("warm", "store", "build", "compat") else "top"
+    return wing if wing in ("warm", "store", "builder", "compat") else "top"
 
 
 def test_every_import_follows_the_order_of_the_wings():
@@ -212,7 +212,7 @@ def test_the_errors_users_catch_are_public():
     assert jitops.BuildError is _errors.BuildError and jitops.CacheError is _errors.CacheError
     assert jitops.NamespaceConflict is _errors.NamespaceConflict
     with pytest.raises(jitops.BuildError, match="missing sources"):
-        from jitops.build import _loader
+        from jitops.builder import _loader
 
         _loader.resolve(tiny_extension(TESTS / "no_such_folder"))
 
@@ -315,7 +315,7 @@ def test_every_op_declares_one_extension_in_the_jitops_namespace():
 LOAD_IN_TWO_NAMESPACES = f"""
 import json, sys
 from jitops.warm import _libraries
-from jitops.build import _loader
+from jitops.builder import _loader
 from tiny_extension import tiny_extension
 first = _loader.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
 second = _loader.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
@@ -462,7 +462,7 @@ def test_disable_build_advises_a_programs_load_only_what_can_build_it(tmp_path, 
 LOAD_TINY_WITH_INCLUDES = """
 import ctypes, json, sys
 from jitops import Extension
-from jitops.build import _loader
+from jitops.builder import _loader
 root, include = sys.argv[1], sys.argv[2]
 sources = ["kernels/cpu/tiny.cpp", "kernels/cpu/tiny_second.cpp", "bindings/tiny.cpp"]
 loaded = _loader.resolve(Extension("tiny", sources, namespace="jitops_test", root=root, include_dirs=[include]))
@@ -497,7 +497,7 @@ def test_a_header_from_another_folder_is_tracked_and_an_unused_one_is_not(tmp_pa
 LOAD_TWO_OPS_FROM = """
 import json, sys
 from jitops import Extension
-from jitops.build import _loader
+from jitops.builder import _loader
 from jitops.ops.add2 import EXTENSION as add2
 from jitops.ops.bias_act import EXTENSION as bias_act
 how = {}

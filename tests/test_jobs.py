@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The job budget (jitops/build/_jobs.py): read from a fake /proc and cgroup tree given to the code
+"""The job budget (jitops/builder/_jobs.py): read from a fake /proc and cgroup tree given to the code
 (never this machine's cgroups), and one pool shared by every ninja of a process (load_all's)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import children
 import pytest
 
-from jitops.build import _jobs
+from jitops.builder import _jobs
 
 GIB = 1 << 30
 
@@ -99,7 +99,7 @@ def most_at_once(events: list[tuple[int, str]]) -> int:
 # jobs that fit run at once, all ninjas together. The compiler logs when each compile starts and ends.
 LOAD_ALL = """
 import sys
-from jitops.build import _jobs
+from jitops.builder import _jobs
 _jobs.PROC, _jobs.CGROUP = sys.argv[1], sys.argv[2]
 import jitops
 jitops.load_all()
@@ -140,7 +140,7 @@ def test_load_all_runs_at_most_the_jobs_that_fit_all_ninjas_together(tmp_path, n
 
 HOLD_SLOTS = """
 import sys, time
-from jitops.build import _jobs
+from jitops.builder import _jobs
 held = _jobs.claim(int(sys.argv[1]), int(sys.argv[1]))
 print(len(held), flush=True)
 time.sleep(600)

@@ -20,7 +20,7 @@ from tiny_extension import tiny_extension
 
 import jitops.ops._framework
 from jitops import _layout
-from jitops.build import _buildfile, _loader
+from jitops.builder import _buildfile, _loader
 from jitops.store import _key, _root
 from jitops.warm import _libraries
 
@@ -44,7 +44,7 @@ def count_spawn_and_locks(event, args):
             LOCKS.append(path)
 sys.addaudithook(count_spawn_and_locks)
 SPAWNED, LOCKS = [], []
-from jitops.build import _loader
+from jitops.builder import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
 started = time.perf_counter()
@@ -53,7 +53,7 @@ seconds = time.perf_counter() - started
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
                   "library": str(loaded.library),
-                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops.build._builder" in sys.modules}))
+                  "seconds": seconds, "spawned": SPAWNED, "locks": LOCKS, "build_code": "jitops.builder._builder" in sys.modules}))
 """
 )
 
@@ -139,7 +139,7 @@ def tiny_copy(tmp_path) -> Path:
 def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert cold_build["how"] == "built" and cold_build["value"] == 42
     assert cold_build["units"] == 2, "every declared source is compiled and linked"
-    # Besides the machine's job slots (build/_jobs.py), which its ninja holds while it compiles.
+    # Besides the machine's job slots (builder/_jobs.py), which its ninja holds while it compiles.
     assert len([path for path in cold_build["locks"] if "/jobs/" not in path]) == 1, "a build takes its entry's lock"
     assert cold_build["stderr"].count("jitops: building jitops_test.tiny") == 1, cold_build["stderr"]
     assert " -MMD " not in cold_build["stderr"], "compiler output must stay out of stderr unless JITOPS_VERBOSE=1"
@@ -162,7 +162,7 @@ def test_cold_build_then_cache_hit_spawns_nothing_and_takes_no_lock(cold_build):
     assert warm["how"] == "cache" and warm["value"] == 42
     assert warm["spawned"] == [], f"a warm load spawned {warm['spawned']}"
     assert warm["locks"] == [], f"a warm load took the locks {warm['locks']}"
-    assert not warm["build_code"], "a warm load imports no build code (jitops.build._builder)"
+    assert not warm["build_code"], "a warm load imports no build code (jitops.builder._builder)"
     assert "jitops" not in warm["stderr"], "a cache hit must print nothing"
 
 
@@ -389,7 +389,7 @@ def test_warm_start_imports_only_the_warm_path():
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
         "import sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
-        "print(sorted(m for m in ('jitops.build._loader', 'jitops.store._key', 'jitops.store._root', 'jitops.store._prebuilt', 'jitops.build._builder', 'jitops._errors') if m in sys.modules))"
+        "print(sorted(m for m in ('jitops.builder._loader', 'jitops.store._key', 'jitops.store._root', 'jitops.store._prebuilt', 'jitops.builder._builder', 'jitops._errors') if m in sys.modules))"
     )
     for _ in ("first, maybe building", "warm"):
         proc = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -536,7 +536,7 @@ def test_library_that_does_not_load_is_never_published(tmp_path, tiny_copy):
 
 
 def test_a_build_runs_no_code_of_torchs_cpp_extension(tmp_path):
-    # jitops makes torch's flags itself (jitops/build/_torch_flags.py): a cold build imports none of
+    # jitops makes torch's flags itself (jitops/builder/_torch_flags.py): a cold build imports none of
     # torch's cpp_extension (setuptools with it), whose private writer may move in a future torch.
     cache = tmp_path / "cache"
     code = LOAD_TINY + "\nimport sys; print('imported:', 'torch.utils.cpp_extension' in sys.modules, file=sys.stderr)\n"
@@ -553,7 +553,7 @@ LOAD_MANY = (
     + """
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from jitops.build import _loader
+from jitops.builder import _loader
 sys.path.insert(0, TESTS)
 from tiny_extension import tiny_extension
 names = ["tiny", *sys.argv[2:]]

@@ -430,7 +430,7 @@ RESTART_BETWEEN = """
 import sys, os, time
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
-from jitops.build import _loader
+from jitops.builder import _loader
 first = _loader.resolve(tiny_extension(sys.argv[1], namespace="first_ns"))
 open(os.environ["MARK"], "w").close()
 while not os.path.exists(os.environ["MARK"] + ".go"):

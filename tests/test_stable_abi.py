@@ -44,7 +44,7 @@ extern "C" void* stable_context() { return &at::globalContext(); }
 LOAD = """
 import json, sys
 from jitops import Extension
-from jitops.build import _loader
+from jitops.builder import _loader
 extension = Extension("probe", ["probe.cpp"], namespace="jitops_stable_test", root=sys.argv[1], stable_abi=True)
 loaded = _loader.resolve(extension)
 manifest = json.load(open(loaded.library.parent / "manifest.json"))

@@ -204,7 +204,7 @@ def test_stats_zero_on_a_read_only_cache_is_one_line_not_a_traceback(tmp_path):
 HOLD = """
 import json, sys, time, ctypes
 sys.path.insert(0, sys.argv[2])
-from jitops.build import _loader
+from jitops.builder import _loader
 from tiny_extension import tiny_extension
 loaded = _loader.resolve(tiny_extension(sys.argv[1]))
 print(json.dumps({"library": str(loaded.library), "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value()}), flush=True)

@@ -27,7 +27,7 @@ def status(field):
 import torch
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
-from jitops.build import _loader
+from jitops.builder import _loader
 from jitops.store import _remote
 before = status("VmRSS:")
 started = time.monotonic()

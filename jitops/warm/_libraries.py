@@ -33,7 +33,7 @@ LAST_USED_RESOLUTION_S = 60.0
 # The Python ABI tag, from the import system rather than sysconfig (slow to import, and its lazy
 # variables are not thread-safe: load_all() plans in several threads).
 PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
-# Environment variables that change what a build produces (torch's flags, build/_torch_flags: nvcc's
+# Environment variables that change what a build produces (torch's flags, builder/_torch_flags: nvcc's
 # -ccbin and the CUDA units' include folders; nvcc's own; the compiler's search paths), then every
 # one a key depends on.
 CUDA_BUILD_ENVIRONMENT = (

@@ -364,7 +364,7 @@ def start_background(spec: dict) -> bool:
         log_path = _layout.pch_log_path(parent / spec["key"])
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "jitops.build._pch", json.dumps(spec)],
+                [sys.executable, "-m", "jitops.builder._pch", json.dumps(spec)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -387,7 +387,7 @@ def _describe_background(spec: dict) -> str:
     )
 
 
-if __name__ == "__main__":  # the background build: python -m jitops.build._pch '<job as JSON>'
+if __name__ == "__main__":  # the background build: python -m jitops.builder._pch '<job as JSON>'
     with contextlib.suppress(AttributeError, OSError):  # SCHED_IDLE: only on a core nothing else wants
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     os.nice(19)
