@@ -72,6 +72,13 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
         "stats", reading.cmd_stats, "builds, build seconds, cache and prebuilt loads per extension (as ccache -s)"
     ).add_argument("--zero", action="store_true", help="zero the counters")
     command("verify", reading.cmd_verify, "re-hash every entry against its manifest; exit 1 on a mismatch")
+    _removing_commands(command)
+    _building_commands(command)
+    return parser
+
+
+def _removing_commands(command) -> None:
+    """clear and prune."""
     clear = command("clear", removing.cmd_clear, "remove entries (never one being built)")
     clear.add_argument("names", nargs="*", metavar="NAME")
     clear.add_argument("--stale", action="store_true", help="only stale, corrupt and orphan entries")
@@ -100,6 +107,10 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     prune.add_argument("--untrusted", action="store_true", help="with --remote: the records a reader here refuses")
     prune.add_argument("--signed-by", metavar="KEY", help="with --remote: the records this public key signed")
     prune.add_argument("-y", "--yes", action="store_true", help="with --untrusted or --signed-by: remove them (else only listed)")
+
+
+def _building_commands(command) -> None:
+    """remote, locks, doctor, pch and build."""
     remote_cmd = command(
         "remote", remote.cmd_remote, "the remote cache: status (server, hits, misses, bytes), push local entries, keygen"
     )
@@ -124,7 +135,6 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
         help="also write prebuilt .so files with manifests here (for JITOPS_PREBUILT_DIR, or a package's prebuilt_dir: "
         "there, from the sources of the source tree DIR lies in)",
     )
-    return parser
 
 
 def main(argv: list[str] | None = None, prog: str = "jitops-cache") -> int:

@@ -128,7 +128,7 @@ PHASES = """
 import atexit, functools, importlib, json, sys, time
 seconds = {}
 started = time.perf_counter()
-for module in ("jitops.builder._loader", "jitops.builder._builder", "jitops.store._object_store", "jitops.builder._ninja", "jitops.store._lock"):
+for module in ("jitops._resolution", "jitops.builder._builder", "jitops.store._object_store", "jitops.builder._ninja", "jitops.store._lock"):
     importlib.import_module(module)
 seconds["imports of the build path"] = time.perf_counter() - started
 
@@ -147,7 +147,7 @@ def timed(where, name, label):
     setattr(module, name, wrapper)
 
 for where, name, label in [
-    ("jitops.builder._loader", "load", "loader, in all"),
+    ("jitops._resolution", "resolve", "loader, in all"),
     ("jitops.builder._builder", "_build", "build, in all"),
     ("jitops.store._lock", "HeldLock", "entry lock"),
     ("jitops.builder._buildfile", "plan_units", "plan units"),

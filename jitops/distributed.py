@@ -19,10 +19,9 @@ from functools import partial
 from typing import Any
 
 from ._errors import BuildError, in_threads
-from .builder import _builder, _loader
+from ._resolution import resolve
 from .extension import Extension
-from .store import _entries
-from .store._key import PlannedEntry
+from .store import PlannedEntry, Store, _entries
 
 __all__ = ["load_all"]
 
@@ -97,20 +96,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         raise RuntimeError("jitops.distributed.load_all: call torch.distributed.init_process_group first")
     rank = dist.get_rank()
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    try:
-        op_names, declared = _declared(ops, extensions)
-        planned = {name: PlannedEntry(e) for name, e in declared.items()}  # this rank's key for each
-        entries = {name: p.entry for name, p in planned.items()}
-        # What its cache has, else the remote cache's (JITOPS_REMOTE_CACHE): a node that hits has
-        # nothing to build. A remote that fails is off for this process within its timeouts.
-        cached = [
-            name
-            for name, p in planned.items()
-            if _entries.verified_or_discarded(p.entry) is not None or _builder.fetch_remote(p)[0] is not None
-        ]
-        state = _local_state(entries, cached)
-    except Exception as err:  # sent to the others, so that every rank raises it instead of waiting
-        op_names, declared, state = [], {}, {"error": f"{type(err).__name__}: {err}"}
+    op_names, declared, planned, state = _planned_here(ops, extensions)
     gathered: list = [None] * len(ranks)
     dist.all_gather_object(gathered, state, group=group)
     states = dict(zip(ranks, gathered))
@@ -118,16 +104,43 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         raise BuildError("jitops.distributed.load_all: planning failed on\n  " + "\n  ".join(unplanned))
     if disagreement := _disagreement(states):
         raise ValueError(f"jitops.distributed.load_all: {disagreement}")
-    names = list(declared)
-    transfers = plan(names, states)
-
+    transfers = plan(list(declared), states)
     # This rank's builds, in parallel; a failure is broadcast with the extension's outcome below.
     mine = [t for t in transfers if t.build and t.source == rank]
-    errors: dict[str, str] = {}
-    if mine:
-        raised = in_threads({t.name: partial(_loader.resolve, declared[t.name]) for t in mine})
-        errors = {name: str(err) for name, err in raised.items() if err is not None}
+    raised = in_threads({t.name: partial(resolve, declared[t.name]) for t in mine}) if mine else {}
+    errors = {name: str(err) for name, err in raised.items() if err is not None}
+    not_published = _exchange(dist, group, rank, transfers, planned, errors)
+    # Every node's cache now has its entries (or some rank says why not); each rank loads from there.
+    gathered = [None] * len(ranks)
+    dist.all_gather_object(gathered, not_published, group=group)
+    problems = [problem for of_rank in gathered for problem in of_rank]
+    if problems:
+        raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
+    from .ops._framework import load_all as load_here  # jitops.ops imports torch (as the call has)
 
+    load_here(op_names, extensions or [])  # from the cache now, with each one's Python-side registrations
+
+
+def _planned_here(ops, extensions) -> tuple[list[str], dict[str, Extension], dict[str, PlannedEntry], dict]:
+    """What load_all loads, this rank's key for each, and the state it tells the others: what its
+    cache has, else the remote cache's (a node that hits has nothing to build; a remote that fails
+    is off for this process within its timeouts). An error goes in the state, so that every rank
+    raises it instead of waiting."""
+    try:
+        op_names, declared = _declared(ops, extensions)
+        planned = {name: PlannedEntry(e) for name, e in declared.items()}
+        cached = [name for name, p in planned.items() if (store := Store(p.entry.root)).local(p) or store.fetch(p)]
+        return op_names, declared, planned, _local_state({name: p.entry for name, p in planned.items()}, cached)
+    except Exception as err:
+        return [], {}, {}, {"error": f"{type(err).__name__}: {err}"}
+
+
+def _exchange(
+    dist, group, rank: int, transfers: list[Transfer], planned: dict[str, PlannedEntry], errors: dict[str, str]
+) -> list[str]:
+    """Each extension's outcome broadcast by its source, and its entry sent to each receiver, which
+    publishes it. Raises where a source failed (every rank has the same list); returns what this rank
+    could not publish."""
     builders: dict[int, list[str]] = {}  # the other ranks' builds, named when an exchange fails
     for t in transfers:
         if t.build and t.source != rank:
@@ -139,7 +152,7 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
             outcome[0] = errors.get(t.name, "")
             if not outcome[0] and t.receivers:
                 try:
-                    payload[0] = _entry_payload(t, entries[t.name])
+                    payload[0] = _entry_payload(t, planned[t.name].entry)
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
         _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
@@ -151,21 +164,13 @@ def load_all(ops: Sequence[str] | None = None, extensions: Sequence[Extension] |
         elif rank in t.receivers:
             _collective(t, builders, lambda: dist.recv_object_list(payload, t.source, group=group))
             try:
-                _builder.publish_received(entries[t.name], *payload[0])
+                entry = planned[t.name].entry
+                Store(entry.root).receive(entry, *payload[0])
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish {t.name} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
         raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(failures))
-
-    # Every node's cache now has its entries (or some rank says why not); each rank loads from there.
-    gathered = [None] * len(ranks)
-    dist.all_gather_object(gathered, not_published, group=group)
-    problems = [problem for of_rank in gathered for problem in of_rank]
-    if problems:
-        raise BuildError("jitops.distributed.load_all:\n  " + "\n  ".join(problems))
-    from .ops._framework import load_all as load_here  # jitops.ops imports torch (as the call has)
-
-    load_here(op_names, extensions or [])  # from the cache now, with each one's Python-side registrations
+    return not_published
 
 
 def _declared(ops: Sequence[str] | None, extensions: Sequence[Extension] | None) -> tuple[list[str], dict[str, Extension]]:

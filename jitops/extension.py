@@ -279,7 +279,7 @@ def _load(token: str) -> bool:
         found = recall(extension)  # a warm start goes no further
         if found is None:
             from ._errors import BuildError
-            from .builder._loader import resolve  # only on a miss: the rest of the loader costs a warm start's budget
+            from ._resolution import resolve  # only on a miss: the rest of the loader costs a warm start's budget
 
             try:
                 found = resolve(extension)

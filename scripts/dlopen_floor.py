@@ -37,7 +37,7 @@ print((time.perf_counter() - started) * 1e3, len(mapped))
 VARIANT_CHILD = """
 import sys, torch
 from jitops.store import _key
-from jitops.builder import _loader
+from jitops import _resolution
 _key.LDFLAGS = _key.LDFLAGS + sys.argv[2].split()
 import jitops, jitops.ops._framework
 op = sys.argv[1]
@@ -51,7 +51,7 @@ if op == "add2":
             raise AssertionError("a bad argument went through")
         except RuntimeError as error:
             assert "b" in str(error), error
-print(_loader.resolve(jitops.ops._framework.extension(op)).library)
+print(_resolution.resolve(jitops.ops._framework.extension(op)).library)
 """
 
 
@@ -88,7 +88,7 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import jitops.ops._framework
-    from jitops.builder import _loader
+    from jitops import _resolution
 
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     libs = ["c10", "torch_cpu"] + (["torch_cuda", "c10_cuda"] if torch.cuda.is_available() else [])
@@ -126,7 +126,7 @@ def main() -> None:
             rows.append(("one CUDA kernel, no torch", with_kernel))
         for op in args.ops.split(",") if args.ops else jitops.ops._framework.available_ops():
             jitops.ops._framework.require(op)
-            rows.append((f"jitops {op}", str(_loader.resolve(jitops.ops._framework.extension(op)).library)))
+            rows.append((f"jitops {op}", str(_resolution.resolve(jitops.ops._framework.extension(op)).library)))
             for number, flags in enumerate(filter(None, args.link_variants.split(";"))):
                 rows.append((f"jitops {op} + {flags}", build_variant(op, flags, f"{tmp}/variant{number}")))
         print(f"{'library':<44}{'dlopen ms':>10}  (median of {args.repeats} new processes)")

@@ -197,7 +197,7 @@ def test_clear_removes_the_warm_records_of_entries_that_are_gone(cache, add2_ent
         path.write_bytes(content)
         return path
 
-    # What the CLI reads of a record is the entry folder it names (_loader._remember writes the rest).
+    # What the CLI reads of a record is the entry folder it names (_resolution._remember writes the rest).
     of_ok = record("ok", json.dumps({"entry": add2_entry.name}).encode())
     of_stale = record("stale", json.dumps({"entry": next(cache.glob(f"jitops.add2-{'0' * 16}-*")).name}).encode())
     unreadable = record("unreadable", b"{not json")

@@ -21,8 +21,7 @@ from test_reliability import hung_compiler, kill_processes_with, processes_with
 
 import jitops
 from jitops import _layout
-from jitops.builder import _builder
-from jitops.store import _entries
+from jitops.store import Store, _entries
 
 pytestmark = pytest.mark.slow  # the slow tier (CONTRIBUTING): crowds of ranks and nodes
 
@@ -224,7 +223,7 @@ def test_plan_spreads_builds_and_keeps_keys_apart():
 
 
 def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
-    # What a receiving rank does with the bytes (jitops.builder._builder.publish_received), on the tiny
+    # What a receiving rank does with the bytes (jitops.store.Store.receive), on the tiny
     # extension's entry: refused with nothing left behind when the library or the manifest is not
     # the one expected; published, and verified in full, when it is.
     load_tiny(tmp_path / "built")
@@ -244,10 +243,10 @@ def test_a_received_entry_is_checked_before_it_is_published(tmp_path):
         ({**manifest, "library": "../escape.so"}, library, "names no valid library"),
     ]:
         with pytest.raises(jitops.BuildError, match=message):
-            _builder.publish_received(entry, bad_manifest, bad_library)
+            Store(node).receive(entry, bad_manifest, bad_library)
         assert sorted(p.name for p in node.iterdir() if not p.name.endswith(".lock")) == [], (
             "nothing published or left half-written"
         )
-    published = _builder.publish_received(entry, manifest, library)
+    published = Store(node).receive(entry, manifest, library)
     assert published == entry.verified_library(touch=False, full_hash=True)
     assert published.read_bytes() == library

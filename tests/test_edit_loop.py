@@ -31,10 +31,10 @@ UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")
 LOAD = """
 import ctypes, json, sys
 from jitops import Extension
-from jitops.builder import _loader
+from jitops import _resolution
 name, root, cflags, ldflags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 sources = [f"kernels/cpu/{name}.cpp", "kernels/cpu/tiny_second.cpp", f"bindings/{name}.cpp"]
-loaded = _loader.resolve(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
+loaded = _resolution.resolve(Extension(name, sources, namespace="jitops_test", root=root, cflags=cflags, ldflags=ldflags))
 library = ctypes.CDLL(str(loaded.library))
 print(json.dumps({"value": library.jitops_tiny_value(), "units": library.jitops_tiny_units(), "how": loaded.how,
                   "library": str(loaded.library)}))

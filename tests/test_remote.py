@@ -91,6 +91,7 @@ def test_a_fresh_root_loads_what_another_machine_built_without_compiling(tmp_pat
     fetched = load_tiny(tmp_path / "b", sources, **remote_env(server.url, keys, writer=False))
     assert (fetched["how"], fetched["value"]) == ("remote", built["value"]), fetched["stderr"]
     assert not [s for s in fetched["spawned"] if "ninja" in s], fetched["spawned"]  # (a compiler's --version probe at most)
+    assert fetched["build_code"] == [], "a remote hit goes through the store alone: no module of the build wing"
     assert "warn" not in fetched["stderr"].lower(), fetched["stderr"]
     warm = load_tiny(tmp_path / "b", sources, **remote_env(server.url, keys, writer=False))
     assert warm["how"] in ("cache", "warm"), warm
@@ -111,6 +112,7 @@ def test_the_folder_tier_shares_between_two_roots_and_disable_build_still_downlo
     assert load_tiny(tmp_path / "a", sources, **remote_env(url, keys))["how"] == "built"
     fetched = load_tiny(tmp_path / "b", sources, JITOPS_DISABLE_BUILD="1", **remote_env(url, keys, writer=False))
     assert fetched["how"] == "remote", fetched["stderr"]
+    assert fetched["build_code"] == [], "a remote hit is the store's alone: no module of the build wing"
     assert list((shared / "entries").iterdir()) and not list(shared.rglob(".upload-*"))
 
 
@@ -430,12 +432,12 @@ RESTART_BETWEEN = """
 import sys, os, time
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
-from jitops.builder import _loader
-first = _loader.resolve(tiny_extension(sys.argv[1], namespace="first_ns"))
+from jitops import _resolution
+first = _resolution.resolve(tiny_extension(sys.argv[1], namespace="first_ns"))
 open(os.environ["MARK"], "w").close()
 while not os.path.exists(os.environ["MARK"] + ".go"):
     time.sleep(0.05)
-second = _loader.resolve(tiny_extension(sys.argv[1], namespace="second_ns"))
+second = _resolution.resolve(tiny_extension(sys.argv[1], namespace="second_ns"))
 print(first.how, second.how)
 """
 

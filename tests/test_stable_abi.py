@@ -44,9 +44,9 @@ extern "C" void* stable_context() { return &at::globalContext(); }
 LOAD = """
 import json, sys
 from jitops import Extension
-from jitops.builder import _loader
+from jitops import _resolution
 extension = Extension("probe", ["probe.cpp"], namespace="jitops_stable_test", root=sys.argv[1], stable_abi=True)
-loaded = _loader.resolve(extension)
+loaded = _resolution.resolve(extension)
 manifest = json.load(open(loaded.library.parent / "manifest.json"))
 print(json.dumps({"how": loaded.how, "entry": loaded.library.parent.name, "components": manifest["components"],
                   "built_under": manifest.get("built_under")}))

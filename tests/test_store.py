@@ -204,9 +204,9 @@ def test_stats_zero_on_a_read_only_cache_is_one_line_not_a_traceback(tmp_path):
 HOLD = """
 import json, sys, time, ctypes
 sys.path.insert(0, sys.argv[2])
-from jitops.builder import _loader
+from jitops import _resolution
 from tiny_extension import tiny_extension
-loaded = _loader.resolve(tiny_extension(sys.argv[1]))
+loaded = _resolution.resolve(tiny_extension(sys.argv[1]))
 print(json.dumps({"library": str(loaded.library), "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value()}), flush=True)
 sys.stdin.read()  # holds the library until the test closes stdin
 """

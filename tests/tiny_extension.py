@@ -27,11 +27,11 @@ def status(field):
 import torch
 sys.path.insert(0, sys.argv[2])
 from tiny_extension import tiny_extension
-from jitops.builder import _loader
+from jitops import _resolution
 from jitops.store import _remote
 before = status("VmRSS:")
 started = time.monotonic()
-loaded = _loader.resolve(tiny_extension(sys.argv[1]))
+loaded = _resolution.resolve(tiny_extension(sys.argv[1]))
 seconds = time.monotonic() - started
 remote = _remote.active()
 print(json.dumps({"how": loaded.how, "value": ctypes.CDLL(str(loaded.library)).jitops_tiny_value(), "seconds": seconds,

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""Build one extension's library (imported only on a miss): under the entry's lock, in a private
-staging folder, compiling only the units the object store lacks, then a load check, the inputs'
-check and an atomic publish."""
+"""Build one extension's library (imported only on a miss in every tier of the store), in named
+steps: plan the units (reused, fetched or to compile), plan the PCHs, compile, check the inputs and
+store the objects, the load check, and the manifest the store publishes."""
 
 from __future__ import annotations
 
@@ -12,47 +12,59 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from .. import _layout, _settings
 from .._errors import BuildError, NamespaceConflict
-from ..store import _budget, _entries, _failures, _object_store, _prebuilt, _root, _stable
-from ..store._key import CudaPlan, PlannedEntry, environment_tools
-from ..store._lock import under_entry_lock
+from ..store import Found, PlannedEntry, Store, _entries, _failures, _object_store, _prebuilt, _root, _stable
+from ..store._key import CudaPlan, environment_tools
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
 if TYPE_CHECKING:
     from ..extension import Extension
+    from ..store._remote import Remote
 
 
-def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
-    """Steps 3 to 5 for an entry not in the cache: the library, its backends, and how it was got
-    ("built", "cache": another process published it meanwhile, "remote", "prebuilt")."""
-    extension, cuda, components, entry = planned.extension, planned.cuda, planned.components, planned.entry
-    # A bad setting is an error of its own before any build, not a reason to fall back.
-    _settings.check("JITOPS_LOCK_TIMEOUT", "JITOPS_BUILD_TIMEOUT", "JITOPS_PCH", "JITOPS_CACHE_MAX_SIZE", "JITOPS_VERBOSE")
-    remote = _pch.remote_tier()
-    # A package's shipped prebuilt first: whoever installed a binary wheel expects no compile.
-    library, manifest, refused = _prebuilt.find_prebuilt(extension, components, shipped_only=True)
-    if library is not None:
-        return library, list(manifest["components"].get("backends", [])), "prebuilt"
-    _prebuilt.warn_refused_once(extension, refused)
-    # The remote tier next: a download is not a build (JITOPS_DISABLE_BUILD still takes it).
-    library, how = fetch_remote(planned)
-    if library is not None:
-        return library, entry.backends or cuda.backends, how
+class BuildAgain(Exception):
+    """Not a failure: what was built is not published under this key, and the loader plans the
+    extension again and builds it (not a BuildError, so no `except BuildError` can take it)."""
+
+
+class InputsChanged(BuildAgain):
+    """A source or header changed while the build ran: nothing was published under the old key."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = list(dict.fromkeys(paths))  # a header is named once, however many units read it
+        super().__init__(f"jitops: {', '.join(self.paths)} changed while the build ran")
+
+
+class NotStable(BuildAgain):
+    """A library built under a stable key that failed the audit: its key is refused in this root and
+    the loader builds it again under the exact key (its objects reused), with one warning."""
+
+    def __init__(self, planned: PlannedEntry, offending: list[str]):
+        self.planned, self.offending = planned, offending
+        super().__init__(
+            f"jitops: {planned.entry.name} was to be on torch's stable ABI, but its library needs " + ", ".join(offending[:3])
+        )
+
+
+def build(planned: PlannedEntry, store: Store) -> Found:
+    """The entry built here (once per key across processes, and machines with a remote), or a
+    prebuilt library standing in where it cannot be built, or an error saying why and what to do."""
+    extension, cuda, entry = planned.extension, planned.cuda, planned.entry
     why, advice = _why_not_build(planned)
-    if why and remote is not None:  # a pod's failure says what the remote said for this op
+    if why and (remote := store.remote) is not None:  # a pod's failure says what the remote said for this op
         why += f"; the remote cache {remote.server} {remote.said.get(entry.name, 'was not asked')}"
         advice += " Or fill the remote: `jitops-cache remote status` and `list --remote` show what it holds and why a reader refuses it."
     if why:
-        return *_prebuilt.prebuilt_or_error(extension, components, why, required=True, advice=advice), "prebuilt"
+        return store.prebuilt(planned, why, required=True, advice=advice)  # type: ignore[return-value]
     # torch has CUDA but no toolkit is found: a build here would be CPU-only; a prebuilt may have the CUDA kernels.
     toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
-    if toolkit_missing and (prebuilt := _prebuilt.prebuilt_or_error(extension, components, cuda.reason, required=False)):
-        return *prebuilt, "prebuilt"
+    if toolkit_missing and (prebuilt := store.prebuilt(planned, cuda.reason, required=False)):
+        return prebuilt
     can_stand_in = any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(extension))
     if can_stand_in and (remembered := _failures.recall(planned)):
         failure, age = remembered
@@ -60,34 +72,23 @@ def build_or_prebuilt(planned: PlannedEntry) -> tuple[Path, list[str], str]:
             f"building {entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
             f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: {failure}"
         )
-        return *_prebuilt.prebuilt_or_error(extension, components, why, required=True), "prebuilt"
+        return store.prebuilt(planned, why, required=True)  # type: ignore[return-value]
     try:
-        if remote is not None:  # one build per key in the fleet: another machine's may come meanwhile
-            fetched: list[bool] = []
-            library, how = under_entry_lock(entry, "building", lambda: _remote_or_built(remote, planned, fetched))
-            how = "remote" if fetched == [True] else how
-        else:
-            library, how = under_entry_lock(entry, "building", lambda: _build(planned))
-        if how in ("built", "remote"):  # after the key's lock is released: its older variants may go too
-            _budget.enforce_budget(entry.root)
-        return library, entry.backends or cuda.backends, how
+        return store.build_once(planned, lambda: _build(planned, store))
     except _ninja.BuildInterrupted:
         os.kill(os.getpid(), signal.SIGTERM)  # cleaned up on the way here; now end as SIGTERM would have
-        raise
-    except (_object_store.InputsChanged, NotStable):  # the loader builds these again
         raise
     except BuildError as err:
         if not can_stand_in:
             raise  # no prebuilt library could stand in: the build's own error, alone
-        why = str(err).removeprefix("jitops: ")
-    return *_prebuilt.prebuilt_or_error(extension, components, why, required=True), "prebuilt"
+        return store.prebuilt(planned, str(err).removeprefix("jitops: "), required=True)  # type: ignore[return-value]
 
 
 def _why_not_build(planned: PlannedEntry) -> tuple[str, str]:
     """Why this entry cannot be built here, and what to do; ("", "") where it can."""
     if _settings.get("JITOPS_DISABLE_BUILD"):  # images that must never compile at run time
         why = f"JITOPS_DISABLE_BUILD is set, and the cache has no entry {planned.entry.path} for this key"
-        # `jitops-cache build` builds jitops' ops and packages' extensions, never a program's jitops.load (N21).
+        # `jitops-cache build` builds jitops' ops and packages' extensions, never a program's jitops.load (RELIABILITY N21).
         if planned.extension.namespace == DROP_IN_NAMESPACE:
             where = "Run the program once where compiling is allowed (its jitops.load builds it; `jitops-cache build` cannot)"
         else:
@@ -101,208 +102,201 @@ def _why_not_build(planned: PlannedEntry) -> tuple[str, str]:
     return "", ""
 
 
-def fetch_remote(planned: PlannedEntry) -> tuple[Path | None, str]:
-    """The entry from the remote cache, published here under the key's lock: (library, "remote"), or
-    (library, "cache") where another process published it meanwhile; else (None, "")."""
-    remote = _pch.remote_tier()
-    if remote is None:
-        return None, ""
-    library, how = under_entry_lock(planned.entry, "downloading", lambda: remote.fetch(planned))
-    if library is None:
-        return None, ""
-    _budget.enforce_budget(planned.entry.root)
-    return library, "cache" if how == "cache" else "remote"
+# How a build that stopped on purpose ends its status line (RELIABILITY N47, N14).
+STOPPED = {
+    InputsChanged: "stopped building {label} after {seconds}: an input changed while it compiled",
+    NotStable: "built {label} in {seconds}, off the stable ABI: building it for this torch",
+    NamespaceConflict: "built {label} in {seconds}, but did not load it (a namespace conflict)",
+}
 
 
-def refuse_remote(planned: PlannedEntry, err: OSError) -> None:
-    """A library fetched from the remote cache that does not open here (a C++ runtime older than
-    its writer's, say): removed, with one warning, and its key not fetched again by this process."""
-    remote = _pch.remote_tier()
-    if remote is not None:
-        remote.refuse(planned, f"{err.__cause__ or err}")
-    planned.entry.discard()
+def _build(planned: PlannedEntry, store: Store) -> Path:
+    """One build, step by step, in a folder the store stages and publishes. Returns the library."""
+    with store.staged(planned) as staged:
+        build = Build(planned, staged.path)
+        build.plan_units(store.remote)
+        build.plan_pch()
+        try:
+            failure = build.compile()
+            if failure is None:
+                build.check_inputs_and_store()
+                failure = build.load_check()
+        except BaseException as err:
+            build.status.finish(ok=False, instead=STOPPED.get(type(err), ""))
+            raise
+        if failure is not None:
+            build.fail(failure)
+        staged.manifest = build.finish()
+    for spec in build.pch_jobs:  # published: the PCHs it left for later start now
+        _pch.start_background(spec)
+    return planned.entry.path / build.library_file
 
 
-def _remote_or_built(remote, planned: PlannedEntry, fetched: list[bool]) -> Path:
-    """Under the key's lock: the library built here (and pushed), or fetched where another machine
-    built it meanwhile (fetched gets which)."""
-    library, how = remote.build_once(planned, lambda: _build(planned, remote))
-    fetched.append(how == "remote")
-    return library
+class Build:
+    """One build of an entry in its staging folder. Each step sets what the next one reads."""
 
+    def __init__(self, planned: PlannedEntry, staging: Path):
+        self.planned, self.staging = planned, staging
+        self.entry, self.extension, self.cuda = planned.entry, planned.extension, planned.cuda
+        self.build_dir = staging / "build"
+        self.build_dir.mkdir()
+        self.flags = _buildfile.torch_flags(self.extension, self.cuda, planned.components, planned.cxx)
+        self.library_file = f"{self.extension.library_name}.so"
+        self.log_path = staging / _layout.BUILD_LOG_NAME
+        self.left_out = tuple(s for s in self.extension.sources if s.endswith(CUDA_SUFFIXES)) if not self.cuda.enabled else ()
 
-def publish_received(entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
-    """Publish an entry built elsewhere (jitops.distributed) as a local build would, its sha256
-    checked, under the entry's lock. Returns the library."""
-    if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
-        raise BuildError(
-            f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, not key {entry.key!r}"
-        )
-    if _root.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
-        raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
-
-    def write(path: Path) -> bool:
-        path.write_bytes(library_bytes)
-        return True
-
-    return under_entry_lock(entry, "receiving", lambda: _entries.publish_library(entry, manifest, write))[0]
-
-
-def _build(planned: PlannedEntry, remote=None) -> Path:
-    entry, extension, cuda, components = planned.entry, planned.extension, planned.cuda, planned.components
-    staging = _entries.new_build_dir(entry)
-    published = False
-    try:
-        build_dir = staging / "build"
-        build_dir.mkdir()
-        flags = _buildfile.torch_flags(extension, cuda, components, planned.cxx)
-        units = _buildfile.plan_units(staging, extension, cuda, components, flags)
+    def plan_units(self, remote: Remote | None) -> None:
+        """Each unit reused from the object store, fetched from the remote's, or left to compile."""
+        planned, entry = self.planned, self.entry
+        self.units = _buildfile.plan_units(self.staging, self.extension, self.cuda, planned.components, self.flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        pch_root = _root.shared_root(extension.cache_dir)
+        self.pch_root = _root.shared_root(self.extension.cache_dir)
         # The build folder's own headers too: a PCH being downloaded is -included from there.
-        ignored = (*toolchain_prefixes(planned.cxx, cuda, pch_root), os.path.join(os.path.realpath(build_dir), ""))
+        build_dir = os.path.join(os.path.realpath(self.build_dir), "")
+        self.ignored = (*toolchain_prefixes(planned.cxx, self.cuda, self.pch_root), build_dir)
         _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
-        identity = planned.toolchain_components  # objects and PCHs: torch's exact identity, always
-        for unit in units:
-            _object_store.plan_keys(unit, identity, planned.source_hashes[unit.relative])
-            if not _object_store.reuse(entry.root, unit, build_dir) and remote is not None:
-                _fetch_object(remote, entry, unit, build_dir)
-        compiled = [unit for unit in units if not unit.reused]
+        for unit in self.units:
+            _object_store.plan_keys(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
+            if not _object_store.reuse(entry.root, unit, self.build_dir) and remote is not None:
+                self._fetch_object(remote, unit)
+        self.compiled = [unit for unit in self.units if not unit.reused]
+
+    def _fetch_object(self, remote: Remote, unit) -> None:
+        """The unit's object from the remote cache, where it has one whose headers all hold here: kept
+        in the object store and reused, as a local one would be."""
+        headers = remote.fetch_object(self.entry.root, unit.portable_key, self.build_dir / unit.object, self.entry.name)
+        if headers is not None:
+            unit.headers = headers
+            _object_store.store(self.entry.root, unit, self.build_dir)
+            unit.reused = True
+
+    def plan_pch(self) -> None:
+        """Each C++ unit's PCH: ready, the fleet's (downloaded beside the compiles), built now
+        (JITOPS_PCH=wait), or wanted in the background (pch_jobs); and the status line, whose time counts it."""
+        extension, entry = self.extension, self.entry
         stem = _buildfile.renamed_from(extension)
-        previous = _progress.newest_manifest(entry, stem and f"{extension.namespace}.{stem}")
+        self.previous = _progress.newest_manifest(entry, stem and f"{extension.namespace}.{stem}")
         # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
-        wanted = bool(entry.stale_because) or _pch.worth_building(extension, previous, components)
-        began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (C4)
-        fetches = _pch_fetch.Fetches(build_dir)
-        pch_jobs = _pch.plan(pch_root, extension, compiled, identity, ignored, wanted, flags.gcc_heap, fetches)
-        library_file = f"{extension.library_name}.so"
-        _buildfile.write_build_file(build_dir, units, flags, library_file)
-        why = entry.stale_because or _progress.why_built(components, planned.source_hashes, previous)
-        log_path = staging / _layout.BUILD_LOG_NAME
-        log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in units if u.reused))
-        verbose = _settings.get("JITOPS_VERBOSE")
-        left_out = tuple(s for s in extension.sources if s.endswith(CUDA_SUFFIXES)) if not cuda.enabled else ()
-        status = _progress.BuildStatus(extension.qualified_name, cuda, verbose, why, left_out, began)
-        known_before = dict(_root.known_file_hashes(entry.root).records)  # each hash with the identity it was read at
-        started, started_ns = time.time(), time.time_ns()
-        built = build_dir / library_file
+        wanted = bool(entry.stale_because) or _pch.worth_building(extension, self.previous, self.planned.components)
+        began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (RELIABILITY C4)
+        self.fetches = _pch_fetch.Fetches(self.build_dir)
+        identity = self.planned.toolchain_components  # objects and PCHs: torch's exact identity, always
+        args = (self.pch_root, extension, self.compiled, identity, self.ignored, wanted, self.flags.gcc_heap, self.fetches)
+        self.pch_jobs = _pch.plan(*args)
+        why = entry.stale_because or _progress.why_built(self.planned.components, self.planned.source_hashes, self.previous)
+        self.verbose = _settings.get("JITOPS_VERBOSE")
+        self.status = _progress.BuildStatus(extension.qualified_name, self.cuda, self.verbose, why, self.left_out, began)
+
+    def compile(self) -> str | None:
+        """ninja over the units left to compile (the PCHs wanted in the background beside it where
+        a CPU is idle); None, or the first compiler error or the timeout."""
+        _buildfile.write_build_file(self.build_dir, self.units, self.flags, self.library_file)
+        self.log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in self.units if u.reused))
+        self.known_before = dict(_root.known_file_hashes(self.entry.root).records)  # each hash with the identity it was read at
+        self.started, self.started_ns = time.time(), time.time_ns()
+        compiled = self.compiled
+        kind = "cuda" if any(unit.cuda for unit in compiled) else "c++"
+        # Where the machine has a CPU this build leaves idle, its PCHs start now (at idle
+        # priority), ready for the build that follows; else after it, and paused while it runs.
+        beside = self.pch_jobs and len(compiled) < _jobs.limits().cpus
+        if beside:
+            self.pch_jobs = [spec for spec in self.pch_jobs if not _pch.start_background(spec)]
         try:
-            kind = "cuda" if any(unit.cuda for unit in compiled) else "c++"
-            # Where the machine has a CPU this build leaves idle, its PCHs start now (at idle
-            # priority), ready for the build that follows; else after it, and paused while it runs.
-            beside = pch_jobs and len(compiled) < _jobs.limits().cpus
-            if beside:
-                pch_jobs = [spec for spec in pch_jobs if not _pch.start_background(spec)]
-            try:
-                with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(pch_root, pause=not beside):
-                    failure = _ninja.run_ninja(build_dir, log_path, status, verbose, kind)
-            finally:
-                fetches.close()
-            for unit in compiled:  # a download that brought no PCH: compiled from the header's text
-                if unit.pch_fetched and not os.path.exists(unit.pch + ".gch"):
-                    unit.pch = None
-            if failure is None:
-                # Before the load check: a library whose inputs changed is never opened (a second
-                # TORCH_LIBRARY block of its namespace, from the next attempt, would abort).
-                changed = _check_inputs(build_dir, compiled, planned, ignored, known_before, started_ns)
-                for unit in compiled:
-                    if unit.headers is not None:
-                        _object_store.store(entry.root, unit, build_dir)
-                _root.known_file_hashes(entry.root).save()  # the stored (and fetched) objects' hashes
-                if changed:
-                    raise _object_store.InputsChanged(changed)
-                # Before the load check: a library that is not what its stable key promises is never
-                # opened here, so its exact-key build (the same objects, linked again) can be.
-                built_under = _built_under(planned, built)
-                if planned.stable and built_under["audit"]["offending"]:
-                    raise NotStable(planned, built_under["audit"]["offending"])
-                # The load check opens it in this process: a namespace defined already would abort it.
-                namespaces = _namespaces.defined_in(built)
-                _namespaces.check(namespaces, built, extension.qualified_name)
-                failure = _load_check(built, log_path, left_out, cuda.reason)
-                if failure is None:
-                    _namespaces.record(namespaces, built)
-        except _object_store.InputsChanged:  # not a failure: the loader plans and builds it again (N47)
-            status.finish(ok=False, instead="stopped building {label} after {seconds}: an input changed while it compiled")
-            raise
-        except NotStable:  # not a failure: the loader builds it again under its exact key
-            status.finish(ok=False, instead="built {label} in {seconds}, off the stable ABI: building it for this torch")
-            raise
-        except NamespaceConflict:  # it compiled; the guard keeps it out of this process (N14)
-            status.finish(ok=False, instead="built {label} in {seconds}, but did not load it (a namespace conflict)")
-            raise
-        except BaseException:
-            status.finish(ok=False)
-            raise
-        seconds = time.time() - started
-        if failure is not None:
-            status.finish(ok=False)
-            if "No space left on device" in log_path.read_text(errors="replace"):
-                raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (under_entry_lock says so)
-            failed_log = entry.failed_log_path
-            shutil.copyfile(log_path, failed_log)
-            failure += f"\nfull log: {failed_log}"
-            if not _failures.may_pass_next_time(log_path.read_text(errors="replace")):
-                _failures.remember(planned, failure)
-            raise BuildError(f"jitops: building {entry.name} failed: {failure}")
+            with _pch.in_use([unit.pch for unit in compiled if unit.pch]), _pch.foreground(self.pch_root, pause=not beside):
+                failure = _ninja.run_ninja(self.build_dir, self.log_path, self.status, self.verbose, kind)
+        finally:
+            self.fetches.close()
+        for unit in compiled:  # a download that brought no PCH: compiled from the header's text
+            if unit.pch_fetched and not os.path.exists(unit.pch + ".gch"):
+                unit.pch = None
+        return failure
+
+    def check_inputs_and_store(self) -> None:
+        """Each compiled unit's headers from its depfile; its object stored where no input changed
+        while it compiled (else InputsChanged); a stable key's library audited (else NotStable).
+        Both before the load check: such a library is never opened (a second TORCH_LIBRARY block of
+        its namespace, from the next attempt, would abort)."""
+        root = self.entry.root
+        changed = _check_inputs(self.build_dir, self.compiled, self.planned, self.ignored, self.known_before, self.started_ns)
+        for unit in self.compiled:
+            if unit.headers is not None:
+                _object_store.store(root, unit, self.build_dir)
+        _root.known_file_hashes(root).save()  # the stored (and fetched) objects' hashes
+        if changed:
+            raise InputsChanged(changed)
+        self.built_under = _built_under(self.planned, self.build_dir / self.library_file)
+        if self.planned.stable and self.built_under["audit"]["offending"]:
+            raise NotStable(self.planned, self.built_under["audit"]["offending"])
+
+    def load_check(self) -> str | None:
+        """Open the library in this process (it stays open: the published file is this one renamed),
+        its namespaces guarded first (one defined already would abort it); None, or why it does not load."""
+        built = self.build_dir / self.library_file
+        namespaces = _namespaces.defined_in(built)
+        _namespaces.check(namespaces, built, self.extension.qualified_name)
+        failure = _load_check(built, self.log_path, self.left_out, self.cuda.reason)
+        if failure is None:
+            _namespaces.record(namespaces, built)
+        return failure
+
+    def fail(self, failure: str) -> NoReturn:
+        """A compile or load that failed: the log kept beside the entry, the failure remembered where
+        the same inputs would fail again, and the error naming both."""
+        self.status.finish(ok=False)
+        log = self.log_path.read_text(errors="replace")
+        if "No space left on device" in log:
+            raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (entry_lock says so)
+        shutil.copyfile(self.log_path, self.entry.failed_log_path)
+        failure += f"\nfull log: {self.entry.failed_log_path}"
+        if not _failures.may_pass_next_time(log):
+            _failures.remember(self.planned, failure)
+        raise BuildError(f"jitops: building {self.entry.name} failed: {failure}")
+
+    def finish(self) -> dict:
+        """The status line's summary, the library moved beside its manifest, the build folder gone;
+        returns the manifest."""
+        units, compiled = self.units, self.compiled
         with_pch = sum(1 for unit in compiled if unit.pch)
         # gcc's -Winvalid-pch: it compiled those units from the header's text instead.
-        refused = log_path.read_text(errors="replace").count(".gch: not used because") if with_pch else 0
+        refused = self.log_path.read_text(errors="replace").count(".gch: not used because") if with_pch else 0
         if len(compiled) < len(units) or with_pch:  # a first build compiles every unit
-            status.summary = f"compiled {len(compiled)} of {len(units)} units"
+            self.status.summary = f"compiled {len(compiled)} of {len(units)} units"
             if with_pch:
                 refusal = f", {refused} refused by the compiler: see the log" if refused else ""
-                status.summary += f" ({with_pch} with a PCH{refusal})"
-        status.finish(ok=True)
-        _failures.forget(planned)
-        library = staging / library_file
-        os.replace(built, library)
-        included = {path: digest for unit in units for path, digest in unit.headers.items()}
-        headers = _named_from_root(extension, included, included.__getitem__)
-        unit_seconds = _ninja.unit_seconds(build_dir)
-        shutil.rmtree(build_dir)
-        shutil.rmtree(staging / "src")
-        manifest = _entries.make_manifest(
-            entry,
-            components,
+                self.status.summary += f" ({with_pch} with a PCH{refusal})"
+        self.status.finish(ok=True)
+        _failures.forget(self.planned)
+        library = self.staging / self.library_file
+        os.replace(self.build_dir / self.library_file, library)
+        unit_seconds = _ninja.unit_seconds(self.build_dir)
+        shutil.rmtree(self.build_dir)
+        shutil.rmtree(self.staging / "src")
+        return self._manifest(library, unit_seconds)
+
+    def _manifest(self, library: Path, unit_seconds: dict) -> dict:
+        included = {path: digest for unit in self.units for path, digest in unit.headers.items()}
+        units = [
+            {
+                "source": unit.relative,
+                "object_key": unit.key,
+                "object_variant": _object_store.variant_of(unit.headers),
+                "portable_key": unit.portable_key,
+            }
+            for unit in self.units
+        ]
+        return _entries.make_manifest(
+            self.entry,
+            self.planned.components,
             library,
-            headers,
-            source_hashes=planned.source_hashes,
-            built_at=started,
-            build_seconds=round(seconds, 3),
+            _named_from_root(self.extension, included, included.__getitem__),
+            source_hashes=self.planned.source_hashes,
+            built_at=self.started,
+            build_seconds=round(time.time() - self.started, 3),
             unit_seconds=unit_seconds,
-            reused_units=[unit.relative for unit in units if unit.reused],
-            **({"built_under": built_under} if built_under else {}),
-            units=[
-                {
-                    "source": unit.relative,
-                    "object_key": unit.key,
-                    "object_variant": _object_store.variant_of(unit.headers),
-                    "portable_key": unit.portable_key,
-                }
-                for unit in units
-            ],
-        )
-        _entries.publish(entry, staging, manifest)
-        published = True
-        for spec in pch_jobs:
-            _pch.start_background(spec)
-        return entry.path / library.name
-    finally:
-        if not published:
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-class NotStable(BuildError):
-    """A library built under a stable key that failed the audit: its key is refused in this root and
-    the loader builds it again under the exact key (its objects reused), with one warning."""
-
-    def __init__(self, planned: PlannedEntry, offending: list[str]):
-        self.planned, self.offending = planned, offending
-        BuildError.__init__(
-            self,
-            f"jitops: {planned.entry.name} was to be on torch's stable ABI, but its library needs " + ", ".join(offending[:3]),
+            reused_units=[unit.relative for unit in self.units if unit.reused],
+            **({"built_under": self.built_under} if self.built_under else {}),
+            units=units,
         )
 
 
@@ -312,16 +306,6 @@ def _built_under(planned: PlannedEntry, library: Path) -> dict:
         return {}
     torch_headers = _torch_flags.include_paths(None)
     return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
-
-
-def _fetch_object(remote, entry: _entries.Entry, unit, build_dir: Path) -> None:
-    """The unit's object from the remote cache, where it has one whose headers all hold here: kept
-    in the object store and reused, as a local one would be."""
-    headers = remote.fetch_object(entry.root, unit.portable_key, build_dir / unit.object, entry.name)
-    if headers is not None:
-        unit.headers = headers
-        _object_store.store(entry.root, unit, build_dir)
-        unit.reused = True
 
 
 def _check_inputs(

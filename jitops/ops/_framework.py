@@ -115,7 +115,7 @@ def load_all(
     to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
     for name, declaration, finish in jobs:
         if recall(declaration, seen=seen) is None:  # not a warm start: the long way
-            from ..builder._loader import resolve  # only on a miss, as in require
+            from .._resolution import resolve  # only on a miss, as in require
 
             if resolve(declaration, cached_only=True) is None:
                 to_build.append((name, finish))

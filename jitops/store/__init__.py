@@ -1,3 +1,176 @@
 # SPDX-License-Identifier: MIT
-"""The store wing: the cache on disk and the tiers behind it (entries, budget, locks, key, objects,
-prebuilt folders, the remote tier). Imports the ground and the warm wing."""
+"""The store wing: the cache on disk and the tiers behind it (a package's shipped prebuilt, the
+remote cache), behind one door, `Store`. The loader asks it for a library; on a miss the build
+wing compiles into a folder the store stages, and the store publishes it (and pushes it where a
+remote is set). Imports the ground and the warm wing."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from .. import _settings
+from .._errors import BuildError
+from . import _budget, _entries, _prebuilt, _root, _stable
+from ._key import CudaPlan, PlannedEntry
+from ._lock import entry_lock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from ._remote import Remote
+
+__all__ = ["CudaPlan", "Found", "PlannedEntry", "Staged", "Store", "remote_tier"]
+
+Source = Literal["cache", "built", "remote", "prebuilt"]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A library to load, its backends, and where it came from: this root ("cache"), a build here
+    ("built"), the remote cache ("remote") or a prebuilt folder ("prebuilt")."""
+
+    library: Path
+    backends: list[str]
+    source: Source
+
+
+@dataclass
+class Staged:
+    """A private folder a build fills: published as its entry with `manifest` where the block ends
+    without an error and a manifest is set; removed otherwise."""
+
+    path: Path
+    manifest: dict | None = None
+
+
+def remote_tier() -> Remote | None:
+    """The remote cache the settings name, or None: imported only where one is set (an edit's
+    build takes a fraction of a second)."""
+    if not _settings.get("JITOPS_REMOTE_CACHE"):
+        return None
+    from . import _remote
+
+    return _remote.active()
+
+
+class Store:
+    """One cache root and its tiers: a lookup (this root, a package's shipped prebuilt, the remote),
+    a build's staging and publishing, once per key across processes (and machines, with a remote)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def remote(self) -> Remote | None:
+        return remote_tier()
+
+    # Lookup, tier by tier
+    def local(self, planned: PlannedEntry) -> Found | None:
+        """The key's entry in this root whose headers hold (a corrupt one is discarded), or None."""
+        library = _entries.verified_or_discarded(planned.entry)
+        return None if library is None else self._found(planned, library, "cache")
+
+    def unfit(self, planned: PlannedEntry) -> str:
+        """Why the stable entry local() found cannot serve this process (built where it has what this
+        one lacks), or ""."""
+        return _stable.unfit_here(planned.entry.built_under or {}) if planned.stable else ""
+
+    def shipped(self, planned: PlannedEntry) -> Found | None:
+        """The prebuilt library the extension's package ships for this key: whoever installed a
+        binary wheel expects no compile. Why each candidate was refused is said once."""
+        library, manifest, refused = _prebuilt.find_prebuilt(planned.extension, planned.components, shipped_only=True)
+        if library is None:
+            _prebuilt.warn_refused_once(planned.extension, refused)
+            return None
+        return Found(library, list(manifest["components"].get("backends", [])), "prebuilt")
+
+    def fetch(self, planned: PlannedEntry) -> Found | None:
+        """The remote's entry, published here under the key's lock (a download is not a build:
+        JITOPS_DISABLE_BUILD takes it); or the entry another process published meanwhile; else None."""
+        remote = self.remote
+        if remote is None:
+            return None
+        with entry_lock(planned.entry, "downloading"):
+            found = self.local(planned)
+            if found is None:
+                _entries.remove_orphans(planned.entry)
+                library = remote.fetch(planned)
+                found = None if library is None else self._found(planned, library, "remote")
+        if found is not None:
+            _budget.enforce_budget(self.root)
+        return found
+
+    def lookup(self, planned: PlannedEntry) -> Found | None:
+        """This root's entry, else the shipped prebuilt, else the remote's; None: a miss in every tier."""
+        return self.local(planned) or self.shipped(planned) or self.fetch(planned)
+
+    def prebuilt(self, planned: PlannedEntry, why: str, required: bool, advice: str = "") -> Found | None:
+        """A prebuilt library (shipped or in JITOPS_PREBUILT_DIR) standing in for a build that cannot
+        be had (why). None where none matches, or (required) an error naming why and each refusal."""
+        found = _prebuilt.prebuilt_or_error(planned.extension, planned.components, why, required, advice)
+        return None if found is None else Found(*found, "prebuilt")
+
+    def refuse(self, planned: PlannedEntry, err: OSError) -> None:
+        """A library fetched from the remote that does not open here (a C++ runtime older than its
+        writer's, say): removed, with one warning, and its key not fetched again by this process."""
+        if (remote := self.remote) is not None:
+            remote.refuse(planned, f"{err.__cause__ or err}")
+        planned.entry.discard()
+
+    # Building and publishing
+    def build_once(self, planned: PlannedEntry, build: Callable[[], Path]) -> Found:
+        """build()'s library (it publishes through staged()), made under the key's lock; where a remote
+        is set, once per key across machines (pushed before its lease goes). Or the entry another
+        process or machine published first. Then the budget, the key's lock released."""
+        with entry_lock(planned.entry, "building"):
+            if (found := self.local(planned)) is not None:
+                return found
+            _entries.remove_orphans(planned.entry)
+            remote = self.remote
+            library, source = (build(), "built") if remote is None else remote.build_once(planned, build)
+        _budget.enforce_budget(self.root)  # its older variants may go too
+        return self._found(planned, library, source)
+
+    @contextlib.contextmanager
+    def staged(self, planned: PlannedEntry) -> Iterator[Staged]:
+        """A private folder for one build of the entry (named with this process's id: a later build
+        can tell an orphan); published (manifest last, one rename) where the block sets a manifest
+        and ends cleanly, removed on any error. Under the key's lock (build_once)."""
+        staged = Staged(_entries.new_build_dir(planned.entry))
+        try:
+            yield staged
+        except BaseException:
+            with contextlib.suppress(OSError):  # the error says what happened; a leftover is an orphan
+                _root.remove_tree(staged.path)
+            raise
+        if staged.manifest is None:
+            _root.remove_tree(staged.path)
+        else:
+            _entries.publish(planned.entry, staged.path, staged.manifest)
+
+    def receive(self, entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
+        """Publish an entry built elsewhere (jitops.distributed's other rank) as a local build
+        would, its name, key and sha256 checked, under the entry's lock. Returns the library."""
+        if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
+            raise BuildError(
+                f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, "
+                f"not key {entry.key!r}"
+            )
+        if _root.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
+            raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
+
+        def write(path: Path) -> bool:
+            path.write_bytes(library_bytes)
+            return True
+
+        with entry_lock(entry, "receiving"):
+            if (library := _entries.verified_or_discarded(entry)) is not None:
+                return library
+            _entries.remove_orphans(entry)
+            return _entries.publish_library(entry, manifest, write)
+
+    def _found(self, planned: PlannedEntry, library: Path, source: Source) -> Found:
+        return Found(library, planned.entry.backends or planned.cuda.backends, source)

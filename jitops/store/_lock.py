@@ -4,14 +4,19 @@ Kernel (flock) locks: the OS drops one when its holder dies, so a killed build b
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _flock, _layout, _settings
 from .._errors import BuildError
-from . import _entries, _root
+from . import _root
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def setting_for(path: Path | str) -> str:
@@ -94,21 +99,17 @@ class HeldLock:
         self.release()
 
 
-def under_entry_lock(entry, doing: str, make) -> tuple[Path, str]:
-    """(library, "built") made by make() (which publishes the entry) under the entry's file lock, or
-    (library, "cache") where another process published it first. doing: make's work, for errors."""
+@contextlib.contextmanager
+def entry_lock(entry, doing: str) -> Iterator[None]:
+    """The entry's file lock, held for the block: one build, download or publish of a key at a time
+    in a root. A full disk met inside is one error naming the root and the setting that moves it
+    (the block has removed its staging folder). doing: the block's work, for that error."""
     with HeldLock(entry.lock_path, entry.name):
         try:
-            # Another process may have published the entry while this one waited for the lock.
-            library = _entries.verified_or_discarded(entry)
-            if library is not None:
-                return library, "cache"
-            _entries.remove_orphans(entry)
-            return make(), "built"
+            yield
         except OSError as err:
             if err.errno != errno.ENOSPC:
                 raise
-            # make() has removed its staging directory: nothing is published, and no log kept.
             raise BuildError(
                 f"jitops: {doing} {entry.name} failed: the disk holding the cache {entry.root} is full "
                 f"({err.strerror or err}); free some space or point {setting_for(entry.root)} elsewhere"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .. import _layout
-from .._errors import BuildError, warn
+from .._errors import warn
 from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from . import _root
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
@@ -29,14 +29,6 @@ OBJECT_MAX = 4 << 30  # a stored object is read whole (to hash and push): device
 # The key components that describe the toolchain (every unit's key has them).
 TOOLCHAIN_COMPONENTS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "cxx", "nvcc")
 TOOLCHAIN_COMPONENTS += ("environment", "environment_tools")
-
-
-class InputsChanged(BuildError):
-    """A source or header changed while the build ran: nothing was published under the old key."""
-
-    def __init__(self, paths: list[str]):
-        self.paths = list(dict.fromkeys(paths))  # a header is named once, however many units read it
-        super().__init__(f"jitops: {', '.join(self.paths)} changed while the build ran")
 
 
 def toolchain(components: dict) -> dict:

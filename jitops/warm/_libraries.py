@@ -322,7 +322,7 @@ def _is_identity(value) -> bool:
 
 
 def _valid_record(record, of_settings: str) -> bool:
-    """Whether a record read from disk is one the loader wrote (_loader._remember) in these
+    """Whether a record read from disk is one the loader wrote (_resolution._remember) in these
     settings: every field of the right type, before anything in it is used."""
     return (
         isinstance(record, dict)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Find or build an Extension's library and load it, in the order docs/ARCHITECTURE.md ("Resolution
-order") gives: this process's registry, a warm record, a verified entry, a build or a prebuilt."""
+order") gives: this process's registry, a warm record, the store (this root, a package's shipped
+prebuilt, the remote), and on a miss in every tier a build (the builder wing, imported only then)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import CacheError, warn
-from ..store import _entries, _root, _stable, _usage
-from ..store._key import PlannedEntry
-from ..warm import _libraries, _namespaces
-from ..warm._libraries import LoadedLibrary, already_loaded, loaded
+from . import _settings
+from ._errors import BuildError, CacheError, warn
+from .store import Found, PlannedEntry, Store, _entries, _root, _usage
+from .warm import _libraries, _namespaces
+from .warm._libraries import LoadedLibrary, already_loaded, loaded
 
 if TYPE_CHECKING:
-    from ..extension import Extension
+    from .extension import Extension
 
 _load_locks: dict[str, threading.Lock] = {}
 _load_locks_guard = threading.Lock()
 
 
 def resolve(extension: Extension, cached_only: bool = False) -> LoadedLibrary | None:
-    """The extension's library, loaded into this process. cached_only=True stops after step 2: None
-    where it would have to be built (or taken prebuilt), for a caller to hand those to threads."""
+    """The extension's library, loaded into this process. cached_only=True looks in this root alone:
+    None where it would have to be built (or taken prebuilt), for a caller to hand those to threads."""
     name = extension.qualified_name
     if (found := already_loaded(extension)) is not None:
         return found
@@ -43,101 +44,109 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
         return recalled
     planned = PlannedEntry(extension)
     for attempt in ("first", "again", "last"):
-        library = _entries.verified_or_discarded(planned.entry)
-        how, backends = "cache", planned.entry.backends or planned.cuda.backends
-        if library is not None and planned.stable and (unfit := _stable.unfit_here(planned.entry.built_under or {})):
+        store = Store(planned.entry.root)
+        found = store.local(planned)
+        if found is not None and (unfit := store.unfit(planned)):
             planned = _exact_instead(planned, unfit)  # built elsewhere for what this process lacks
             continue
-        if library is None and cached_only:
+        if found is None and cached_only:
             return None
-        if library is None and planned.read_only is not None:
+        if found is None and planned.read_only is not None:
             raise planned.read_only  # nothing to load, and no building there
-        if library is None:
+        if found is None:
             started = time.monotonic()
             try:
-                planned, (library, backends, how) = _build_settled(planned)
+                planned, found = _found_or_built(planned, store)
             except Exception:
                 _usage.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
                 raise
-            if how == "built":
-                _usage.count(
-                    planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=time.monotonic() - started
-                )
-
+            if found.source == "built":
+                seconds = time.monotonic() - started
+                _usage.count(planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=seconds)
         try:
             # Entries never change once published, but one can be removed (clear, prune, the
             # budget) between its check and here: found or built again, never a raw OS error.
-            namespaces = _namespaces.defined_in(library)
-            _namespaces.claim(namespaces, library, planned.extension.qualified_name)
-            _libraries.open_library(library)
+            namespaces = _namespaces.defined_in(found.library)
+            _namespaces.claim(namespaces, found.library, planned.extension.qualified_name)
+            _libraries.open_library(found.library)
             break
         except OSError as err:
-            if how == "remote" and attempt == "first":  # built elsewhere, it does not open here: build it here
-                from ._builder import refuse_remote
-
-                refuse_remote(planned, err)
+            if found.source == "remote" and attempt == "first":  # built elsewhere, it does not open here: build it here
+                store.refuse(planned, err)
                 continue
-            if planned.stable and how != "built" and attempt != "last":  # bound here, a symbol this torch lacks
+            if planned.stable and found.source != "built" and attempt != "last":  # bound here, a symbol this torch lacks
                 planned = _exact_instead(planned, f"it does not open under this torch: {err.__cause__ or err}")
                 continue
-            if how == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, library, err):
+            if found.source == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, found.library, err):
                 raise
-    if how != "built":
-        _usage.count(planned.entry.root, planned.extension.qualified_name, **{f"{how}_loads": 1})
-    with_cuda = "cuda" in backends
+    if found.source != "built":
+        _usage.count(planned.entry.root, planned.extension.qualified_name, **{f"{found.source}_loads": 1})
+    with_cuda = "cuda" in found.backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     inputs = []
-    if how != "prebuilt":
-        inputs = _remember(planned, library, with_cuda, reason, namespaces)
+    if found.source != "prebuilt":
+        inputs = _remember(planned, found.library, with_cuda, reason, namespaces)
         _usage.note_location(planned.entry, planned.extension.root)
-    return LoadedLibrary(planned.extension, library, with_cuda, reason, how, inputs)
+    return LoadedLibrary(planned.extension, found.library, with_cuda, reason, found.source, inputs)
 
 
 def _exact_instead(planned: PlannedEntry, why: str) -> PlannedEntry:
     """A stable entry this process cannot use: the extension planned under its exact key, with a note."""
-    from ._progress import BuildStatus
+    from .builder._progress import BuildStatus  # its status line; a remote hit of an entry that fits never gets here
 
     BuildStatus.say(f"jitops: not loading {planned.entry.path.name}, built under another torch: {why}; using one for this torch")
     return PlannedEntry(planned.extension, exact_because=why)
 
 
 BUILD_ATTEMPTS = 3  # builds of one load whose inputs kept changing while they ran, before an error
+# What a build reads: a bad value is an error of its own before any build, not a reason to fall back.
+BUILD_SETTINGS = ("JITOPS_LOCK_TIMEOUT", "JITOPS_BUILD_TIMEOUT", "JITOPS_PCH", "JITOPS_CACHE_MAX_SIZE", "JITOPS_VERBOSE")
 
 
-def _build_settled(planned: PlannedEntry) -> tuple[PlannedEntry, tuple[Path, list[str], str]]:
-    """_builder.build_or_prebuilt, planned again (a new key) where a source or header changed while
-    it built: what is published is always what its key says."""
-    from .._errors import BuildError
-    from ..store._object_store import InputsChanged
-    from . import _builder  # imported only on a miss: its imports cost a warm load's budget
-    from ._progress import BuildStatus
-
+def _found_or_built(planned: PlannedEntry, store: Store) -> tuple[PlannedEntry, Found]:
+    """A miss in this root: the shipped prebuilt, the remote's, or a build; planned again (a new key)
+    where a source or header changed while it built: what is published is always what its key says."""
+    _settings.check(*BUILD_SETTINGS)
     for attempt in range(1, BUILD_ATTEMPTS + 1):
+        if (found := store.shipped(planned) or store.fetch(planned)) is not None:
+            return planned, found
+        from .builder import _builder  # only on a miss in every tier: its imports cost a warm load's budget
+
         try:
-            return planned, _builder.build_or_prebuilt(planned)
+            return planned, _builder.build(planned, store)
         except _builder.NotStable as err:  # under its exact key, now and from now on in this root
-            reason = f"its library needs {', '.join(err.offending[:3])}, outside torch's stable ABI"
-            refused = _root.stable_refused(planned.entry.root)
-            refused.put(planned.entry.key, reason)
-            refused.save()
-            warn(
-                f"{planned.extension.qualified_name} was to be built on torch's stable ABI (stable_abi), but {reason}: "
-                "it is built and kept for this torch and Python alone. Remove what uses torch's C++ API, or declare it "
-                "with stable_abi=False."
-            )
-        except InputsChanged as err:
-            changed, name = ", ".join(err.paths), planned.extension.qualified_name
-            if attempt == BUILD_ATTEMPTS:
-                raise BuildError(
-                    f"jitops: building {name}: {changed} kept changing while it was compiled ({attempt} attempts); "
-                    "nothing was published. Build again once they stay put."
-                ) from None
-            BuildStatus.say(f"jitops: {changed} changed while {name} was built; building it again")
+            _refuse_stable(planned, err.offending)
+        except _builder.InputsChanged as err:
+            _say_changed(planned, err.paths, attempt)
         planned = PlannedEntry(planned.extension)
-        library = _entries.verified_or_discarded(planned.entry)
-        if library is not None:
-            return planned, (library, planned.entry.backends or planned.cuda.backends, "cache")
+        store = Store(planned.entry.root)
+        if (found := store.local(planned)) is not None:
+            return planned, found
     raise AssertionError("unreachable")
+
+
+def _refuse_stable(planned: PlannedEntry, offending: list[str]) -> None:
+    reason = f"its library needs {', '.join(offending[:3])}, outside torch's stable ABI"
+    refused = _root.stable_refused(planned.entry.root)
+    refused.put(planned.entry.key, reason)
+    refused.save()
+    warn(
+        f"{planned.extension.qualified_name} was to be built on torch's stable ABI (stable_abi), but {reason}: "
+        "it is built and kept for this torch and Python alone. Remove what uses torch's C++ API, or declare it "
+        "with stable_abi=False."
+    )
+
+
+def _say_changed(planned: PlannedEntry, paths: list[str], attempt: int) -> None:
+    from .builder._progress import BuildStatus
+
+    changed, name = ", ".join(paths), planned.extension.qualified_name
+    if attempt == BUILD_ATTEMPTS:
+        raise BuildError(
+            f"jitops: building {name}: {changed} kept changing while it was compiled ({attempt} attempts); "
+            "nothing was published. Build again once they stay put."
+        ) from None
+    BuildStatus.say(f"jitops: {changed} changed while {name} was built; building it again")
 
 
 def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bool:
