@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # this checkout's jitops: its settings here, its ops and flags for an AOT build
 from jitops import _settings  # noqa: E402 - after the path it is found on
 
-STARTUP_FILE = "jitops-torch-load.pth"
+STARTUP_FILE = "jitops-drop-in.pth"
 
 
 class FreshBuildPy(build_py):
@@ -34,7 +34,7 @@ class FreshBuildPy(build_py):
     go too."""
 
     def run(self):
-        shutil.rmtree(Path(self.build_lib) / "jitops", ignore_errors=True)
+        shutil.rmtree(self.build_lib, ignore_errors=True)  # the package and the top-level modules beside it
         super().run()
         # The switch for programs run without `python -m jitops run` (JITOPS_DROP_IN=1): a .pth
         # file, which only site-packages' top level runs at start-up.
@@ -54,7 +54,7 @@ class EditableWheel(editable_wheel):
 
 
 class _WithStartupFile:
-    """An editable strategy that also writes jitops-torch-load.pth into the wheel."""
+    """An editable strategy that also writes jitops-drop-in.pth into the wheel."""
 
     def __init__(self, strategy):
         self.strategy = strategy

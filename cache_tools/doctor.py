@@ -197,7 +197,7 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
     entry = _entries.Entry(
         Path(_libraries.extension_root(declared)), declared.qualified_name, _root.compute_key(components), declared.root
     )
-    cached = _entries.verified_or_discarded(entry, inspect=True) is not None
+    cached = _entries.verified_or_discarded(entry, read_only=True) is not None
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.
     prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components, shipped_only=True)
     shipped = prebuilt is not None

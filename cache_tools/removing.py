@@ -90,7 +90,7 @@ def entry_lock(root: Path, row: inventory.Row) -> Path | None:
 
 def cmd_clear(args: argparse.Namespace) -> int:
     if not (args.names or args.stale or args.all or args.package or args.signed_by):
-        raise UsageError("say what to clear: OP names, --package PKG, --stale, --signed-by KEY or --all")
+        raise UsageError("say what to clear: extension NAMEs, --package PKG, --stale, --signed-by KEY or --all")
     if args.signed_by:
         from .remote import check_public_key
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Which cache jitops-cache looks at, and which of its rows a command's OP names and --package
+"""Which cache jitops-cache looks at, and which of its rows a command's NAMEs and --package
 select (an unknown name is a usage error, not "0 entries")."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ for where, name, label in [
     ("jitops.builder._buildfile", "write_build_file", "build file"),
     ("jitops.builder._ninja", "run_ninja", "ninja"),
     ("jitops.builder._builder", "_check_inputs", "inputs unchanged"),
-    ("jitops.store._object_store", "store", "store objects"),
+    ("jitops.store._object_store", "keep", "store objects"),
     ("jitops.warm._namespaces", "defined_in", "namespaces"),
     ("jitops.builder._builder", "_load_check", "load check"),
     ("jitops.store._entries", "make_manifest", "manifest"),

@@ -76,7 +76,7 @@ def __getattr__(name: str):  # noqa: F811 (the TYPE_CHECKING declaration above i
     if name in _LAZY:
         value = globals()[name] = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         return value
-    if name.startswith("_") or name in ("ops", "distributed", "warm", "store", "build", "compat"):
+    if name.startswith("_") or name in ("ops", "distributed", "warm", "store", "builder", "compat"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # An op's function: its own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
     from .ops._framework import available_ops

@@ -200,7 +200,7 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
 def _entry_payload(t: Transfer, entry: _entries.Entry) -> tuple[dict, bytes]:
     """What the provider sends each receiver (pickled by torch.distributed, as all_gather_object
     does): the entry's manifest and its library's bytes."""
-    library = _entries.verified_or_discarded(entry, inspect=True)  # the variant this rank built or found
+    library = _entries.verified_or_discarded(entry, read_only=True)  # the variant this rank built or found
     if library is None:
         raise BuildError(f"jitops.distributed.load_all: {t.name} is missing from rank {t.source}'s cache")
     return entry.read_manifest(), library.read_bytes()

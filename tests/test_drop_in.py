@@ -362,7 +362,7 @@ def test_run_starts_a_folder_a_zip_and_a_script_from_a_folder_holding_a_json_py_
 
 SWITCHED = """
 import json, sys
-started_with = sorted(name for name in sys.modules if name.split(".")[0] in ("jitops", "_jitops_torch_load"))
+started_with = sorted(name for name in sys.modules if name.split(".")[0] in ("jitops", "_jitops_drop_in"))
 import torch.utils.cpp_extension as cpp_extension
 print(json.dumps([cpp_extension.load.__module__, started_with]))
 """
@@ -416,7 +416,7 @@ def test_the_environment_switch_serves_every_process_costs_nothing_until_used_an
 
     on, off, old_name = start("1"), start("0"), start("1", "JITOPS_TORCH_LOAD")
     assert on.returncode == 0 and off.returncode == 0 and not on.stderr, on.stderr + off.stderr
-    assert json.loads(on.stdout) == json.loads(old_name.stdout) == ["jitops.compat._torch_load", ["_jitops_torch_load"]]
+    assert json.loads(on.stdout) == json.loads(old_name.stdout) == ["jitops.compat._torch_load", ["_jitops_drop_in"]]
     assert json.loads(off.stdout) == ["torch.utils.cpp_extension", []]
     for breaking in ("syntax error", "package removed"):
         if breaking == "syntax error":

@@ -35,7 +35,7 @@ def test_the_wheel_carries_the_licence_and_the_type_marker(wheel):
     assert "jitops/py.typed" in names and "jitops/include/jitops/library.h" in names
     # site-packages gains the package, JITOPS_DROP_IN's .pth and the one module it imports.
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top == {"jitops", "jitops-torch-load.pth", "_jitops_torch_load.py"}, top
+    assert top == {"jitops", "jitops-drop-in.pth", "_jitops_drop_in.py"}, top
     metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for line in (
         "License-Expression: MIT",
@@ -63,8 +63,8 @@ def test_the_sdist_carries_the_tests_examples_and_makefile(tmp_path):
         "pyproject.toml",
         "setup.cfg",
         "setup.py",
-        "jitops-torch-load.pth",
-        "_jitops_torch_load.py",
+        "jitops-drop-in.pth",
+        "_jitops_drop_in.py",
     ]
     missing = sorted(set(tracked + expected) - names)
     assert not missing, missing

@@ -17,7 +17,7 @@ from jitops import _settings
 
 REPO = Path(__file__).resolve().parent.parent
 # Read before jitops can be imported (a Python start with the drop-in's switch): they must not import it.
-EXEMPT = {"_jitops_torch_load.py"}
+EXEMPT = {"_jitops_drop_in.py"}
 SCANNED = [*sorted((REPO / "jitops").rglob("*.py")), *sorted((REPO / "cache_tools").rglob("*.py")), REPO / "setup.py"]
 
 

@@ -168,7 +168,7 @@ class Build:
         headers = remote.fetch_object(self.entry.root, unit.portable_key, self.build_dir / unit.object, self.entry.name)
         if headers is not None:
             unit.headers = headers
-            _object_store.store(self.entry.root, unit, self.build_dir)
+            _object_store.keep(self.entry.root, unit, self.build_dir)
             unit.reused = True
 
     def plan_pch(self) -> None:
@@ -221,7 +221,7 @@ class Build:
         changed = _check_inputs(self.build_dir, self.compiled, self.planned, self.ignored, self.known_before, self.started_ns)
         for unit in self.compiled:
             if unit.headers is not None:
-                _object_store.store(root, unit, self.build_dir)
+                _object_store.keep(root, unit, self.build_dir)
         _root.known_file_hashes(root).save()  # the stored (and fetched) objects' hashes
         if changed:
             raise InputsChanged(changed)

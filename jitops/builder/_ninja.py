@@ -293,7 +293,7 @@ def first_compiler_error(log: str) -> str:
 
 def failed_program(lines: list[str]) -> str | None:
     """Which program (launcher, compiler, linker) ninja's first failed step ran, and the first
-    lines it printed (F1, F2): ninja itself says only "subcommand failed". None without a step."""
+    lines it printed (RELIABILITY F1, F2): ninja itself says only "subcommand failed". None without a step."""
     import shlex
 
     failed = next((index for index, line in enumerate(lines) if line.startswith("FAILED: ")), None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .. import _flock, _layout, _settings
 from .._errors import CacheError
-from ..store import _budget, _root
+from ..store import _budget, _root, remote_tier
 from ..warm._libraries import file_identity, mark_used, read_regular, write_json_atomic
 from . import _jobs
 from ._progress import BuildStatus
@@ -228,16 +228,6 @@ def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixe
     command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
     spec = {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
     return {**spec, "compiler": unit.compiler}
-
-
-def remote_tier():
-    """The remote cache (JITOPS_REMOTE_CACHE), or None: the builds' and the PCHs'. Imported only
-    where one is set (an edit's build takes a fraction of a second)."""
-    if not _settings.get("JITOPS_REMOTE_CACHE"):
-        return None
-    from ..store import _remote
-
-    return _remote.active()
 
 
 def _push(spec: dict) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from .. import _flock, _layout
 from .._errors import CacheError
-from ..store import _root
+from ..store import _root, remote_tier
 from ..warm._libraries import file_identity, write_json_atomic
-from ._pch import find, remote_tier
+from ._pch import find
 
 
 class Fetches:

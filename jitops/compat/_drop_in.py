@@ -15,7 +15,7 @@ from . import _module_names, _torch_helpers
 from ._module_names import TORCH_MODULE
 
 SWITCH = "JITOPS_DROP_IN"  # "1": every torch.utils.cpp_extension.load in the process is jitops'
-# Its name before it said what it does, JITOPS_TORCH_LOAD, is still read (jitops-torch-load.pth).
+# Its name before it said what it does, JITOPS_TORCH_LOAD, is still read (jitops-drop-in.pth).
 
 
 class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):

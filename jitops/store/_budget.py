@@ -88,7 +88,7 @@ def enforce_budget(root: Path, limit: int | None = None) -> list[Item]:
     total = tree_size(root)
     if total <= limit:
         return []
-    # What a remover killed mid-delete renamed away is counted but never read: it goes first (S6).
+    # What a remover killed mid-delete renamed away is counted but never read: it goes first (RELIABILITY S6).
     for folder in (root, _layout.pch_dir(root), *(unit.path for unit in _subfolders(_layout.objects_dir(root)))):
         remove_dead_staging(Path(folder), _layout.REMOVING_PREFIX)
     total = tree_size(root)

@@ -187,24 +187,24 @@ class Entry:
             remove_tree(self.path)
 
 
-def verified_or_discarded(entry: Entry, full_hash: bool = False, inspect: bool = False) -> Path | None:
+def verified_or_discarded(entry: Entry, full_hash: bool = False, read_only: bool = False) -> Path | None:
     """The library of the key's variant whose headers hold (most recently used first), entry.variant set;
-    else None (stale_because names a changed header). A corrupt variant is removed; inspect=True changes nothing."""
+    else None (stale_because names a changed header). A corrupt variant is removed; read_only=True changes nothing."""
     stale = ""
     for variant in entry.variants():
         entry.variant = variant
         try:
-            library = entry.verified_library(touch=not inspect, full_hash=full_hash)
+            library = entry.verified_library(touch=not read_only, full_hash=full_hash)
         except StaleEntry as err:
             stale = stale or str(err)
             continue
         except CacheError as err:
-            if not inspect:
+            if not read_only:
                 warn(f"discarding the corrupt cache entry {entry.path}: {err}; rebuilding")
                 entry.discard()
             continue
         except OSError:
-            if not inspect:
+            if not read_only:
                 raise
             continue
         if library is not None:

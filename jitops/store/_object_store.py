@@ -192,7 +192,7 @@ def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     return os.path.basename(record["source"]), record.get("stored_at"), folder / _layout.OBJECT_NAME, record["object_sha256"]
 
 
-def store(root: Path, unit, build_dir: Path) -> None:
+def keep(root: Path, unit, build_dir: Path) -> None:
     """Keep a compiled unit's object (unit.headers set), staged and renamed into place; a variant
     already there stays. A failure (a full disk, an unusable objects/) costs only a later compile."""
     if unit.name_free_key and not any(names_extension(header) for header in unit.headers):

@@ -41,7 +41,7 @@ def remove_dead_staging(folder: Path, prefix: str = TMP_PREFIX) -> None:
 
 def stop_processes_in(folder: Path) -> None:
     """SIGKILL this user's processes working in folder: a killed build's ninja and compilers run on as
-    orphans, burning CPU and writing into the folder while it is removed (N24)."""
+    orphans, burning CPU and writing into the folder while it is removed (RELIABILITY N24)."""
     inside = os.path.join(os.path.realpath(folder), "")
     for _ in range(3):  # a dying ninja may start one more compiler
         found = []
@@ -128,7 +128,7 @@ def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
 
 def foreign_problem(folders: list, files: list) -> str | None:
     """Why what a build would reuse from the store (its folders and files) may hold another
-    user's code: a link, or owned or writable by someone else (A14); None where all is yours."""
+    user's code: a link, or owned or writable by someone else (RELIABILITY A14); None where all is yours."""
     for paths, directory in ((folders, True), (files, False)):
         for path in paths:
             try:

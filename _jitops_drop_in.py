@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """JITOPS_DROP_IN=1 (or its older name, JITOPS_TORCH_LOAD=1) at every Python start.
-jitops-torch-load.pth imports this module where the variable is 1; it imports nothing of jitops, so a start that never imports torch.utils.cpp_extension
+jitops-drop-in.pth imports this module where the variable is 1; it imports nothing of jitops, so a start that never imports torch.utils.cpp_extension
 pays for this file alone. On that module's first import it hands the import to jitops' drop-in
 (jitops/compat/_drop_in.py). Where jitops cannot be imported, that import says so in one line, once, and
 the program gets torch's own module."""
