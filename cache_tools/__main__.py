@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None, prog: str = "jitops-cache") -> int:
     args = parser.parse_args(argv)
     try:
         if getattr(args, "package", None):  # a distribution's name in any spelling, or its import name
-            from . import registry
+            from . import registry  # only for --package: the other commands read no entry points
 
             args.package = registry.owner_named(args.package) or args.package
         return args.handler(args)

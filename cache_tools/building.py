@@ -13,17 +13,18 @@ from pathlib import Path
 import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
+from jitops.builder import _pch
 from jitops.store import _entries, _root
+from jitops.store._key import plan_cuda
 from jitops.store._stable import floor_text
 from jitops.warm import _libraries
 
-from . import registry
+from . import doctor, registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
 from .selection import check_names, check_package
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from . import doctor
 
     check_package(args.package, set(registry.broken()))
     report = doctor.report(args.package)
@@ -195,9 +196,6 @@ def cmd_pch(args: argparse.Namespace) -> int:
     extensions and, where CUDA builds here, one for extensions with CUDA sources. For an image."""
     import tempfile
     import time
-
-    from jitops.builder import _pch
-    from jitops.store._key import plan_cuda
 
     os.environ["JITOPS_PCH"] = "wait"  # the PCH is built before the unit that uses it
     pch_dir = Path(_layout.pch_dir(_root.shared_root(None)))

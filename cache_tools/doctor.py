@@ -13,7 +13,10 @@ from pathlib import Path
 
 from jitops import _layout, _settings
 from jitops._errors import CacheError
-from jitops.store import _entries, _root
+from jitops.builder import _ninja
+from jitops.store import _entries, _key, _prebuilt, _remote, _remote_admin, _root
+from jitops.store._remote import Fault
+from jitops.store._signing import public_text
 from jitops.warm import _libraries
 
 from . import inventory, registry
@@ -28,9 +31,6 @@ def report(package: str | None = None) -> dict:
     """The environment, and each extension (of one owner, with package) as it can be had here. A
     package whose entry point or extension cannot be inspected is a row saying why, not a crash."""
     import torch
-
-    from jitops.builder import _ninja
-    from jitops.store import _key, _prebuilt
 
     cxx = _key.find_cxx()
     cuda = _key.plan_cuda()
@@ -90,7 +90,6 @@ def report(package: str | None = None) -> dict:
 
 
 def _remote_or_none():
-    from jitops.store import _remote
 
     try:
         return _remote.active()
@@ -100,7 +99,6 @@ def _remote_or_none():
 
 def remote_settings() -> dict | None:
     """The remote cache the settings name (None: none), for doctor and info; a bad setting's error."""
-    from jitops.store import _remote
 
     if not _settings.get("JITOPS_REMOTE_CACHE"):
         return None
@@ -108,7 +106,6 @@ def remote_settings() -> dict | None:
         remote = _remote.active()
     except Exception as err:  # noqa: BLE001 - CacheError, or BuildError for a timeout
         return {"error": str(err).removeprefix("jitops: ")}
-    from jitops.store._signing import public_text
 
     return {
         "server": remote.server,
@@ -187,7 +184,6 @@ def _nearest_existing(path):
 
 
 def _op_report(declared, cxx, missing: list[str], remote) -> dict:
-    from jitops.store import _key, _prebuilt
 
     problem = _key.missing_sources(declared)
     if problem:
@@ -206,9 +202,6 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
     buildable = not missing
     held, said = False, ""
     if remote is not None and not (cached or shipped):  # the loader's order: the remote before a build
-        from jitops.store import _remote_admin
-        from jitops.store._remote import Fault
-
         try:
             held, said = _remote_admin.holds(remote, _key.PlannedEntry(declared))
         except Fault:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jitops import _flock, _layout
 from jitops.builder import _pch
-from jitops.store import _budget, _entries, _object_store, _prebuilt, _root, _usage
+from jitops.store import _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
 from jitops.warm import _libraries
 
 from . import registry
@@ -59,7 +59,6 @@ def running_components(name: str, stable: bool = False) -> dict | None:
     of them for one a package declares, the process's alone for a script's (jitops.load: its
     sources are known only to the script), None for any other. stable: for an entry on the stable
     ABI (what it shares with this process instead of torch's and Python's version)."""
-    from jitops.store import _key, _stable
 
     if (name, stable) not in _running:
         if name in registry.declared():

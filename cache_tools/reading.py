@@ -9,11 +9,12 @@ from pathlib import Path
 
 from jitops import _layout, _settings
 from jitops._errors import BuildError, CacheError
-from jitops.store import _entries, _root, _usage
+from jitops.store import _entries, _prebuilt, _root, _usage
 from jitops.warm import _libraries
 
-from . import inventory, registry
+from . import doctor, inventory, registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit, fit_to_terminal, human_size, plural, print_table, when
+from .remote import cmd_list_remote
 from .selection import check_package, selected_rows
 
 
@@ -57,8 +58,6 @@ LIST_DROPPED_FIRST = [
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.remote:
-        from .remote import cmd_list_remote
-
         return cmd_list_remote(args)
     root, rows = selected_rows(args.names, args.package, other_roots=True)
 
@@ -150,9 +149,6 @@ def lock_timeout_or_why() -> float | str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from jitops.store import _prebuilt
-
-    from . import doctor
 
     root, rows = selected_rows([], args.package)
     store = inventory.store_rows(root) if args.package is None else []

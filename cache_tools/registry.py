@@ -13,6 +13,7 @@ from importlib.metadata import entry_points
 
 from jitops import _settings
 from jitops.extension import Extension
+from jitops.warm._libraries import DROP_IN_NAMESPACE
 
 GROUP = "jitops.extensions"
 OWN = "jitops"  # the owner of jitops' own ops
@@ -28,7 +29,7 @@ def declared() -> dict[str, tuple[str, Extension]]:
     holds no Extension is reported on stderr and skipped: one broken package must not break the CLI."""
     global _declared
     if _declared is None:
-        from jitops.ops._framework import available_ops, op_libraries
+        from jitops.ops._framework import available_ops, op_libraries  # jitops.ops imports torch: only to list
 
         found = {e.qualified_name: (OWN, e) for op in available_ops() for e in op_libraries(op)}
         for point in entry_points(group=GROUP):
@@ -103,7 +104,6 @@ def broken() -> dict[str, str]:
 
 def owner(qualified_name: str) -> str:
     """Who declares an extension of the cache: a package, jitops.load for a script's, else '-'."""
-    from jitops.warm._libraries import DROP_IN_NAMESPACE
 
     if qualified_name in declared():
         return declared()[qualified_name][0]

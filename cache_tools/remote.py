@@ -11,7 +11,8 @@ from pathlib import Path
 
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
-from jitops.store import _entries, _signing
+from jitops.store import _entries, _remote, _remote_admin, _signing
+from jitops.store._remote import Fault
 
 from . import inventory
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
@@ -20,7 +21,6 @@ from .selection import selected_rows
 
 def active_remote():
     """The remote the settings name, or a usage error saying how to name one."""
-    from jitops.store import _remote
 
     try:
         remote = _remote.active()
@@ -35,7 +35,6 @@ def active_remote():
 def one_line_on_fault(command: str, remote):
     """A fault of the server (or a backend) ends the command with one line and exit 1; the
     process-wide warning a load would show is not repeated."""
-    from jitops.store._remote import Fault
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="jitops: the remote cache is off")
@@ -75,7 +74,6 @@ def keygen(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace, remote) -> int:
-    from jitops.store import _remote_admin
 
     data = {
         "server": remote.server,
@@ -164,7 +162,6 @@ def signer_text(r: dict) -> str:
 
 
 def cmd_list_remote(args: argparse.Namespace) -> int:
-    from jitops.store import _remote_admin
 
     remote = active_remote()
     with one_line_on_fault("list --remote", remote):
@@ -189,7 +186,6 @@ def cmd_prune_remote(args: argparse.Namespace) -> int:
     """--untrusted / --signed-by: what a reader here refuses, or what a key signed (removed only with
     --yes: a server may be shared by teams that trust other keys); --older-than / --max-size: by push
     time, malformed records first, then the blobs no record names."""
-    from jitops.store import _remote_admin
 
     if not (args.untrusted or args.signed_by) and args.older_than is None and args.max_size is None:
         raise UsageError("prune --remote needs --untrusted, --signed-by KEY, --older-than AGE or --max-size SIZE")

@@ -13,6 +13,7 @@ from jitops.store import _budget, _entries, _root
 
 from . import inventory, registry
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural
+from .remote import check_public_key, cmd_prune_remote
 from .selection import selected_rows
 
 
@@ -92,8 +93,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if not (args.names or args.stale or args.all or args.package or args.signed_by):
         raise UsageError("say what to clear: extension NAMEs, --package PKG, --stale, --signed-by KEY or --all")
     if args.signed_by:
-        from .remote import check_public_key
-
         check_public_key(args.signed_by)
     root, rows = selected_rows(args.names, args.package)
     if args.signed_by:  # a key no longer trusted: what was fetched under it goes
@@ -135,8 +134,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     import time
 
     if args.remote:
-        from .remote import cmd_prune_remote
-
         return cmd_prune_remote(args)
     if args.untrusted or args.signed_by:
         raise UsageError("--untrusted and --signed-by prune the remote (with --remote); locally: clear --signed-by KEY")

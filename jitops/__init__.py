@@ -63,7 +63,7 @@ LOADER_NAMES = sorted(["Extension", "LoadedLibrary", *_LAZY])
 
 def _op_names() -> list[str]:
     """Every op module's public names (imports the op modules, not their libraries)."""
-    from .ops._framework import available_ops
+    from .ops._framework import available_ops  # jitops.ops imports torch: `import jitops` does not
 
     return [name for op in available_ops() for name in _importlib.import_module(f"{__name__}.ops.{op}").__all__]
 
@@ -79,7 +79,7 @@ def __getattr__(name: str):  # noqa: F811 (the TYPE_CHECKING declaration above i
     if name.startswith("_") or name in ("ops", "distributed", "warm", "store", "builder", "compat"):
         raise AttributeError(f"module 'jitops' has no attribute {name!r}")
     # An op's function: its own module first (jitops/ops/<op>.py holds <op> and <op>_ref), then the others.
-    from .ops._framework import available_ops
+    from .ops._framework import available_ops  # jitops.ops imports torch: `import jitops` does not
 
     ops = available_ops()
     own = name.removesuffix("_ref")

@@ -138,7 +138,7 @@ def _refuse_stable(planned: PlannedEntry, offending: list[str]) -> None:
 
 
 def _say_changed(planned: PlannedEntry, paths: list[str], attempt: int) -> None:
-    from .builder._progress import BuildStatus
+    from .builder._progress import BuildStatus  # loaded already: a build ran
 
     changed, name = ", ".join(paths), planned.extension.qualified_name
     if attempt == BUILD_ATTEMPTS:

@@ -24,7 +24,7 @@ __all__ = ["load", "load_inline"]
 
 def __getattr__(name: str):
     if name == "load_inline":  # its module on first use: a warm load() does not read it
-        from .compat._torch_load_inline import load_inline
+        from .compat._torch_load_inline import load_inline  # on first use (above)
 
         return load_inline
     if name.startswith("__") and name.endswith("__"):  # pickle, inspect and friends probe these

@@ -278,7 +278,7 @@ def _load(token: str) -> bool:
     if extension._library is None:
         found = recall(extension)  # a warm start goes no further
         if found is None:
-            from ._errors import BuildError
+            from ._errors import BuildError  # only on a miss, as the line below
             from ._resolution import resolve  # only on a miss: the rest of the loader costs a warm start's budget
 
             try:
@@ -305,8 +305,8 @@ def _run_registrations(extension: Extension, registrations: list[tuple[str, str,
 
 
 def _unknown_op(extension: Extension, kind: str, op: str, library) -> str:
-    from . import _torch_private
-    from .warm import _namespaces
+    from . import _torch_private  # only for an op that is not there: a warm start never asks
+    from .warm import _namespaces  # the same
 
     namespace = extension.namespace
     said = f"Extension {extension.name!r}: {kind}({op!r}): its library defines no op {op!r} in the namespace {namespace!r}"

@@ -178,6 +178,23 @@ def test_the_length_rule_counts_code_not_docstrings_or_comments():
     assert code_lines(function, text.splitlines()) == 3
 
 
+def test_a_function_local_import_of_jitops_says_why_on_its_line():
+    """Imports go at the top, where a reader looks for them; one inside a function is there for the
+    warm path's (or a command's) speed, a cycle or an optional part, and its line says which."""
+    silent = []
+    for path in HELD:
+        text = path.read_text()
+        lines = text.splitlines()
+        for function in ast.walk(ast.parse(text)):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in ("jitops", "cache_tools")):
+                    if "#" not in lines[node.lineno - 1]:
+                        silent.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert silent == [], "hoist these, or say why on the line:\n" + "\n".join(silent)
+
+
 CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
 CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "stats.json", "stats.lck")
 CACHE_NAMES += ("locations.json", "objects", "pch", "inline")

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import _flock, _layout, _settings
-from .._errors import CacheError
+from .._errors import CacheError, warn
 from ..store import _budget, _root, remote_tier
-from ..warm._libraries import file_identity, mark_used, read_regular, write_json_atomic
+from ..store._lock import HeldLock
+from ..store._object_store import TOOLCHAIN_COMPONENTS, toolchain
+from ..warm._libraries import DROP_IN_NAMESPACE, file_identity, mark_used, read_regular, write_json_atomic
 from . import _jobs
 from ._progress import BuildStatus
 
@@ -38,8 +40,6 @@ def worth_building(extension, previous: dict | None, components: dict) -> bool:
     follow: after an edit here (the newest other entry built with this same toolchain), or a
     jitops.load extension's first build (a notebook's). Never for a rebuild that a torch, Python or
     compiler upgrade caused, nor a package's first build: nobody is editing those."""
-    from ..store._object_store import TOOLCHAIN_COMPONENTS
-    from ..warm._libraries import DROP_IN_NAMESPACE
 
     if previous is None:
         return extension.namespace == DROP_IN_NAMESPACE
@@ -120,7 +120,6 @@ def command_flags(unit, left_out: list[str]) -> str | None:
 
 
 def key(header: str, unit, flags: str, components: dict) -> str:
-    from ..store._object_store import toolchain
 
     made_of = {
         "header": header,
@@ -142,8 +141,6 @@ def find(root: Path, pch_key: str) -> str | None:
     gch = folder / _layout.GCH_NAME
     problem = _root.foreign_problem([folder], [folder / _layout.RECORD_NAME, gch, folder / _layout.PCH_HEADER_NAME])
     if problem:
-        from .._errors import warn
-
         warn(f"not using the precompiled header {folder}: {problem}")
         return None
     try:
@@ -153,8 +150,6 @@ def find(root: Path, pch_key: str) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
-        from .._errors import warn
-
         warn(f"discarding the corrupt precompiled header {folder}: {err}")
         with contextlib.suppress(OSError):  # a read-only pch/: it stays, unused
             _root.remove_tree(folder)
@@ -234,7 +229,7 @@ def _push(spec: dict) -> None:
     """A PCH built here, to the remote cache where one is set that this machine writes to."""
     remote = remote_tier()
     if remote is not None:
-        from ..store import _remote_pch
+        from ..store import _remote_pch  # only where a remote is set
 
         folder = Path(_layout.pch_dir(spec["root"]), spec["key"])
         _remote_pch.push(remote, folder, spec["key"], spec["compiler"])
@@ -243,7 +238,6 @@ def _push(spec: dict) -> None:
 def build(spec: dict, blocking: bool) -> str | None:
     """Build and publish the PCH `spec` under its lock, unless published meanwhile. The path to
     -include, or None (not blocking and the lock is held, or the compiler refused)."""
-    from ..store._lock import HeldLock
 
     root, pch_key = Path(spec["root"]), spec["key"]
     parent = _root.usable_part(root, _layout.PCH_DIR)

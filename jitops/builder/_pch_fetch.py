@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import _flock, _layout
 from .._errors import CacheError
 from ..store import _root, remote_tier
+from ..store._lock import HeldLock
 from ..warm._libraries import file_identity, write_json_atomic
 from ._pch import find
 
@@ -32,7 +33,7 @@ class Fetches:
         remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
         if remote is None or parent is None:
             return None
-        from ..store import _remote_pch
+        from ..store import _remote_pch  # only where a remote is set
 
         found = _remote_pch.find(remote, spec["key"], spec["header"], spec["compiler"])
         if found is None:
@@ -49,7 +50,6 @@ class Fetches:
         return waited
 
     def _download(self, remote, parent: Path, spec: dict, found, folder: Path) -> None:
-        from ..store._lock import HeldLock
 
         try:
             lock_path = Path(_layout.pch_lock_path(parent / spec["key"]))
@@ -68,7 +68,7 @@ class Fetches:
 
     @staticmethod
     def _publish(remote, parent: Path, spec: dict, found) -> None:
-        from ..store import _remote_pch
+        from ..store import _remote_pch  # only where a remote is set
 
         _root.remove_dead_staging(parent)
         staging = _root.new_staging(parent)

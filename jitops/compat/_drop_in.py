@@ -79,11 +79,11 @@ class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _install_jitops_loaders(module, inline: bool = False) -> None:
-    from ._torch_load import load
+    from ._torch_load import load  # when the program first imports torch.utils.cpp_extension
 
     module.load = load
     if inline:
-        from ._torch_load_inline import load_inline
+        from ._torch_load_inline import load_inline  # only where torch's module is served whole
 
         module.load_inline = load_inline
 

@@ -113,7 +113,7 @@ def refuse_unsupported(**arguments) -> None:
 def jitops_errors() -> tuple[type[Exception], ...]:
     """jitops' own errors, for an except clause (evaluated only when something was raised: a warm
     load imports one module fewer)."""
-    from .._errors import ERRORS
+    from .._errors import ERRORS  # only once something was raised: a warm load imports no _errors
 
     return ERRORS
 
@@ -184,7 +184,7 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
 
         plan = plan_cuda(extension)
         if not plan.enabled:
-            from .._errors import BuildError
+            from .._errors import BuildError  # only for the error
 
             raise BuildError(f"jitops: with_cuda=True, but {name} cannot be built with CUDA here: {plan.reason}")
     with _settings.set_for_now("JITOPS_VERBOSE", "1") if verbose else contextlib.nullcontext():

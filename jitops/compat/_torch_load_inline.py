@@ -127,8 +127,8 @@ INLINE_COPIES = 8  # folders of one content tried, each found damaged, before an
 def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
     """A folder holding `files`, named after their content (<name>-<sha256>), checked at every call; a
     damaged one is never rewritten (a build may read it): the content goes into <name>-<sha256>-<n>."""
-    from .._errors import BuildError
-    from ..store._root import cache_root, ensure_private_dir, new_staging, publish_folder
+    from .._errors import BuildError  # the store's modules and the errors only where sources are written:
+    from ..store._root import cache_root, ensure_private_dir, new_staging, publish_folder  # a warm load_inline checks them
 
     contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]

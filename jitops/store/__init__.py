@@ -51,7 +51,7 @@ def remote_tier() -> Remote | None:
     build takes a fraction of a second)."""
     if not _settings.get("JITOPS_REMOTE_CACHE"):
         return None
-    from . import _remote
+    from . import _remote  # only where a remote is set
 
     return _remote.active()
 

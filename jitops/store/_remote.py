@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from .. import _settings
 from .._errors import CacheError, warn
-from . import _entries, _remote_records, _root, _signing
+from . import _entries, _object_store, _remote_records, _root, _signing
 from ._key import PlannedEntry
 from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, describe, open_backend, takes_max_bytes
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
@@ -316,7 +316,6 @@ class Remote:
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
     def push_object(self, root: Path, unit: dict, op: str) -> None:
-        from . import _object_store
 
         found = _object_store.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
         if found is None:
@@ -341,7 +340,6 @@ class Remote:
     def fetch_object(self, root: Path, portable_key: str, destination: Path, op: str) -> dict | None:
         """A unit's object whose headers all still hold here, written to destination; its headers,
         or None."""
-        from . import _object_store
 
         try:
             for name, data in self.records(f"objects/{portable_key}", op):

@@ -12,8 +12,9 @@ import time
 from typing import NamedTuple
 
 from .._errors import CacheError
+from ..warm._libraries import cuda_arch_list
 from . import _entries, _prebuilt, _root, _signing
-from ._key import PlannedEntry, portable_components
+from ._key import CudaPlan, PlannedEntry, key_components, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable
 from ._stable import numbers, unfit_here
 
@@ -199,8 +200,6 @@ def _untrusted_why(signer: str | None, trusted: set[bytes]) -> str:
 def candidates(planned: PlannedEntry) -> list[dict]:
     """The key components to look up: this machine's, and first, where torch has CUDA but no toolkit
     is found, those of a CUDA build for its GPUs: what a writer with a toolkit built."""
-    from ..warm._libraries import cuda_arch_list
-    from ._key import CudaPlan, key_components
 
     cuda, extension = planned.cuda, planned.extension
     toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..warm._libraries import RECIPE
+from ..warm._libraries import RECIPE, cxx_runtime, process_abi
 
 # The oldest torch jitops supports (setup.cfg's torch>=): stable builds target its ABI
 # (TORCH_TARGET_VERSION), so one library serves it and every later torch. tests/test_stable_abi.py
@@ -197,7 +197,6 @@ def built_under(components: dict, library: Path, cxx: Path | None, include_dirs:
     """A stable library's manifest field `built_under`: the torch and Python it was built under, its
     floor, the CUDA toolkit that compiled its CUDA code, and the audit of its dynamic symbols
     (include_dirs: torch's, where the audit reads the shim's declarations)."""
-    from ..warm._libraries import process_abi
 
     return {
         **process_abi(),
@@ -255,7 +254,6 @@ def numbers(text: str | None) -> tuple[int, ...]:
 @functools.cache
 def runtime_glibcxx() -> str | None:
     """The newest GLIBCXX_ version the C++ runtime this process loaded provides."""
-    from ..warm._libraries import cxx_runtime
 
     path = cxx_runtime()
     try:

@@ -403,7 +403,7 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
         return None
     library, record, last_used = found
     if record["torch_libraries"]:  # a TORCH_LIBRARY block: the namespace must be free (or it aborts)
-        from ._namespaces import claim
+        from ._namespaces import claim  # _namespaces imports this module
 
         claim(record["torch_libraries"], library, name)
     try:

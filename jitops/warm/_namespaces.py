@@ -91,7 +91,7 @@ def record(namespaces: list[str], library: str | os.PathLike) -> None:
 
 
 def _conflict(namespace: str, name: str, where: str) -> None:
-    from .._errors import NamespaceConflict
+    from .._errors import NamespaceConflict  # only for a conflict: a warm start imports no _errors
 
     raise NamespaceConflict(
         f"jitops: cannot load {name}: its TORCH_LIBRARY block defines the namespace {namespace!r}, "
