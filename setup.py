@@ -34,7 +34,8 @@ class FreshBuildPy(build_py):
     go too."""
 
     def run(self):
-        shutil.rmtree(self.build_lib, ignore_errors=True)  # the package and the top-level modules beside it
+        for old in Path(self.build_lib).glob("*"):  # the package and the top-level modules beside it
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
         super().run()
         # The switch for programs run without `python -m jitops run` (JITOPS_DROP_IN=1): a .pth
         # file, which only site-packages' top level runs at start-up.
