@@ -18,6 +18,7 @@ from .warm import _libraries, _namespaces
 from .warm._libraries import LoadedLibrary, already_loaded, loaded
 
 if TYPE_CHECKING:
+    from ._records import WarmRecord
     from .extension import Extension
 
 _load_locks: dict[str, threading.Lock] = {}
@@ -46,7 +47,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     for attempt in ("first", "again", "last"):
         store = Store(planned.entry.root)
         found = store.local(planned)
-        if found is not None and (unfit := store.unfit(planned)):
+        if found is not None and (unfit := store.unfit(planned, found)):
             planned = _exact_instead(planned, unfit)  # built elsewhere for what this process lacks
             continue
         if found is None and cached_only:
@@ -85,7 +86,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     inputs = []
     if found.source != "prebuilt":
-        inputs = _remember(planned, found.library, with_cuda, reason, namespaces)
+        inputs = _remember(planned, found, with_cuda, reason, namespaces)
         _usage.note_location(planned.entry, planned.extension.root)
     return LoadedLibrary(planned.extension, found.library, with_cuda, reason, found.source, inputs)
 
@@ -160,26 +161,23 @@ def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bo
     ) from err
 
 
-def _remember(planned: PlannedEntry, library: Path, with_cuda: bool, reason: str, namespaces: list[str]) -> list:
+def _remember(planned: PlannedEntry, found: Found, with_cuda: bool, reason: str, namespaces: list[str]) -> list:
     """Write the warm record of a library just verified or built (settings, what the key read with its
     identities, the library's and manifest's, its namespaces). Returns what it lists."""
-    entry = planned.entry
-    if entry.verified_identities is None:
-        try:
-            entry.verified_library(touch=False)
-        except CacheError:
-            return planned.dependencies
-    checked = planned.dependencies + entry.checked_headers
+    entry, verified = planned.entry, found.verified
+    if verified is None:
+        return planned.dependencies
+    checked = planned.dependencies + verified.headers
     root = _libraries.extension_root(planned.extension)
     if os.path.abspath(entry.root) != os.path.abspath(root):
         return checked  # a fallback cache (the configured one was refused): no warm start from there
-    record = {
+    record: WarmRecord = {
         "settings": planned.settings,
         "checked": checked,
         "entry": entry.path.name,
-        "library": library.name,
-        "library_identity": entry.verified_identities[0],
-        "manifest_identity": entry.verified_identities[1],
+        "library": verified.library.name,
+        "library_identity": verified.identities[0],
+        "manifest_identity": verified.identities[1],
         "with_cuda": with_cuda,
         "cuda_reason": reason,
         "torch_libraries": namespaces,

@@ -189,7 +189,9 @@ def test_a_function_local_import_of_jitops_says_why_on_its_line():
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             for node in ast.walk(function):
-                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in ("jitops", "cache_tools")):
+                if isinstance(node, ast.ImportFrom) and (
+                    node.level or (node.module or "").split(".")[0] in ("jitops", "cache_tools")
+                ):
                     if "#" not in lines[node.lineno - 1]:
                         silent.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert silent == [], "hoist these, or say why on the line:\n" + "\n".join(silent)

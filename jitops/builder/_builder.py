@@ -23,6 +23,7 @@ from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
 if TYPE_CHECKING:
+    from .._records import Manifest
     from ..extension import Extension
     from ..store._remote import Remote
 
@@ -157,8 +158,12 @@ class Build:
         self.ignored = (*toolchain_prefixes(planned.cxx, self.cuda, self.pch_root), build_dir)
         _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
         for unit in self.units:
-            _object_store.plan_keys(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
-            if not _object_store.reuse(entry.root, unit, self.build_dir) and remote is not None:
+            keys = _object_store.keys_of(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
+            unit.key, unit.name_free_key, unit.portable_key = keys
+            if (reused := _object_store.reuse(entry.root, unit, self.build_dir)) is not None:
+                unit.key, unit.headers = reused
+                unit.reused = True
+            elif remote is not None:
                 self._fetch_object(remote, unit)
         self.compiled = [unit for unit in self.units if not unit.reused]
 
@@ -168,7 +173,7 @@ class Build:
         headers = remote.fetch_object(self.entry.root, unit.portable_key, self.build_dir / unit.object, self.entry.name)
         if headers is not None:
             unit.headers = headers
-            _object_store.keep(self.entry.root, unit, self.build_dir)
+            unit.key = _object_store.keep(self.entry.root, unit, self.build_dir)
             unit.reused = True
 
     def plan_pch(self) -> None:
@@ -221,7 +226,7 @@ class Build:
         changed = _check_inputs(self.build_dir, self.compiled, self.planned, self.ignored, self.known_before, self.started_ns)
         for unit in self.compiled:
             if unit.headers is not None:
-                _object_store.keep(root, unit, self.build_dir)
+                unit.key = _object_store.keep(root, unit, self.build_dir)
         _root.known_file_hashes(root).save()  # the stored (and fetched) objects' hashes
         if changed:
             raise InputsChanged(changed)
@@ -253,7 +258,7 @@ class Build:
             _failures.remember(self.planned, failure)
         raise BuildError(f"jitops: building {self.entry.name} failed: {failure}")
 
-    def finish(self) -> dict:
+    def finish(self) -> Manifest:
         """The status line's summary, the library moved beside its manifest, the build folder gone;
         returns the manifest."""
         units, compiled = self.units, self.compiled
@@ -274,7 +279,7 @@ class Build:
         shutil.rmtree(self.staging / "src")
         return self._manifest(library, unit_seconds)
 
-    def _manifest(self, library: Path, unit_seconds: dict) -> dict:
+    def _manifest(self, library: Path, unit_seconds: dict) -> Manifest:
         included = {path: digest for unit in self.units for path, digest in unit.headers.items()}
         units = [
             {

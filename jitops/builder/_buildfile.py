@@ -17,6 +17,7 @@ from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 from . import _jobs, _torch_flags
 
 if TYPE_CHECKING:
+    from .._records import KeyComponents
     from ..extension import Extension
 
 # CMake's names for a compiler launcher (ccache, sccache), read from the environment as CMake reads
@@ -61,8 +62,9 @@ class Unit:
         # As torch names objects (file.o, file.cuda.o), after the wrapper: unique per source path.
         self.object = os.path.splitext(os.path.basename(wrapper))[0] + (".cuda.o" if cuda else ".o")
         self.compiler, self.flags, self.post_flags = compiler, flags, post_flags
-        self.key = ""  # _object_store.plan_keys: the key its object is stored (or found) under
+        self.key = ""  # the key its object is stored (or found) under (_object_store.keys_of, reuse, keep)
         self.name_free_key: str | None = None  # the key without the extension's name, where the source never names it
+        self.portable_key = ""  # the remote's
         self.name_define = f"-DTORCH_EXTENSION_NAME={library}"  # as torch's flags hold it
         self.headers: dict[str, str] = {}  # absolute path -> sha256, of the headers the key does not name
         self.reused = False
@@ -76,7 +78,7 @@ class Unit:
         return [self.compiler, self.flags, self.post_flags]
 
 
-def torch_flags(extension: Extension, cuda: CudaPlan, components: dict, cxx: Path) -> TorchFlags:
+def torch_flags(extension: Extension, cuda: CudaPlan, components: KeyComponents, cxx: Path) -> TorchFlags:
     """torch's flags for the extension (_torch_flags), with the compilers the key names and jitops'
     own flags (the key's cflags and ldflags), the archs as -gencode flags."""
     cuda_home = cuda.cuda_home if cuda.enabled else None
@@ -97,7 +99,7 @@ def _link_flags(extension: Extension, ldflags: str) -> str:
     return " ".join(word for word in ldflags.split(" ") if word != "-ltorch")
 
 
-def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: dict, flags: TorchFlags) -> list[Unit]:
+def plan_units(staging: Path, extension: Extension, cuda: CudaPlan, components: KeyComponents, flags: TorchFlags) -> list[Unit]:
     """The units to compile, each with its wrapper written in staging/src."""
     src = staging / "src"
     src.mkdir(exist_ok=True)

@@ -29,13 +29,14 @@ from . import _jobs
 from ._progress import BuildStatus
 
 if TYPE_CHECKING:
+    from .._records import KeyComponents, PchJob
     from ..extension import Extension
     from ._pch_fetch import Fetches
 
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
 
 
-def worth_building(extension, previous: dict | None, components: dict) -> bool:
+def worth_building(extension, previous: dict | None, components: KeyComponents) -> bool:
     """Whether a missing PCH (a compile of torch's headers, 0.4-0.8 GB) is built for the builds that
     follow: after an edit here (the newest other entry built with this same toolchain), or a
     jitops.load extension's first build (a notebook's). Never for a rebuild that a torch, Python or
@@ -119,7 +120,7 @@ def command_flags(unit, left_out: list[str]) -> str | None:
         return None
 
 
-def key(header: str, unit, flags: str, components: dict) -> str:
+def key(header: str, unit, flags: str, components: KeyComponents) -> str:
 
     made_of = {
         "header": header,
@@ -181,12 +182,12 @@ def plan(
     root: Path,
     extension: Extension,
     compiled: list,
-    components: dict,
+    components: KeyComponents,
     ignored: tuple[str, ...],
     wanted: bool,
     heap: str,
     fetches: Fetches,
-) -> list[dict]:
+) -> list[PchJob]:
     """Give each C++ unit that starts with torch's headers its PCH where one is ready, or the remote's
     (downloaded while the other units compile), or JITOPS_PCH=wait's (built now), where the budget
     holds it; returns the PCHs wanted in the background after the build."""
@@ -218,14 +219,14 @@ def plan(
     return list(later.values())
 
 
-def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> dict:
+def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> PchJob:
     """What building one PCH takes (a background process gets it as JSON)."""
     command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
     spec = {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
     return {**spec, "compiler": unit.compiler}
 
 
-def _push(spec: dict) -> None:
+def _push(spec: PchJob) -> None:
     """A PCH built here, to the remote cache where one is set that this machine writes to."""
     remote = remote_tier()
     if remote is not None:
@@ -235,7 +236,7 @@ def _push(spec: dict) -> None:
         _remote_pch.push(remote, folder, spec["key"], spec["compiler"])
 
 
-def build(spec: dict, blocking: bool) -> str | None:
+def build(spec: PchJob, blocking: bool) -> str | None:
     """Build and publish the PCH `spec` under its lock, unless published meanwhile. The path to
     -include, or None (not blocking and the lock is held, or the compiler refused)."""
 
@@ -255,7 +256,7 @@ def build(spec: dict, blocking: bool) -> str | None:
         return _compile_and_publish(spec, parent, root, pch_key, blocking)
 
 
-def _compile_and_publish(spec: dict, parent: Path, root: Path, pch_key: str, blocking: bool) -> str | None:
+def _compile_and_publish(spec: PchJob, parent: Path, root: Path, pch_key: str, blocking: bool) -> str | None:
     """Under the PCH's lock: compile it in a staging folder, check what it holds, publish it."""
     _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
     staging = None
@@ -338,7 +339,7 @@ def _only_toolchain_headers(deps: Path, header: Path, ignored: list[str]) -> boo
     return all(os.path.realpath(f).startswith(tuple(ignored)) or f == str(header) for f in files)
 
 
-def start_background(spec: dict) -> bool:
+def start_background(spec: PchJob) -> bool:
     """Build a PCH in a detached process at idle priority (output in <root>/pch/<key>.log); nothing
     waits for it. Returns whether it was started."""
     try:
@@ -362,7 +363,7 @@ def start_background(spec: dict) -> bool:
         return False  # only a later build's speed depends on it
 
 
-def _describe_background(spec: dict) -> str:
+def _describe_background(spec: PchJob) -> str:
     """The status line that says a PCH is being built, and what it costs."""
     headers = " ".join(re.findall(r"<([^>]+)>", spec["header"]))
     return (

@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _flock, _layout
 from .._errors import CacheError
@@ -16,6 +17,9 @@ from ..store import _root, remote_tier
 from ..store._lock import HeldLock
 from ..warm._libraries import file_identity, write_json_atomic
 from ._pch import find
+
+if TYPE_CHECKING:
+    from .._records import PchJob
 
 
 class Fetches:
@@ -28,7 +32,7 @@ class Fetches:
         self.build_dir, self.threads, self.held = build_dir, [], contextlib.ExitStack()
         self._holding = threading.Lock()
 
-    def start(self, spec: dict) -> tuple[str, str] | None:
+    def start(self, spec: PchJob) -> tuple[str, str] | None:
         """Where the remote holds this PCH, its download started: (the path -included, the file made once it ended)."""
         remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
         if remote is None or parent is None:
@@ -49,7 +53,7 @@ class Fetches:
         self.threads.append(thread)
         return waited
 
-    def _download(self, remote, parent: Path, spec: dict, found, folder: Path) -> None:
+    def _download(self, remote, parent: Path, spec: PchJob, found, folder: Path) -> None:
 
         try:
             lock_path = Path(_layout.pch_lock_path(parent / spec["key"]))
@@ -67,7 +71,7 @@ class Fetches:
             (folder / _layout.PCH_FETCHED_NAME).touch()
 
     @staticmethod
-    def _publish(remote, parent: Path, spec: dict, found) -> None:
+    def _publish(remote, parent: Path, spec: PchJob, found) -> None:
         from ..store import _remote_pch  # only where a remote is set
 
         _root.remove_dead_staging(parent)

@@ -10,10 +10,14 @@ import re
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from .._errors import CacheError
 from ..store import _entries
 from ..warm._libraries import DROP_IN_NAMESPACE
+
+if TYPE_CHECKING:
+    from .._records import KeyComponents
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
 
@@ -140,7 +144,7 @@ _COMPONENT_WORDS = {
 }
 
 
-def why_built(components: dict, source_hashes: dict, previous: dict | None) -> str:
+def why_built(components: KeyComponents, source_hashes: dict, previous: dict | None) -> str:
     """Why a build with these key components is needed, against the manifest of the newest other
     entry of the same extension (None: there is none, and "" is returned): `k1.cu changed`, `flags changed`, ..."""
     if previous is None:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .. import _settings
-from .._errors import BuildError
+from .._errors import BuildError, CacheError
 from . import _budget, _entries, _prebuilt, _root, _stable
+from ._entries import Verified
 from ._key import CudaPlan, PlannedEntry
 from ._lock import entry_lock
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from ._remote import Remote
 
-__all__ = ["CudaPlan", "Found", "PlannedEntry", "Staged", "Store", "remote_tier"]
+__all__ = ["CudaPlan", "Found", "PlannedEntry", "Staged", "Store", "Verified", "remote_tier"]
 
 Source = Literal["cache", "built", "remote", "prebuilt"]
 
@@ -30,11 +31,13 @@ Source = Literal["cache", "built", "remote", "prebuilt"]
 @dataclass(frozen=True)
 class Found:
     """A library to load, its backends, and where it came from: this root ("cache"), a build here
-    ("built"), the remote cache ("remote") or a prebuilt folder ("prebuilt")."""
+    ("built"), the remote cache ("remote") or a prebuilt folder ("prebuilt"). verified: the entry as
+    checked (what its warm record keeps); None for a prebuilt, or an entry gone since."""
 
     library: Path
     backends: list[str]
     source: Source
+    verified: Verified | None = None
 
 
 @dataclass
@@ -70,13 +73,14 @@ class Store:
     # Lookup, tier by tier
     def local(self, planned: PlannedEntry) -> Found | None:
         """The key's entry in this root whose headers hold (a corrupt one is discarded), or None."""
-        library = _entries.verified_or_discarded(planned.entry)
-        return None if library is None else self._found(planned, library, "cache")
+        verified = _entries.verified_variant(planned.entry)
+        return None if verified is None else self._found(planned, verified, "cache")
 
-    def unfit(self, planned: PlannedEntry) -> str:
-        """Why the stable entry local() found cannot serve this process (built where it has what this
-        one lacks), or ""."""
-        return _stable.unfit_here(planned.entry.built_under or {}) if planned.stable else ""
+    def unfit(self, planned: PlannedEntry, found: Found) -> str:
+        """Why the stable entry found cannot serve this process (built where it has what this one
+        lacks), or ""."""
+        built_under = found.verified.built_under if found.verified else None
+        return _stable.unfit_here(built_under or {}) if planned.stable else ""
 
     def shipped(self, planned: PlannedEntry) -> Found | None:
         """The prebuilt library the extension's package ships for this key: whoever installed a
@@ -97,8 +101,7 @@ class Store:
             found = self.local(planned)
             if found is None:
                 _entries.remove_orphans(planned.entry)
-                library = remote.fetch(planned)
-                found = None if library is None else self._found(planned, library, "remote")
+                found = None if remote.fetch(planned) is None else self._published(planned, "remote")
         if found is not None:
             _budget.enforce_budget(self.root)
         return found
@@ -129,10 +132,13 @@ class Store:
             if (found := self.local(planned)) is not None:
                 return found
             _entries.remove_orphans(planned.entry)
-            remote = self.remote
-            library, source = (build(), "built") if remote is None else remote.build_once(planned, build)
+            if (remote := self.remote) is None:
+                build()
+                found = self._published(planned, "built")
+            else:  # "remote" where another machine pushed it meanwhile
+                found = self._published(planned, remote.build_once(planned, build)[1])
         _budget.enforce_budget(self.root)  # its older variants may go too
-        return self._found(planned, library, source)
+        return found
 
     @contextlib.contextmanager
     def staged(self, planned: PlannedEntry) -> Iterator[Staged]:
@@ -172,5 +178,13 @@ class Store:
             _entries.remove_orphans(entry)
             return _entries.publish_library(entry, manifest, write)
 
-    def _found(self, planned: PlannedEntry, library: Path, source: Source) -> Found:
-        return Found(library, planned.entry.backends or planned.cuda.backends, source)
+    def _found(self, planned: PlannedEntry, verified: Verified, source: Source) -> Found:
+        return Found(verified.library, verified.backends or planned.cuda.backends, source, verified)
+
+    def _published(self, planned: PlannedEntry, source: Source) -> Found:
+        """The entry just published here (its variant set by the publish), as checked now: its
+        library's identity was recorded when published, so nothing is hashed."""
+        verified = planned.entry.verify(touch=False)
+        if verified is None:
+            raise CacheError(f"jitops: {planned.entry.path}, just published, is gone")
+        return self._found(planned, verified, source)

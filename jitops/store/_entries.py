@@ -9,7 +9,9 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import BuildError, CacheError, warn
@@ -27,6 +29,9 @@ from ._root import (
     sha256_file,
 )
 
+if TYPE_CHECKING:
+    from .._records import KeyComponents, Manifest
+
 MANIFEST_MAX = 16 << 20  # a manifest lists an extension's sources and headers
 
 
@@ -40,6 +45,20 @@ def variant_of(headers: dict) -> str:
     return json_digest(headers, _layout.VARIANT_LENGTH)
 
 
+@dataclass(frozen=True)
+class Verified:
+    """An entry found sound: its library, the identities its library and manifest were checked at
+    (a warm record keeps them), the headers checked with the identity each had, and what its
+    manifest says of it (the backends: a library fetched from the remote cache may have CUDA kernels
+    where this machine, without nvcc, would build without them; a stable entry's build)."""
+
+    library: Path
+    identities: tuple[list[int], list[int] | None]
+    headers: list[tuple[str, list[int] | None]]
+    backends: list[str] | None
+    built_under: dict | None
+
+
 class Entry:
     """The entries of one key in a root (`<namespace>.<name>-<key>-<variant>`; a prebuilt folder's has no
     variant). variant: set once verified or published. source_root: for the manifest's header names."""
@@ -50,13 +69,7 @@ class Entry:
         self.key = key
         self.source_root = source_root
         self.variant = variant
-        self.verified_identities: tuple[list[int], list[int] | None] | None = None  # set by verified_library
-        self.checked_headers: list[tuple[str, list[int] | None]] = []  # set by verified_library
-        self.stale_because = ""  # set where verified_or_discarded found a header changed: which
-        # set by verified_library: the backends the library has (a library fetched from the remote
-        # cache may have CUDA kernels where this machine, without nvcc, would build without them)
-        self.backends: list[str] | None = None
-        self.built_under: dict | None = None  # set by verified_library: a stable entry's build (_stable.unfit_here)
+        self.stale_because = ""  # the header that changed, where verified() found one: why a build runs
 
     @property
     def path(self) -> Path:
@@ -90,7 +103,7 @@ class Entry:
             return []
         return [variant for _, variant in sorted(found, key=lambda f: f[0], reverse=True)]
 
-    def read_manifest(self) -> dict | None:
+    def read_manifest(self) -> Manifest | None:
         """The manifest, or None if the entry is absent. Malformed manifests raise CacheError."""
         try:
             text = read_regular(self.manifest_path, MANIFEST_MAX)
@@ -107,7 +120,12 @@ class Entry:
         return manifest
 
     def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
-        """This variant's .so where its manifest, sha256 (in full unless its identity is recorded, or
+        """This variant's .so where it is sound (verify()); None where absent."""
+        verified = self.verify(touch, private, full_hash)
+        return None if verified is None else verified.library
+
+    def verify(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Verified | None:
+        """This variant where its manifest, sha256 (in full unless its identity is recorded, or
         full_hash) and headers hold; None where absent; CacheError if corrupt or not ours, StaleEntry if a header changed."""
         if not self.path.is_dir():
             return None
@@ -138,7 +156,7 @@ class Entry:
             identity = file_identity(library)
         except FileNotFoundError:
             raise CacheError(f"{library} is missing") from None
-        self.checked_headers = self.check_headers(headers, save=touch)
+        checked = self.check_headers(headers, save=touch)
         moved = identity != manifest.get("library_identity")
         if (full_hash or moved) and sha256_file(library) != manifest.get("library_sha256"):
             raise CacheError(f"{library} does not match the sha256 in its manifest (truncated or modified)")
@@ -150,10 +168,11 @@ class Entry:
                 pass  # a read-only cache still loads (the manifest as read); it hashes the library again next time
         if touch:
             mark_used(str(self.path), self.last_used())
-        self.verified_identities = (identity, manifest_identity)
-        self.backends = manifest.get("components", {}).get("backends")
-        self.built_under = manifest.get("built_under") if isinstance(manifest.get("built_under"), dict) else None
-        return library
+        built_under = manifest.get("built_under")
+        backends = manifest.get("components", {}).get("backends")
+        return Verified(
+            library, (identity, manifest_identity), checked, backends, built_under if isinstance(built_under, dict) else None
+        )
 
     def check_headers(self, headers: dict, save: bool) -> list[tuple[str, list[int] | None]]:
         """Each header the build included (manifest "headers": name -> sha256), with the identity it had
@@ -188,13 +207,19 @@ class Entry:
 
 
 def verified_or_discarded(entry: Entry, full_hash: bool = False, read_only: bool = False) -> Path | None:
-    """The library of the key's variant whose headers hold (most recently used first), entry.variant set;
-    else None (stale_because names a changed header). A corrupt variant is removed; read_only=True changes nothing."""
+    """The library of verified_variant()."""
+    verified = verified_variant(entry, full_hash, read_only)
+    return None if verified is None else verified.library
+
+
+def verified_variant(entry: Entry, full_hash: bool = False, read_only: bool = False) -> Verified | None:
+    """The key's variant whose headers hold (most recently used first), entry.variant set; else None
+    (entry.stale_because names a changed header). A corrupt variant is removed; read_only=True changes nothing."""
     stale = ""
     for variant in entry.variants():
         entry.variant = variant
         try:
-            library = entry.verified_library(touch=not read_only, full_hash=full_hash)
+            verified = entry.verify(touch=not read_only, full_hash=full_hash)
         except StaleEntry as err:
             stale = stale or str(err)
             continue
@@ -207,15 +232,15 @@ def verified_or_discarded(entry: Entry, full_hash: bool = False, read_only: bool
             if not read_only:
                 raise
             continue
-        if library is not None:
+        if verified is not None:
             entry.stale_because = ""
-            return library
+            return verified
     entry.variant = None
     entry.stale_because = stale
     return None
 
 
-def make_manifest(entry: Entry, components: dict, library: Path, headers: dict, **extra) -> dict:
+def make_manifest(entry: Entry, components: KeyComponents, library: Path, headers: dict, **extra) -> Manifest:
     """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
     for builds and ahead-of-time wheels. headers: see Entry.check_headers."""
     return {

@@ -26,6 +26,7 @@ from ..warm._libraries import (
 from . import _entries, _root, _stable
 
 if TYPE_CHECKING:
+    from .._records import KeyComponents
     from ..extension import Extension
 
 # Flags every extension is linked with. --as-needed: the library names only the libraries it takes
@@ -189,7 +190,9 @@ def environment_tools(cuda: CudaPlan) -> list[Path]:
     return [Path(found) for found in map(shutil.which, filter(None, commands)) if found]
 
 
-def key_components(extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None, exact: bool = False) -> dict:
+def key_components(
+    extension: Extension, cxx: Path | None, cuda: CudaPlan, each: dict | None = None, exact: bool = False
+) -> KeyComponents:
     """Everything that can change the built .so, but where the sources sit: one entry serves every
     copy of the same content (each copy's headers are checked at load). each: see sources_sha256.
     A stable extension's (unless exact) targets the floor's stable API and holds no torch or Python version."""
@@ -222,7 +225,7 @@ COMPILER_COMPONENTS = ("cxx", "nvcc", "environment_tools")
 COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
 
 
-def portable_components(components: dict) -> dict:
+def portable_components(components: KeyComponents) -> KeyComponents:
     """The key components that decide whether a library runs on a machine, wherever it was built:
     torch, Python and C++ ABI, CUDA, sources and flags; not the compilers, nor the archs (per record)."""
     portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}

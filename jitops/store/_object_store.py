@@ -12,6 +12,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import _layout
 from .._errors import warn
@@ -19,6 +20,9 @@ from ..warm._libraries import file_identity, identity_or_none, mark_used, read_r
 from . import _root
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._key import portable_components
+
+if TYPE_CHECKING:
+    from .._records import KeyComponents
 
 FORMAT = 1  # of a unit key and record: bump when their meaning changes
 # A file whose status changed less than this before a build started may have changed after it
@@ -31,12 +35,12 @@ TOOLCHAIN_COMPONENTS = ("recipe", "torch", "torch_git", "torch_cuda", "python_so
 TOOLCHAIN_COMPONENTS += ("environment", "environment_tools")
 
 
-def toolchain(components: dict) -> dict:
+def toolchain(components: KeyComponents) -> dict:
     """The key components that describe the toolchain, which every unit and PCH key holds."""
     return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
 
 
-def unit_key(unit, components: dict, source_sha256: str, portable: bool = False, name_free: bool = False) -> str:
+def unit_key(unit, components: KeyComponents, source_sha256: str, portable: bool = False, name_free: bool = False) -> str:
     """The object's key: what made it but its headers. portable: without the compiler's identity (the
     remote's; paths stay absolute). name_free: without the extension's name, for a unit that never reads it."""
     command = unit.command
@@ -60,12 +64,21 @@ NAME_FREE = f"-D{NAME_MACRO}=*"
 _NAME_WORD = re.compile(rf"(?<!\S)-D{NAME_MACRO}=\S*")
 
 
-def plan_keys(unit, components: dict, source_sha256: str) -> None:
-    """Set the unit's keys: its own, the name-free one where its source never names the extension
-    (reuse tries that first; store uses it where its headers do not name it either), the remote's."""
-    unit.key = unit_key(unit, components, source_sha256)
-    unit.portable_key = unit_key(unit, components, source_sha256, portable=True)
-    unit.name_free_key = None if names_extension(unit.source) else unit_key(unit, components, source_sha256, name_free=True)
+class ObjectKeys(NamedTuple):
+    """A unit's keys: its own; the name-free one where its source never names the extension (reuse
+    tries that first; keep uses it where its headers do not name it either); the remote's."""
+
+    key: str
+    name_free_key: str | None
+    portable_key: str
+
+
+def keys_of(unit, components: KeyComponents, source_sha256: str) -> ObjectKeys:
+    return ObjectKeys(
+        unit_key(unit, components, source_sha256),
+        None if names_extension(unit.source) else unit_key(unit, components, source_sha256, name_free=True),
+        unit_key(unit, components, source_sha256, portable=True),
+    )
 
 
 def names_extension(path: str) -> bool:
@@ -98,28 +111,27 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
     return record, data
 
 
-def reuse(root: Path, unit, build_dir: Path) -> bool:
+def reuse(root: Path, unit, build_dir: Path) -> tuple[str, dict[str, str]] | None:
     """Put the unit's object into build_dir from a variant whose headers and object still hold, under
-    its name-free key first, then its own (setting unit.headers and unit.key); False where none does."""
+    its name-free key first, then its own: (the key it was found under, its headers); else None."""
     objects = _root.usable_part(root, _layout.OBJECTS_DIR, write=False)
     if objects is None:
-        return False
+        return None
     known = _root.known_file_hashes(root)
     try:
         for key in filter(None, (unit.name_free_key, unit.key)):
-            if _reuse_variant(objects / key, key, unit, build_dir, known):
-                unit.key = key
-                return True
-        return False
+            if (headers := _reuse_variant(objects / key, key, unit, build_dir, known)) is not None:
+                return key, headers
+        return None
     finally:
         known.save()
 
 
-def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _root.KnownFileHashes) -> bool:
+def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _root.KnownFileHashes) -> dict[str, str] | None:
     try:
         variants = sorted(os.scandir(folder), key=lambda v: v.stat().st_mtime, reverse=True)
     except OSError:
-        return False
+        return None
     for variant in variants:
         if variant.name.startswith(".") or not variant.is_dir(follow_symlinks=False):
             continue
@@ -150,9 +162,8 @@ def _reuse_variant(folder: Path, key: str, unit, build_dir: Path, known: _root.K
             _discard(Path(variant.path))
             continue
         mark_used(variant.path, variant.stat().st_mtime)  # for prune's last-used order
-        unit.headers, unit.reused = dict(headers), True
-        return True
-    return False
+        return dict(headers)
+    return None
 
 
 def _discard(variant: Path) -> None:
@@ -192,23 +203,24 @@ def describe(folder: Path) -> tuple[str, float | None, Path, str]:
     return os.path.basename(record["source"]), record.get("stored_at"), folder / _layout.OBJECT_NAME, record["object_sha256"]
 
 
-def keep(root: Path, unit, build_dir: Path) -> None:
+def keep(root: Path, unit, build_dir: Path) -> str:
     """Keep a compiled unit's object (unit.headers set), staged and renamed into place; a variant
-    already there stays. A failure (a full disk, an unusable objects/) costs only a later compile."""
-    if unit.name_free_key and not any(names_extension(header) for header in unit.headers):
-        unit.key = unit.name_free_key
+    already there stays. A failure (a full disk, an unusable objects/) costs only a later compile.
+    Returns the key it is kept under: the name-free one where no header names the extension either."""
+    name_free = unit.name_free_key and not any(names_extension(header) for header in unit.headers)
+    key = unit.name_free_key if name_free else unit.key
     variant = variant_of(unit.headers)
     objects = _root.usable_part(root, _layout.OBJECTS_DIR)
-    target = objects / unit.key / variant if objects is not None else None
+    target = objects / key / variant if objects is not None else None
     if target is None or target.exists():
-        return
+        return key
     staging = None
     try:
         staging = _root.new_staging(objects)
         shutil.copyfile(build_dir / unit.object, staging / _layout.OBJECT_NAME)
         identity = file_identity(staging / _layout.OBJECT_NAME)  # before hashing: as KnownFileHashes
         record = {
-            "key": unit.key,
+            "key": key,
             "source": unit.source,
             "command": unit.command,
             "headers": unit.headers,
@@ -217,7 +229,7 @@ def keep(root: Path, unit, build_dir: Path) -> None:
         }
         write_json_atomic(staging / _layout.RECORD_NAME, record)
         os.chmod(staging, 0o700)
-        (objects / unit.key).mkdir(mode=0o700, exist_ok=True)
+        (objects / key).mkdir(mode=0o700, exist_ok=True)
         _root.publish_folder(staging, target)  # one stored meanwhile by another build stays
         # Its hash known, so that its first reuse need not read it again (the folder's rename
         # keeps the object's identity); saved once by the build, after all its units are stored.
@@ -225,3 +237,4 @@ def keep(root: Path, unit, build_dir: Path) -> None:
     except OSError:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+    return key

@@ -16,6 +16,7 @@ from . import _entries
 from ._stable import cuda_major, unfit_here
 
 if TYPE_CHECKING:
+    from .._records import KeyComponents
     from ..extension import Extension
 
 # What a prebuilt .so must share with the running process (the entry itself checks the headers):
@@ -59,7 +60,7 @@ def visible_capabilities() -> list[tuple[int, int]]:
     return sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
 
 
-def mismatch(components: dict, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
+def mismatch(components: KeyComponents, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
     """How a prebuilt's key components differ from the running ones (in `fields`), one 'field X,
     here Y' each. A stable library with CUDA code needs this torch's CUDA major; a CPU-only one, none."""
     if wanted.get("abi") == "stable":
@@ -150,7 +151,7 @@ def warn_refused_once(extension: Extension, refused: list[str]) -> None:
 
 
 def prebuilt_or_error(
-    extension: Extension, components: dict, why: str, required: bool, advice: str = ""
+    extension: Extension, components: KeyComponents, why: str, required: bool, advice: str = ""
 ) -> tuple[Path, list[str]] | None:
     """A prebuilt .so matching the running process, and its backends. why: why building is not an
     option. No match: None, or (required) an error naming why, each refusal and advice."""

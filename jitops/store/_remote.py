@@ -36,6 +36,8 @@ from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._records import RemoteRecordBody
+
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
 
@@ -155,7 +157,7 @@ class Remote:
         values = self.call(f"looking up {op} in", "get_many", *args, check=lambda v: isinstance(v, list) and len(v) == len(names))
         return list(zip(names, values))
 
-    def opened(self, data, name: str, kind: str, key: str, op: str) -> dict | None:
+    def opened(self, data, name: str, kind: str, key: str, op: str) -> RemoteRecordBody | None:
         """The body of the record `name` where `judge` takes it; else None, with one warning naming
         the op, the server and the signer."""
         body, signer, why = self.judge(data, kind, key)
@@ -230,7 +232,6 @@ class Remote:
                     library = _entries.publish_library(entry, manifest, fill)
                     if library is None:
                         continue
-                    entry.backends = body["backends"]  # a pod without nvcc may get CUDA kernels
                     self.count(hits=1, bytes_down=body["size"])
                     self.said.pop(op, None)
                     return library

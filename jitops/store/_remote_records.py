@@ -9,7 +9,7 @@ import json
 import os
 import re
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._errors import CacheError
 from ..warm._libraries import cuda_arch_list
@@ -17,6 +17,9 @@ from . import _entries, _prebuilt, _root, _signing
 from ._key import CudaPlan, PlannedEntry, key_components, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable
 from ._stable import numbers, unfit_here
+
+if TYPE_CHECKING:
+    from .._records import KeyComponents, Manifest, RemoteRecordBody
 
 # Of the records and the lookup key: bump when their meaning changes (2: records framed as below,
 # their signature checked before their body is parsed; 3: stable-ABI keys, without torch's or
@@ -26,7 +29,7 @@ MAGIC = b"jitops-record"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def lookup_key(components: dict) -> str:
+def lookup_key(components: KeyComponents) -> str:
     """The remote's key of a build: sha256 of its portable components."""
     return _root.json_digest({"format": FORMAT, **portable_components(components)}, 32)
 
@@ -197,7 +200,7 @@ def _untrusted_why(signer: str | None, trusted: set[bytes]) -> str:
     return "its signer is not in JITOPS_REMOTE_TRUSTED_KEYS; add that key there if it is your writer's"
 
 
-def candidates(planned: PlannedEntry) -> list[dict]:
+def candidates(planned: PlannedEntry) -> list[KeyComponents]:
     """The key components to look up: this machine's, and first, where torch has CUDA but no toolkit
     is found, those of a CUDA build for its GPUs: what a writer with a toolkit built."""
 
@@ -236,7 +239,7 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
     return ""
 
 
-def local_manifest(server: str, planned: PlannedEntry, body: dict, variant: str) -> dict:
+def local_manifest(server: str, planned: PlannedEntry, body: RemoteRecordBody, variant: str) -> Manifest:
     """The local manifest of a fetched entry: this machine's key and components (with the archs the
     library has), and where it came from (`jitops-cache clear --signed-by` reads signed_by)."""
     return {

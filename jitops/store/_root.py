@@ -16,12 +16,16 @@ import stat
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import CacheError, warn
 from .._flock import flocked
 from .._layout import REMOVING_PREFIX, TMP_PREFIX, configured_root
 from ..warm._libraries import file_identity, private_dir_problem, read_regular, unsafe_path_problem, write_json_atomic
+
+if TYPE_CHECKING:
+    from .._records import KeyComponents
 
 
 # Folders: staged beside their place, published in one rename, removed by renaming away first
@@ -391,7 +395,7 @@ def hash_files(
     return digest.hexdigest()
 
 
-def compute_key(components: dict) -> str:
+def compute_key(components: KeyComponents) -> str:
     canonical = json.dumps(components, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[: _layout.KEY_LENGTH]
 

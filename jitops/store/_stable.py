@@ -13,8 +13,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..warm._libraries import RECIPE, cxx_runtime, process_abi
+
+if TYPE_CHECKING:
+    from .._records import KeyComponents
 
 # The oldest torch jitops supports (setup.cfg's torch>=): stable builds target its ABI
 # (TORCH_TARGET_VERSION), so one library serves it and every later torch. tests/test_stable_abi.py
@@ -193,7 +197,9 @@ def demangled(symbols: list[str]) -> list[str]:
     return shown if len(shown) == len(symbols) else symbols
 
 
-def built_under(components: dict, library: Path, cxx: Path | None, include_dirs: list[str], exact_because: str = "") -> dict:
+def built_under(
+    components: KeyComponents, library: Path, cxx: Path | None, include_dirs: list[str], exact_because: str = ""
+) -> dict:
     """A stable library's manifest field `built_under`: the torch and Python it was built under, its
     floor, the CUDA toolkit that compiled its CUDA code, and the audit of its dynamic symbols
     (include_dirs: torch's, where the audit reads the shim's declarations)."""
