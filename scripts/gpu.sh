@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA tests and timings on a lent GPU machine, in parts that each fit one 10-minute device call:
-#   bash scripts/gpu.sh first-build|cross-torch|remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
+#   bash scripts/gpu.sh first-build|cross-torch|remote|remote-ab|tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-cud|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes
 # (logs under $OUT). `tests` runs the whole suite: its four parts at once, each with its own cache;
 # on a fresh 16-core machine part d (the downstream package's wheels, venvs and CUDA builds) no longer
 # fits the 10 minutes beside the others: run `tests-ab`, `tests-c`, `tests-d` there, or `tests-wide`
@@ -62,7 +62,13 @@ case "$1" in
   tests-a) part a $TESTS_A; tail -n 3 "$OUT/pytest-a.log" ;;
   tests-b) part b $TESTS_B; tail -n 3 "$OUT/pytest-b.log" ;;
   tests-c) part c $TESTS_C; tail -n 3 "$OUT/pytest-c.log" ;;
-  tests-d) part d -n 4 $TESTS_D; tail -n 3 "$OUT/pytest-d.log" ;;  # alone, in 4 workers: a cold run takes 9 minutes in one
+  tests-d) part d -n 4 $TESTS_D; tail -n 3 "$OUT/pytest-d.log" ;;
+  tests-cud)  # parts c (less upfirdn2d's file: part u) and d at once, 4 workers each: one call after tests-ab
+    rest=$(for f in $TESTS_C; do [ "$f" = tests/test_upfirdn2d.py ] || echo "$f"; done | tr '\n' ' ')
+    part c -n 4 $rest & c=$!; part u -n 4 tests/test_upfirdn2d.py & u=$!; part d -n 4 $TESTS_D & d=$!
+    status=0; for pid in $c $u $d; do wait $pid || status=1; done
+    for name in c u d; do echo "part $name: $(tail -n 1 "$OUT/pytest-$name.log")"; done
+    exit $status ;;  # alone, in 4 workers: a cold run takes 9 minutes in one
   loader) python3 examples/load_time.py --ops "${OPS:-add2,bias_act}" --repeats 7 --baseline-repeats 1 \
              --json "$OUT/load_time.json" 2>&1 | tee "$OUT/load_time.log" ;;
   installed)  # the loader as users have it: a regular install, timed from outside the checkout (then editable again)
@@ -158,5 +164,5 @@ case "$1" in
     for node in 0 1; do
       for command in list verify; do JITOPS_CACHE_DIR=$work/node$node python3 -m jitops.cache_tools $command 2>&1 | tee -a "$OUT/nccl-caches.txt"; done
     done ;;
-  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
+  *) echo "usage: $0 tests|tests-wide|tests-ops|tests-ab|tests-cd|tests-cud|tests-a|tests-b|tests-c|tests-d|issue25|edit-loop|edit-loop-paced|unmodified|gcc-heap|drop-in|drop-in-installed|drop-in-phases|loader|installed|phases|dlopen|warm-ab|bias-act-ab|bench|bench-others|upfirdn2d|bench-upfirdn2d|ncu-upfirdn2d|nccl-two-nodes"; exit 2 ;;
 esac
