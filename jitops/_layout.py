@@ -161,6 +161,33 @@ def inline_dir(root) -> str:
     return os.path.join(root, INLINE_DIR)
 
 
+# The remote cache's names (a Redis key or a file under a shared folder): records under entries/,
+# objects/ and pch/ (one per variant, PCH compiler), the blobs they name by sha256, a lease per
+# key being built, and counters.
+REMOTE_ENTRIES, REMOTE_OBJECTS, REMOTE_PCH, REMOTE_BLOBS = "entries", "objects", "pch", "blobs"
+
+
+def remote_records(kind: str, key: str) -> str:
+    """The folder of a key's records: kind is REMOTE_ENTRIES, REMOTE_OBJECTS or REMOTE_PCH."""
+    return f"{kind}/{key}"
+
+
+def remote_record(kind: str, key: str, variant: str) -> str:
+    return f"{kind}/{key}/{variant}"
+
+
+def remote_blob(digest: str) -> str:
+    return f"{REMOTE_BLOBS}/{digest}"
+
+
+def remote_lease(key: str) -> str:
+    return f"leases/{key}"
+
+
+def remote_counter(name: str) -> str:
+    return f"stats/{name}"
+
+
 # Outside any root: this user's folder for what jitops shares across the machine (builder/_jobs.py):
 # the job slots, one lock file each, and the one background PCH compile's turn.
 MACHINE_DIR_PREFIX = "jitops-"

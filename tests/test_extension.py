@@ -200,11 +200,12 @@ def test_a_function_local_import_of_jitops_says_why_on_its_line():
 CACHE_NAMES = ("manifest.json", "build.log", "record.json", "object.o", "pch.h", "warm-", ".tmp-", ".lock", ".owner")
 CACHE_NAMES += (".failed.log", "file-hashes.json", "toolchain.json", "stats.json", "stats.lck")
 CACHE_NAMES += ("locations.json", "objects", "pch", "inline")
+REMOTE_NAMES = ("blobs/", "entries/", "objects/", "pch/", "leases/", "stats/")
 
 
 def test_only_the_store_names_a_path_inside_the_cache():
-    """The layout of a cache root has one owner: jitops/_layout.py names every folder and file in
-    it (the store, jitops/store/_root.py, and everything else ask it). A string literal elsewhere in the
+    """The layout of a cache root, and of the remote cache, has one owner: jitops/_layout.py names
+    every folder and file in it (the store, jitops/store/_root.py, and everything else ask it). A string literal elsewhere in the
     package or the CLI that spells one of those names is a second owner."""
     offenders = []
     for path in sorted([*(REPO / "jitops").rglob("*.py"), *(REPO / "cache_tools").rglob("*.py")]):
@@ -232,6 +233,7 @@ def test_only_the_store_names_a_path_inside_the_cache():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 words = node.value in CACHE_NAMES and ("." in node.value or id(node) in in_path)
                 words = words or any(n in node.value for n in CACHE_NAMES if "." in n or "-" in n)
+                words = words or node.value.startswith(REMOTE_NAMES)  # the remote's: "blobs/...", f"entries/{key}"
                 if words:
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
     assert offenders == [], "paths inside the cache named outside jitops/_layout.py:\n" + "\n".join(offenders)

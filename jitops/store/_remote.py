@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _settings
+from .. import _layout, _settings
 from .._errors import CacheError, warn
 from . import _entries, _object_store, _remote_records, _root, _signing
 from ._key import PlannedEntry
@@ -141,7 +141,7 @@ class Remote:
         if self.disabled or self.read_only:
             return
         with contextlib.suppress(Exception):
-            self._run(self.backend.add_many, ({f"stats/{name}": amount for name, amount in amounts.items()},))
+            self._run(self.backend.add_many, ({_layout.remote_counter(name): amount for name, amount in amounts.items()},))
 
     # Reading records and blobs, each bounded and checked.
     def records(self, folder: str, op: str) -> list[tuple[str, object]]:
@@ -187,7 +187,7 @@ class Remote:
                     return file.write(chunk)
 
             try:
-                read = (f"blobs/{digest}", Hashing(), size)
+                read = (_layout.remote_blob(digest), Hashing(), size)
                 self.call(f"downloading {op} from", "get_into", *read, check=lambda n: n is None or type(n) is int)
                 written, why = file.tell(), f"its blob {digest[:16]} does not match its size and sha256"
                 why = (
@@ -206,7 +206,7 @@ class Remote:
 
     def put_blob(self, data: bytes, op: str) -> str:
         digest = _root.sha256_bytes(data)
-        self.call(f"uploading {op} to", "put", f"blobs/{digest}", data, True)
+        self.call(f"uploading {op} to", "put", _layout.remote_blob(digest), data, True)
         return digest
 
     # Libraries
@@ -220,7 +220,7 @@ class Remote:
                 key = lookup_key(components)
                 if key in self.refused:
                     continue
-                for name, data in self.records(f"entries/{key}", op):
+                for name, data in self.records(_layout.remote_records(_layout.REMOTE_ENTRIES, key), op):
                     body = self.opened(data, name, "entry", key, op)
                     if body is None:
                         continue
@@ -257,7 +257,8 @@ class Remote:
         self.warn_unsigned()
         components = manifest.get("components", {})
         key, op = lookup_key(components), entry.name
-        name = f"entries/{key}/{_remote_records.record_variant(components.get('cuda_arch_list'), manifest.get('headers', {}))}"
+        variant = _remote_records.record_variant(components.get("cuda_arch_list"), manifest.get("headers", {}))
+        name = _layout.remote_record(_layout.REMOTE_ENTRIES, key, variant)
         try:
             there = self.replaceable(name, op)
             if there is None:
@@ -322,7 +323,7 @@ class Remote:
         if found is None:
             return
         record, data = found
-        name = f"objects/{unit['portable_key']}/{unit['object_variant']}"
+        name = _layout.remote_record(_layout.REMOTE_OBJECTS, unit["portable_key"], unit["object_variant"])
         there = self.replaceable(name, op)
         if there is None:
             return
@@ -343,7 +344,7 @@ class Remote:
         or None."""
 
         try:
-            for name, data in self.records(f"objects/{portable_key}", op):
+            for name, data in self.records(_layout.remote_records(_layout.REMOTE_OBJECTS, portable_key), op):
                 body = self.opened(data, name, "object", portable_key, op)
                 if body is None or not _object_store.headers_hold(root, body["headers"]):
                     continue
@@ -361,7 +362,10 @@ class Remote:
         if self.read_only or self.disabled:
             return build(), "built"
         op = planned.entry.name
-        lease, owner = f"leases/{lookup_key(planned.components)}", f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        lease, owner = (
+            _layout.remote_lease(lookup_key(planned.components)),
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}",
+        )
         timeout = _settings.get("JITOPS_BUILD_TIMEOUT")
         deadline = time.monotonic() + timeout
         try:

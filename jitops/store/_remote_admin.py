@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .. import _layout
 from ._key import PlannedEntry
 from ._remote import Remote
 from ._remote_backends import Unreadable
 from ._remote_records import candidates, lookup_key, shape_problem, unfit, unseal
 
-KINDS = {"entries": "entry", "objects": "object"}
+KINDS = {_layout.REMOTE_ENTRIES: "entry", _layout.REMOTE_OBJECTS: "object"}
 
 
 @dataclass
@@ -63,9 +64,9 @@ def listing(remote: Remote, kind: str) -> list[Record]:
 def status(remote: Remote) -> dict:
     """What jitops keeps on the server (entries, objects, blobs and their bytes), the server's own
     memory apart, and the counters."""
-    entries, objects = listing(remote, "entries"), listing(remote, "objects")
+    entries, objects = listing(remote, _layout.REMOTE_ENTRIES), listing(remote, _layout.REMOTE_OBJECTS)
     named = {r.blob: r.size for r in entries + objects if r.blob}
-    blobs = remote.call("listing", "list", "blobs", check=lambda v: isinstance(v, list))
+    blobs = remote.call("listing", "list", _layout.REMOTE_BLOBS, check=lambda v: isinstance(v, list))
     server_bytes = remote.call("asking", "size", check=lambda v: v is None or type(v) is int)
     counters = ("hits", "misses", "object_hits", "pushes", "bytes_down", "bytes_up")
     return {
@@ -76,7 +77,10 @@ def status(remote: Remote) -> dict:
         "unnamed_blobs": sum(1 for b in blobs if b not in named),
         "blob_bytes": sum(named.values()),
         "bytes": server_bytes,  # the server's own memory (Redis: every database's), or the folder's size
-        **{name: remote.call("asking", "counter", f"stats/{name}", check=lambda v: type(v) is int) for name in counters},
+        **{
+            name: remote.call("asking", "counter", _layout.remote_counter(name), check=lambda v: type(v) is int)
+            for name in counters
+        },
     }
 
 
@@ -91,7 +95,7 @@ def to_prune(
     """The entry records a prune removes: what a reader here refuses (untrusted), what a key signed
     (signed_by); malformed ones, then those pushed before older_than seconds ago, then the oldest
     (untrusted first) until max_size bytes hold."""
-    found = sorted(listing(remote, "entries"), key=lambda r: (r.trusted, r.pushed_at))
+    found = sorted(listing(remote, _layout.REMOTE_ENTRIES), key=lambda r: (r.trusted, r.pushed_at))
     doomed = [r for r in found if (untrusted and not r.trusted) or (signed_by and r.signer == signed_by)]
     if older_than is not None or max_size is not None:
         doomed += [r for r in found if r.problem and r not in doomed]
@@ -112,16 +116,16 @@ def remove(remote: Remote, names: list[str]) -> int:
     """Remove records, then every blob no remaining record names; returns the bytes of those blobs
     that a record gave the size of. (A writer pushing meanwhile may lose a blob: its record is then
     a miss, never a wrong load.)"""
-    everything = listing(remote, "entries") + listing(remote, "objects")
+    everything = listing(remote, _layout.REMOTE_ENTRIES) + listing(remote, _layout.REMOTE_OBJECTS)
     for name in names:
         remote.call("removing from", "delete", name)
     sizes = {r.blob: r.size for r in everything if r.blob}
     named = {r.blob for r in everything if r.blob and r.name not in names}
     freed = 0
-    for digest in remote.call("listing", "list", "blobs", check=lambda v: isinstance(v, list)):
+    for digest in remote.call("listing", "list", _layout.REMOTE_BLOBS, check=lambda v: isinstance(v, list)):
         if isinstance(digest, str) and "/" not in digest and digest not in named:
             freed += sizes.get(digest, 0)
-            remote.call("removing from", "delete", f"blobs/{digest}")
+            remote.call("removing from", "delete", _layout.remote_blob(digest))
     return freed
 
 
@@ -131,11 +135,13 @@ def holds(remote: Remote, planned: PlannedEntry) -> tuple[bool, str]:
     found = []
     for components in candidates(planned):
         key = lookup_key(components)
-        for name, data in remote.records(f"entries/{key}", planned.entry.name):
+        for name, data in remote.records(_layout.remote_records(_layout.REMOTE_ENTRIES, key), planned.entry.name):
             body, signer, why = remote.judge(data, "entry", key)
             why = why or (body is not None and unfit(body, planned))
             if not why and body is not None:
-                if remote.call("looking up", "exists", f"blobs/{body['library_sha256']}", check=lambda v: isinstance(v, bool)):
+                if remote.call(
+                    "looking up", "exists", _layout.remote_blob(body["library_sha256"]), check=lambda v: isinstance(v, bool)
+                ):
                     return True, f"{remote.server}, signed by {signer or 'no key (JITOPS_REMOTE_TRUST=server)'}"
                 why = "its blob is missing"
             if why:

@@ -63,7 +63,7 @@ def push(remote: Remote, folder: Path, pch_key: str, compiler: str) -> bool:
     if remote.read_only or remote.disabled or compiler_digest is None:
         return False
     remote.warn_unsigned()
-    name = f"pch/{pch_key}/{compiler_digest[:16]}"
+    name = _layout.remote_record(_layout.REMOTE_PCH, pch_key, compiler_digest[:16])
     try:
         there = remote.replaceable(name, op)
         if there is None:
@@ -107,7 +107,7 @@ def find(remote: Remote, pch_key: str, header: str, compiler: str) -> tuple[str,
     if compiler_digest is None:
         return None
     try:
-        for name, data in remote.records(f"pch/{pch_key}", op):
+        for name, data in remote.records(_layout.remote_records(_layout.REMOTE_PCH, pch_key), op):
             body = remote.opened(data, name, "pch", pch_key, op)
             if body is not None and body["compiler_sha256"] == compiler_digest and body["header"] == header:
                 return name, body
