@@ -14,7 +14,7 @@ import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
 from jitops.builder import _pch
-from jitops.store import _entries, _root
+from jitops.store import _entries, _root, _staging
 from jitops.store._key import plan_cuda
 from jitops.store._stable import floor_text
 from jitops.warm import _libraries
@@ -155,20 +155,13 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
     if os.path.lexists(target):
         _check_exported(target)
         return target
-    staging = _root.new_staging(out)
-    try:
-        shutil.copy2(entry_dir / manifest["library"], staging / manifest["library"])
-        _libraries.write_json_atomic(staging / _layout.MANIFEST_NAME, manifest)
-        os.chmod(staging / manifest["library"], 0o755)
-        os.chmod(staging / _layout.MANIFEST_NAME, 0o644)
-        os.chmod(staging, 0o755)
-        _root.publish_folder(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if os.path.lexists(target):  # another export of the same entry won
-            _check_exported(target)
-            return target
-        raise
+    with _staging.staged(out, target, mode=0o755) as staging:
+        shutil.copy2(entry_dir / manifest["library"], staging.path / manifest["library"])
+        _libraries.write_json_atomic(staging.path / _layout.MANIFEST_NAME, manifest)
+        os.chmod(staging.path / manifest["library"], 0o755)
+        os.chmod(staging.path / _layout.MANIFEST_NAME, 0o644)
+    if not staging.published:  # another export of the same entry won
+        _check_exported(target)
     return target
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .. import _flock, _layout, _settings
 from .._errors import CacheError, warn
-from ..store import _budget, _root, remote_tier
+from ..store import _budget, _root, _staging, remote_tier
 from ..store._lock import HeldLock
 from ..store._object_store import TOOLCHAIN_COMPONENTS, toolchain
 from ..warm._libraries import DROP_IN_NAMESPACE, file_identity, mark_used, read_regular, write_json_atomic
@@ -259,38 +258,12 @@ def build(spec: PchJob, blocking: bool) -> str | None:
 def _compile_and_publish(spec: PchJob, parent: Path, root: Path, pch_key: str, blocking: bool) -> str | None:
     """Under the PCH's lock: compile it in a staging folder, check what it holds, publish it."""
     _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
-    staging = None
     try:
-        staging = _root.new_staging(parent)
-        header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
-        header.write_text(spec["header"], encoding="utf-8")
-        # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
-        # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
-        command = spec["command"]
-        for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
-            command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
-        command = command.replace("$$", "$")
-        if blocking:
-            returncode = subprocess.run(shlex.split(command), capture_output=True, check=False).returncode
-        else:
-            returncode = _compile_in_background(shlex.split(command), root)
-        if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
-            return None
-        record = {
-            "sha256": _root.sha256_file(gch),
-            "identity": file_identity(gch),
-            "command": command,
-            "built_at": time.time(),
-        }
-        write_json_atomic(staging / _layout.RECORD_NAME, record)
-        deps.unlink()
-        os.chmod(staging, 0o700)
-        _root.publish_folder(staging, parent / pch_key)
+        with _staging.staged(parent, parent / pch_key) as staging:
+            if not _compile_into(spec, staging.path, root, blocking):
+                staging.discard()
     except (OSError, ValueError):
         return None  # a full disk, or flags the shell cannot split: the units compile without it
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
     # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
     # free finds the root within its budget.
     _budget.enforce_budget(root)
@@ -298,6 +271,34 @@ def _compile_and_publish(spec: PchJob, parent: Path, root: Path, pch_key: str, b
     if found is not None:
         _push(spec)
     return found
+
+
+def _compile_into(spec: PchJob, staging: Path, root: Path, blocking: bool) -> bool:
+    """Compile the PCH into staging with its record; whether it compiled and read only torch's and
+    the toolchain's headers."""
+    header, gch, deps = staging / _layout.PCH_HEADER_NAME, staging / _layout.GCH_NAME, staging / "pch.d"
+    header.write_text(spec["header"], encoding="utf-8")
+    # The command is ninja text (torch's flags): `$$` is a dollar, as in build.ninja. The
+    # placeholders are replaced, not formatted: a flag may hold braces (-DINIT={0}).
+    command = spec["command"]
+    for name, path in [("header", header), ("gch", gch), ("deps", deps)]:
+        command = command.replace(f"@{name}@", shlex.quote(str(path)).replace("$", "$$"))
+    command = command.replace("$$", "$")
+    if blocking:
+        returncode = subprocess.run(shlex.split(command), capture_output=True, check=False).returncode
+    else:
+        returncode = _compile_in_background(shlex.split(command), root)
+    if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
+        return False
+    record = {
+        "sha256": _root.sha256_file(gch),
+        "identity": file_identity(gch),
+        "command": command,
+        "built_at": time.time(),
+    }
+    write_json_atomic(staging / _layout.RECORD_NAME, record)
+    deps.unlink()
+    return True
 
 
 def _compile_in_background(argv: list[str], root: Path) -> int:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import _flock, _layout
 from .._errors import CacheError
-from ..store import _root, remote_tier
+from ..store import _root, _staging, remote_tier
 from ..store._lock import HeldLock
 from ..warm._libraries import file_identity, write_json_atomic
 from ._pch import find
@@ -75,17 +74,13 @@ class Fetches:
         from ..store import _remote_pch  # only where a remote is set
 
         _root.remove_dead_staging(parent)
-        staging = _root.new_staging(parent)
-        try:
-            record = _remote_pch.fetch(remote, staging, found)
-            if record is not None:
-                gch = staging / _layout.GCH_NAME
-                made = {**record, "identity": file_identity(gch), "command": spec["command"]}
-                write_json_atomic(staging / _layout.RECORD_NAME, made)
-                os.chmod(staging, 0o700)
-                _root.publish_folder(staging, parent / spec["key"])
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with _staging.staged(parent, parent / spec["key"]) as staging:
+            record = _remote_pch.fetch(remote, staging.path, found)
+            if record is None:
+                staging.discard()
+            else:
+                made = {**record, "identity": file_identity(staging.path / _layout.GCH_NAME), "command": spec["command"]}
+                write_json_atomic(staging.path / _layout.RECORD_NAME, made)
 
     def close(self) -> None:
         for thread in self.threads:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -128,7 +127,8 @@ def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
     """A folder holding `files`, named after their content (<name>-<sha256>), checked at every call; a
     damaged one is never rewritten (a build may read it): the content goes into <name>-<sha256>-<n>."""
     from .._errors import BuildError  # the store's modules and the errors only where sources are written:
-    from ..store._root import cache_root, ensure_private_dir, new_staging, publish_folder  # a warm load_inline checks them
+    from ..store._root import cache_root, ensure_private_dir  # a warm load_inline checks them
+    from ..store._staging import staged  # the same
 
     contents = {file: text.encode("utf-8") for file, text in files.items()}
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
@@ -139,23 +139,17 @@ def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
             return str(folder)
         if os.path.lexists(folder):
             continue  # damaged: left as it is
-        staging = None
         try:
-            staging = new_staging(parent)
-            for file, data in contents.items():
-                with open(staging / file, "wb") as out:
-                    out.write(data)
-                    out.flush()
-                    os.fsync(out.fileno())
-            publish_folder(staging, folder)
-            return str(folder)
+            with staged(parent, folder) as staging:
+                for file, data in contents.items():
+                    with open(staging.path / file, "wb") as out:
+                        out.write(data)
+                        out.flush()
+                        os.fsync(out.fileno())
         except OSError as err:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-            if _holds(folder, contents):  # another process wrote the same content first
-                return str(folder)
-            if not os.path.lexists(folder):
-                raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
+            raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
+        if staging.published or _holds(folder, contents):  # or another process wrote the same content first
+            return str(folder)
     raise BuildError(
         f"jitops: load_inline's sources of {name} are damaged in {INLINE_COPIES} folders {parent}/{name}-{digest}*; "
         "remove them (`jitops-cache clear --all` removes every folder of load_inline's sources)"

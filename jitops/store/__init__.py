@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Literal
 from .. import _settings
 from .._errors import BuildError, CacheError
 from . import _budget, _entries, _prebuilt, _root, _stable
-from ._entries import Verified
+from ._entries import StagedEntry, Verified
 from ._key import CudaPlan, PlannedEntry
 from ._lock import entry_lock
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from ._remote import Remote
 
-__all__ = ["CudaPlan", "Found", "PlannedEntry", "Staged", "Store", "Verified", "remote_tier"]
+__all__ = ["CudaPlan", "Found", "PlannedEntry", "StagedEntry", "Store", "Verified", "remote_tier"]
 
 Source = Literal["cache", "built", "remote", "prebuilt"]
 
@@ -38,15 +38,6 @@ class Found:
     backends: list[str]
     source: Source
     verified: Verified | None = None
-
-
-@dataclass
-class Staged:
-    """A private folder a build fills: published as its entry with `manifest` where the block ends
-    without an error and a manifest is set; removed otherwise."""
-
-    path: Path
-    manifest: dict | None = None
 
 
 def remote_tier() -> Remote | None:
@@ -140,22 +131,10 @@ class Store:
         _budget.enforce_budget(self.root)  # its older variants may go too
         return found
 
-    @contextlib.contextmanager
-    def staged(self, planned: PlannedEntry) -> Iterator[Staged]:
-        """A private folder for one build of the entry (named with this process's id: a later build
-        can tell an orphan); published (manifest last, one rename) where the block sets a manifest
-        and ends cleanly, removed on any error. Under the key's lock (build_once)."""
-        staged = Staged(_entries.new_build_dir(planned.entry))
-        try:
-            yield staged
-        except BaseException:
-            with contextlib.suppress(OSError):  # the error says what happened; a leftover is an orphan
-                _root.remove_tree(staged.path)
-            raise
-        if staged.manifest is None:
-            _root.remove_tree(staged.path)
-        else:
-            _entries.publish(planned.entry, staged.path, staged.manifest)
+    def staged(self, planned: PlannedEntry) -> contextlib.AbstractContextManager[StagedEntry]:
+        """A build's folder for the entry: published as it where the block sets a manifest and ends
+        cleanly, removed on any error (under the key's lock: build_once)."""
+        return _entries.staged(planned.entry)
 
     def receive(self, entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
         """Publish an entry built elsewhere (jitops.distributed's other rank) as a local build

@@ -5,6 +5,7 @@ process opens exactly the library it checked."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -21,15 +22,16 @@ from ._root import (
     check_private_dir,
     json_digest,
     known_file_hashes,
-    new_staging,
     note_other_root,
-    publish_folder,
     remove_dead_staging,
     remove_tree,
     sha256_file,
 )
+from ._staging import new_staging, publish_folder
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .._records import KeyComponents, Manifest
 
 MANIFEST_MAX = 16 << 20  # a manifest lists an extension's sources and headers
@@ -263,19 +265,41 @@ def publish_library(entry: Entry, manifest: dict, write: Callable[[Path], bool])
     name = manifest.get("library")
     if not isinstance(name, str) or os.path.basename(name) != name or not name.endswith(".so"):
         raise BuildError(f"jitops: the entry received for {entry.name} names no valid library ({name!r})")
-    staging = new_build_dir(entry)
-    try:
-        library = staging / name
+    with staged(entry) as staging:
+        library = staging.path / name
         if not write(library):
-            remove_tree(staging)
-            return None
+            return None  # nothing published: the folder goes
         with open(library, "rb+") as file:
             os.fsync(file.fileno())
-        publish(entry, staging, {**manifest, "library_sha256": sha256_file(library), "library_identity": file_identity(library)})
-    except BaseException:
-        remove_tree(staging)
-        raise
+        staging.manifest = {**manifest, "library_sha256": sha256_file(library), "library_identity": file_identity(library)}
     return entry.path / name
+
+
+@dataclass
+class StagedEntry:
+    """A private folder a build or download fills: published as its entry with `manifest` where the
+    block ends without an error and sets a manifest; removed otherwise."""
+
+    path: Path
+    manifest: Manifest | None = None
+
+
+@contextlib.contextmanager
+def staged(entry: Entry) -> Iterator[StagedEntry]:
+    """A fresh private folder for one build of the entry (named with this process's id: a later build
+    can tell an orphan), published by publish() (manifest last, one rename) where the block sets a
+    manifest and ends cleanly, removed on any error. Under the key's lock."""
+    staging = StagedEntry(new_build_dir(entry))
+    try:
+        yield staging
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error says what happened; a leftover is an orphan
+            remove_tree(staging.path)
+        raise
+    if staging.manifest is None:
+        remove_tree(staging.path)
+    else:
+        publish(entry, staging.path, staging.manifest)
 
 
 def new_build_dir(entry: Entry) -> Path:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .. import _layout
 from .._errors import warn
 from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
-from . import _root
+from . import _root, _staging
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._key import portable_components
 
@@ -214,27 +214,25 @@ def keep(root: Path, unit, build_dir: Path) -> str:
     target = objects / key / variant if objects is not None else None
     if target is None or target.exists():
         return key
-    staging = None
     try:
-        staging = _root.new_staging(objects)
-        shutil.copyfile(build_dir / unit.object, staging / _layout.OBJECT_NAME)
-        identity = file_identity(staging / _layout.OBJECT_NAME)  # before hashing: as KnownFileHashes
-        record = {
-            "key": key,
-            "source": unit.source,
-            "command": unit.command,
-            "headers": unit.headers,
-            "object_sha256": _root.sha256_file(staging / _layout.OBJECT_NAME),
-            "stored_at": time.time(),
-        }
-        write_json_atomic(staging / _layout.RECORD_NAME, record)
-        os.chmod(staging, 0o700)
         (objects / key).mkdir(mode=0o700, exist_ok=True)
-        _root.publish_folder(staging, target)  # one stored meanwhile by another build stays
+        with _staging.staged(objects, target) as staging:
+            stored = staging.path / _layout.OBJECT_NAME
+            shutil.copyfile(build_dir / unit.object, stored)
+            identity = file_identity(stored)  # before hashing: as KnownFileHashes
+            record = {
+                "key": key,
+                "source": unit.source,
+                "command": unit.command,
+                "headers": unit.headers,
+                "object_sha256": _root.sha256_file(stored),
+                "stored_at": time.time(),
+            }
+            write_json_atomic(staging.path / _layout.RECORD_NAME, record)
+    except OSError:
+        return key  # a full disk, an unusable objects/: a compile later
+    if staging.published:  # (one stored meanwhile by another build stays)
         # Its hash known, so that its first reuse need not read it again (the folder's rename
         # keeps the object's identity); saved once by the build, after all its units are stored.
         _root.known_file_hashes(root).put(str(target / _layout.OBJECT_NAME), [identity, record["object_sha256"]])
-    except OSError:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
     return key

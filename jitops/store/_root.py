@@ -70,17 +70,6 @@ def staging_is_dead(name: str, prefix: str = TMP_PREFIX) -> bool:
     return pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}")
 
 
-def new_staging(parent: Path, prefix: str = TMP_PREFIX) -> Path:
-    """A fresh private folder in parent, named <prefix><pid>-*: a later writer tells a killed one's."""
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
-
-
-def publish_folder(staging: Path, target: Path) -> None:
-    """Make a filled staging folder `target` in one rename: a reader sees all of it or none, and a
-    folder already there makes it fail (OSError), so published folders are never replaced."""
-    os.rename(staging, target)
-
-
 def remove_tree(path: Path) -> None:
     """Delete a directory (or a file or link in its place) so that no reader sees it half deleted.
     One removed meanwhile (by another remover) is no error."""
