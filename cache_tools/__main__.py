@@ -67,7 +67,7 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     listing = command("list", reading.cmd_list, "one row per cache entry, with its status")
     listing.add_argument("names", nargs="*", metavar="NAME")
     listing.add_argument("--remote", action="store_true", help="the remote cache's entries (JITOPS_REMOTE_CACHE)")
-    command("info", reading.cmd_info, "totals, the environment, the lock timeout")
+    command("info", reading.cmd_info, "totals, the environment, every JITOPS_* setting and its source")
     command(
         "stats", reading.cmd_stats, "builds, build seconds, cache and prebuilt loads per extension (as ccache -s)"
     ).add_argument("--zero", action="store_true", help="zero the counters")

@@ -4,16 +4,14 @@ are doing. Reads only: removing is the commands' business (removing.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitops import _flock, _layout
 from jitops.builder import _pch
-from jitops.store import _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
+from jitops.store import Store, _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
 from jitops.warm import _libraries
 
 from . import registry
@@ -83,7 +81,7 @@ def torch_text(components: dict) -> str | None:
 
 
 def entry_rows(root: Path) -> list[Row]:
-    rows = []
+    rows, store = [], Store(root)
     locations = _usage.read_locations(root)
     entries = _entries.list_entries(root)
     newest = {}  # by name: when its newest entry was built
@@ -97,7 +95,7 @@ def entry_rows(root: Path) -> list[Row]:
         if rows[-1].status == OK and _superseded(entry, manifest, rows[-1].seen_in, newest.get(entry.name)):
             rows[-1].status = STALE
             rows[-1].reason = "superseded: a newer build of it exists, and its sources are in none of the trees it was loaded for"
-    for old in older_layout_entries(root):
+    for old in store.older_layout_entries():
         name, _, key = old.name.rpartition("-")
         rows.append(
             Row(
@@ -111,13 +109,14 @@ def entry_rows(root: Path) -> list[Row]:
                 _root.tree_size(old),
             )
         )
-    for temporary in orphan_dirs(root):
-        lock = lock_of_temporary(root, temporary)
-        name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
+    for temporary in store.staging_folders():
+        lock = store.lock_of_staging(temporary)
+        name = (_layout.parse_staging_name(temporary.name) or ("", ""))[0]
+        key = temporary.name.removeprefix(f"{_layout.TMP_PREFIX}{name}-")  # the key, the builder's pid and a random part
         building = lock is not None and _flock.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
-        namespace, _, name = name.rpartition(".")
-        rows.append(Row(namespace, name, registry.owner(name), rest, status, reason, str(temporary), _root.tree_size(temporary)))
+        namespace, _, short = name.rpartition(".")
+        rows.append(Row(namespace, short, registry.owner(name), key, status, reason, str(temporary), _root.tree_size(temporary)))
     return rows
 
 
@@ -275,65 +274,12 @@ def pids_holding_open(path: Path) -> list[int] | None:
     return pids
 
 
-_OLDER_ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*-[0-9a-f]{16}")
-
-
-def older_layout_entries(root: Path) -> list[Path]:
-    """Entry folders named <op>-<key>, as jitops named them before extensions had namespaces:
-    never loaded now, so stale (removed by `clear --stale` and `prune`)."""
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if _OLDER_ENTRY_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
-
-
-def orphan_dirs(root: Path) -> list[Path]:
-    """Temporary build directories left under root (by a killed or running build)."""
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.name.startswith(_layout.TMP_PREFIX) and p.is_dir() and not p.is_symlink())
-
-
-def dangling_warm_records(root: Path) -> list[Path]:
-    """The warm records (jitops/warm/_libraries.py) under root whose entry is gone, or that cannot be read:
-    they only ever miss, so removing them loses nothing."""
-    dangling = []
-    for record in sorted(root.glob(f"{_layout.RECORD_PREFIX}*.json")) if root.is_dir() else []:
-        try:
-            entry = _layout.record_entry(str(root), json.loads(record.read_bytes()))
-            if entry is not None and os.path.isdir(entry):
-                continue
-        except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object
-            pass
-        dangling.append(record)
-    return dangling
-
-
-def dangling_locks(root: Path) -> list[Path]:
-    """The entries' build locks under root with no entry of their key left (entries removed before
-    removers took their locks along, or by hand). A build holding one is never listed."""
-    if not root.is_dir():
-        return []
-    published = {_layout.key_name(*parsed[:2]) for f in os.listdir(root) if (parsed := _layout.parse_entry_name(f))}
-    return [
-        lock
-        for lock in sorted(root.glob(f"*{_layout.LOCK_SUFFIX}"))  # <namespace>.<name>-<key>.lock
-        if _layout.parse_entry_name(lock.stem) and lock.stem not in published and not _flock.flock_is_held(lock)
-    ]
-
-
-def lock_of_temporary(root: Path, temporary: Path) -> Path | None:
-    """The entry lock a `.tmp-<namespace>.<name>-<key>-*` build directory was made under, if its name tells."""
-    name, _, rest = temporary.name[len(_layout.TMP_PREFIX) :].partition("-")
-    lock = Path(_layout.lock_path(root, name, rest.partition("-")[0]))
-    return lock if _layout.parse_entry_name(_layout.key_name(name, rest.partition("-")[0])) and lock.exists() else None
-
-
 def store_rows(root: Path, check: bool = False) -> list[Row]:
     """The stored objects and precompiled headers the store lists, one row each (check: their
     sha256 hashed in full, as `verify` does), and their stores in progress or left by killed ones.
     Shared by every extension: no owner."""
     rows = []
-    for folder, kind in staging_folders(root):
+    for folder, kind in Store(root).parts_staging():
         dead = _root.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
         rows.append(Row("", "-", "-", "-", status, reason, str(folder), _root.tree_size(folder), kind=kind))
@@ -364,19 +310,3 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
             )
         )
     return rows
-
-
-def staging_folders(root: Path) -> list[tuple[Path, str]]:
-    """The folders being written into objects/ and pch/ (or left by killed writers), by kind."""
-    found = []
-    for kind, parent in (("object", _layout.objects_dir(root)), ("pch", _layout.pch_dir(root))):
-        try:
-            with os.scandir(parent) as children:
-                found += [
-                    (Path(c.path), kind)
-                    for c in children
-                    if c.name.startswith(_layout.TMP_PREFIX) and c.is_dir(follow_symlinks=False)
-                ]
-        except OSError:
-            continue
-    return sorted(found)

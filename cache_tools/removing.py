@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jitops import _layout, _settings
 from jitops._errors import CacheError
-from jitops.store import _budget, _entries, _root
+from jitops.store import Store, _budget, _entries, _root
 
 from . import inventory, registry
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural
@@ -49,11 +49,11 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
     # The warm records of what is gone (each names its entry folder): small, but one per op and
     # setting would otherwise pile up. A dry run removes nothing, so it lists only those already
     # dangling.
-    records = inventory.dangling_warm_records(root)
+    records = Store(root).dangling_warm_records()
     if not args.dry_run:
         for record in records:
             record.unlink(missing_ok=True)
-        for lock in inventory.dangling_locks(root):  # empty files, but one per key ever built
+        for lock in Store(root).dangling_locks():  # empty files, but one per key ever built
             _root.remove_locked(None, lock)
 
     def human():

@@ -116,6 +116,13 @@ def staging_prefix(name: str, key: str) -> str:
     return f"{TMP_PREFIX}{key_name(name, key)}-"
 
 
+def parse_staging_name(folder: str) -> tuple[str, str] | None:
+    """(qualified name, key) of a build's staging folder's name; None for any other."""
+    name, _, rest = folder.removeprefix(TMP_PREFIX).partition("-")
+    key = rest.partition("-")[0]
+    return (name, key) if folder.startswith(TMP_PREFIX) and parse_entry_name(key_name(name, key)) else None
+
+
 def owner_path(lock) -> str:
     """Beside a lock, naming its holder while held."""
     return os.path.splitext(lock)[0] + ".owner"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .. import _settings
 from .._errors import BuildError, CacheError
-from . import _budget, _entries, _prebuilt, _root, _stable
+from . import _budget, _entries, _listing, _prebuilt, _root, _stable
 from ._entries import StagedEntry, Verified
 from ._key import CudaPlan, PlannedEntry
 from ._lock import entry_lock
@@ -156,6 +156,28 @@ class Store:
                 return library
             _entries.remove_orphans(entry)
             return _entries.publish_library(entry, manifest, write)
+
+    # What the root holds beside its entries, for the CLI (store/_listing)
+    def staging_folders(self) -> list[Path]:
+        """Builds' staging folders (running, or left by killed builds)."""
+        return _listing.staging_folders(self.root)
+
+    def lock_of_staging(self, folder: Path) -> Path | None:
+        """The entry lock a staging folder was made under (held while its build runs)."""
+        return _listing.lock_of_staging(self.root, folder)
+
+    def parts_staging(self) -> list[tuple[Path, str]]:
+        """Stores in progress (or killed) in objects/ and pch/, with their kind."""
+        return _listing.parts_staging(self.root)
+
+    def older_layout_entries(self) -> list[Path]:
+        return _listing.older_layout_entries(self.root)
+
+    def dangling_warm_records(self) -> list[Path]:
+        return _listing.dangling_warm_records(self.root)
+
+    def dangling_locks(self) -> list[Path]:
+        return _listing.dangling_locks(self.root)
 
     def _found(self, planned: PlannedEntry, verified: Verified, source: Source) -> Found:
         return Found(verified.library, verified.backends or planned.cuda.backends, source, verified)
