@@ -32,7 +32,7 @@ Source = Literal["cache", "built", "remote", "prebuilt"]
 class Found:
     """A library to load, its backends, and where it came from: this root ("cache"), a build here
     ("built"), the remote cache ("remote") or a prebuilt folder ("prebuilt"). verified: the entry as
-    checked (what its warm record keeps); None for a prebuilt, or an entry gone since."""
+    checked (what its warm record keeps); None for a prebuilt."""
 
     library: Path
     backends: list[str]
@@ -92,7 +92,8 @@ class Store:
             found = self.local(planned)
             if found is None:
                 _entries.remove_orphans(planned.entry)
-                found = None if remote.fetch(planned) is None else self._published(planned, "remote")
+                library = remote.fetch(planned)
+                found = None if library is None else self._published(planned, library, "remote")
         if found is not None:
             _budget.enforce_budget(self.root)
         return found
@@ -124,10 +125,9 @@ class Store:
                 return found
             _entries.remove_orphans(planned.entry)
             if (remote := self.remote) is None:
-                build()
-                found = self._published(planned, "built")
+                found = self._published(planned, build(), "built")
             else:  # "remote" where another machine pushed it meanwhile
-                found = self._published(planned, remote.build_once(planned, build)[1])
+                found = self._published(planned, *remote.build_once(planned, build))
         _budget.enforce_budget(self.root)  # its older variants may go too
         return found
 
@@ -182,10 +182,14 @@ class Store:
     def _found(self, planned: PlannedEntry, verified: Verified, source: Source) -> Found:
         return Found(verified.library, verified.backends or planned.cuda.backends, source, verified)
 
-    def _published(self, planned: PlannedEntry, source: Source) -> Found:
+    def _published(self, planned: PlannedEntry, library: Path, source: Source) -> Found:
         """The entry just published here (its variant set by the publish), as checked now: its
-        library's identity was recorded when published, so nothing is hashed."""
-        verified = planned.entry.verify(touch=False)
+        library's identity was recorded when published, so nothing is hashed. Where it no longer
+        checks (a header edited since), the library as published, with nothing for a warm record."""
+        try:
+            verified = planned.entry.verify(touch=False)
+        except CacheError:
+            verified = None
         if verified is None:
-            raise CacheError(f"jitops: {planned.entry.path}, just published, is gone")
+            return Found(library, planned.cuda.backends, source)
         return self._found(planned, verified, source)
