@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import _settings
 from ._errors import BuildError, CacheError, warn
-from .store import Found, PlannedEntry, Store, _entries, _root, _usage
+from .store import Found, PlannedEntry, Store
 from .warm import _libraries, _namespaces
 from .warm._libraries import LoadedLibrary, already_loaded, loaded
 
@@ -59,11 +59,11 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             try:
                 planned, found = _found_or_built(planned, store)
             except Exception:
-                _usage.count(planned.entry.root, planned.extension.qualified_name, failed_builds=1)
+                store.count(planned, failed_builds=1)
                 raise
             if found.source == "built":
                 seconds = time.monotonic() - started
-                _usage.count(planned.entry.root, planned.extension.qualified_name, builds=1, build_seconds=seconds)
+                store.count(planned, builds=1, build_seconds=seconds)
         try:
             # Entries never change once published, but one can be removed (clear, prune, the
             # budget) between its check and here: found or built again, never a raw OS error.
@@ -78,16 +78,16 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             if planned.stable and found.source != "built" and attempt != "last":  # bound here, a symbol this torch lacks
                 planned = _exact_instead(planned, f"it does not open under this torch: {err.__cause__ or err}")
                 continue
-            if found.source == "prebuilt" or attempt == "again" or not _worth_another_try(planned.entry, found.library, err):
+            if found.source == "prebuilt" or attempt == "again" or not _worth_another_try(planned, store, found.library, err):
                 raise
     if found.source != "built":
-        _usage.count(planned.entry.root, planned.extension.qualified_name, **{f"{found.source}_loads": 1})
+        store.count(planned, **{f"{found.source}_loads": 1})
     with_cuda = "cuda" in found.backends
     reason = "" if with_cuda else (planned.cuda.reason or "the prebuilt library has no CUDA kernels")
     inputs = []
     if found.source != "prebuilt":
         inputs = _remember(planned, found, with_cuda, reason, namespaces)
-        _usage.note_location(planned.entry, planned.extension.root)
+        store.note_location(planned)
     return LoadedLibrary(planned.extension, found.library, with_cuda, reason, found.source, inputs)
 
 
@@ -116,7 +116,7 @@ def _found_or_built(planned: PlannedEntry, store: Store) -> tuple[PlannedEntry, 
         try:
             return planned, _builder.build(planned, store)
         except _builder.NotStable as err:  # under its exact key, now and from now on in this root
-            _refuse_stable(planned, err.offending)
+            _refuse_stable(planned, store, err.offending)
         except _builder.InputsChanged as err:
             _say_changed(planned, err.paths, attempt)
         planned = PlannedEntry(planned.extension)
@@ -126,11 +126,9 @@ def _found_or_built(planned: PlannedEntry, store: Store) -> tuple[PlannedEntry, 
     raise AssertionError("unreachable")
 
 
-def _refuse_stable(planned: PlannedEntry, offending: list[str]) -> None:
+def _refuse_stable(planned: PlannedEntry, store: Store, offending: list[str]) -> None:
     reason = f"its library needs {', '.join(offending[:3])}, outside torch's stable ABI"
-    refused = _root.stable_refused(planned.entry.root)
-    refused.put(planned.entry.key, reason)
-    refused.save()
+    store.refuse_stable(planned, reason)
     warn(
         f"{planned.extension.qualified_name} was to be built on torch's stable ABI (stable_abi), but {reason}: "
         "it is built and kept for this torch and Python alone. Remove what uses torch's C++ API, or declare it "
@@ -150,10 +148,11 @@ def _say_changed(planned: PlannedEntry, paths: list[str], attempt: int) -> None:
     BuildStatus.say(f"jitops: {changed} changed while {name} was built; building it again")
 
 
-def _worth_another_try(entry: _entries.Entry, library: Path, err: OSError) -> bool:
+def _worth_another_try(planned: PlannedEntry, store: Store, library: Path, err: OSError) -> bool:
     """After a verified library failed to open: True where it was removed meanwhile or no longer
     matches its sha256 (then discarded, with a warning). A sound one that does not open is an error."""
-    if not library.exists() or _entries.verified_or_discarded(entry, full_hash=True) is None:
+    entry = planned.entry
+    if not library.exists() or not store.sound_in_full(planned):
         return True
     raise CacheError(
         f"jitops: the library {library} of the cache entry {entry.path} matches its sha256 but does not open: "

@@ -209,7 +209,6 @@ STORE_NOT_YET_BEHIND_THE_DOOR = {
     "cache_tools/remote.py": {"_entries", "_remote", "_remote_admin", "_signing"},
     "cache_tools/removing.py": {"_budget", "_entries", "_root"},
     "cache_tools/selection.py": {"_root"},
-    "jitops/_resolution.py": {"_entries", "_root", "_usage"},
     "jitops/builder/_builder.py": {"_entries", "_failures", "_key", "_object_store", "_prebuilt", "_root", "_stable"},
     "jitops/builder/_buildfile.py": {"_key", "_object_store"},
     "jitops/builder/_pch.py": {"_budget", "_lock", "_object_store", "_remote_pch", "_root", "_staging"},

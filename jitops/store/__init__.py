@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .. import _settings
 from .._errors import BuildError, CacheError
-from . import _budget, _entries, _listing, _prebuilt, _root, _stable
+from . import _budget, _entries, _listing, _prebuilt, _root, _stable, _usage
 from ._entries import StagedEntry, Verified
 from ._key import CudaPlan, PlannedEntry
 from ._lock import entry_lock
@@ -156,6 +156,26 @@ class Store:
                 return library
             _entries.remove_orphans(entry)
             return _entries.publish_library(entry, manifest, write)
+
+    def sound_in_full(self, planned: PlannedEntry) -> bool:
+        """Whether the key's entry is here and its library matches its sha256, hashed in full (a
+        corrupt one is discarded, with a warning)."""
+        return _entries.verified_or_discarded(planned.entry, full_hash=True) is not None
+
+    def refuse_stable(self, planned: PlannedEntry, reason: str) -> None:
+        """The stable key's audit failed: from now on this root plans the extension under its exact key."""
+        refused = _root.stable_refused(self.root)
+        refused.put(planned.entry.key, reason)
+        refused.save()
+
+    # What the root records of use (store/_usage): `jitops-cache stats` and `list`
+    def count(self, planned: PlannedEntry, **amounts: float) -> None:
+        """Add to the extension's counters (builds, build_seconds, failed_builds, <source>_loads)."""
+        _usage.count(self.root, planned.extension.qualified_name, **amounts)
+
+    def note_location(self, planned: PlannedEntry) -> None:
+        """Record the source tree the entry was loaded for (prune keeps an entry some tree still has)."""
+        _usage.note_location(planned.entry, planned.extension.root)
 
     # What the root holds beside its entries, for the CLI (store/_listing)
     def staging_folders(self) -> list[Path]:
