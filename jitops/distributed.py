@@ -21,7 +21,7 @@ from typing import Any
 from ._errors import BuildError, in_threads
 from ._resolution import resolve
 from .extension import Extension
-from .store import PlannedEntry, Store, _entries
+from .store import PlannedEntry, Store
 
 __all__ = ["load_all"]
 
@@ -152,7 +152,7 @@ def _exchange(
             outcome[0] = errors.get(t.name, "")
             if not outcome[0] and t.receivers:
                 try:
-                    payload[0] = _entry_payload(t, planned[t.name].entry)
+                    payload[0] = _entry_payload(t, planned[t.name])
                 except Exception as err:  # broadcast, so that no receiver waits for bytes
                     outcome[0] = f"could not read its cache entry: {err}"
         _collective(t, builders, lambda: dist.broadcast_object_list(outcome, src=t.source, group=group))
@@ -197,10 +197,10 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
         ) from err
 
 
-def _entry_payload(t: Transfer, entry: _entries.Entry) -> tuple[dict, bytes]:
+def _entry_payload(t: Transfer, planned: PlannedEntry) -> tuple[dict, bytes]:
     """What the provider sends each receiver (pickled by torch.distributed, as all_gather_object
     does): the entry's manifest and its library's bytes."""
-    library = _entries.verified_or_discarded(entry, read_only=True)  # the variant this rank built or found
-    if library is None:
+    found = Store(planned.entry.root).entry_bytes(planned)  # the variant this rank built or found
+    if found is None:
         raise BuildError(f"jitops.distributed.load_all: {t.name} is missing from rank {t.source}'s cache")
-    return entry.read_manifest(), library.read_bytes()
+    return found

@@ -216,7 +216,6 @@ STORE_NOT_YET_BEHIND_THE_DOOR = {
     "jitops/builder/_progress.py": {"_entries"},
     "jitops/compat/_torch_load.py": {"_key"},
     "jitops/compat/_torch_load_inline.py": {"_root", "_staging"},
-    "jitops/distributed.py": {"_entries"},
     "jitops/remote.py": {"_remote_backends"},  # jitops.remote: the backends' public name
 }
 

@@ -162,6 +162,12 @@ class Store:
         corrupt one is discarded, with a warning)."""
         return _entries.verified_or_discarded(planned.entry, full_hash=True) is not None
 
+    def entry_bytes(self, planned: PlannedEntry) -> tuple[dict, bytes] | None:
+        """The key's entry as another node publishes it (receive): its manifest and its library's
+        bytes, read without changing anything here; None where it is not here."""
+        library = _entries.verified_or_discarded(planned.entry, read_only=True)
+        return None if library is None else (dict(planned.entry.read_manifest() or {}), library.read_bytes())
+
     def refuse_stable(self, planned: PlannedEntry, reason: str) -> None:
         """The stable key's audit failed: from now on this root plans the extension under its exact key."""
         refused = _root.stable_refused(self.root)
