@@ -152,7 +152,7 @@ for where, name, label in [
     ("jitops.store._lock", "HeldLock", "entry lock"),
     ("jitops.builder._buildfile", "plan_units", "plan units"),
     ("jitops.store._object_store", "reuse", "reuse stored objects"),
-    ("jitops.builder._progress", "newest_manifest", "last entry's manifest"),
+    ("jitops.store._entries", "newest_other_manifest", "last entry's manifest"),
     ("jitops.builder._buildfile", "write_build_file", "build file"),
     ("jitops.builder._ninja", "run_ninja", "ninja"),
     ("jitops.builder._builder", "_check_inputs", "inputs unchanged"),

@@ -213,7 +213,6 @@ STORE_NOT_YET_BEHIND_THE_DOOR = {
     "jitops/builder/_buildfile.py": {"_key", "_object_store"},
     "jitops/builder/_pch.py": {"_budget", "_lock", "_object_store", "_remote_pch", "_root", "_staging"},
     "jitops/builder/_pch_fetch.py": {"_lock", "_remote_pch", "_root", "_staging"},
-    "jitops/builder/_progress.py": {"_entries"},
     "jitops/compat/_torch_load.py": {"_key"},
     "jitops/compat/_torch_load_inline.py": {"_root", "_staging"},
     "jitops/remote.py": {"_remote_backends"},  # jitops.remote: the backends' public name

@@ -116,7 +116,7 @@ def _build(planned: PlannedEntry, store: Store) -> Path:
     with store.staged(planned) as staged:
         build = Build(planned, staged.path)
         build.plan_units(store.remote)
-        build.plan_pch()
+        build.plan_pch(store)
         try:
             failure = build.compile()
             if failure is None:
@@ -176,12 +176,12 @@ class Build:
             unit.key = _object_store.keep(self.entry.root, unit, self.build_dir)
             unit.reused = True
 
-    def plan_pch(self) -> None:
+    def plan_pch(self, store: Store) -> None:
         """Each C++ unit's PCH: ready, the fleet's (downloaded beside the compiles), built now
         (JITOPS_PCH=wait), or wanted in the background (pch_jobs); and the status line, whose time counts it."""
         extension, entry = self.extension, self.entry
         stem = _buildfile.renamed_from(extension)
-        self.previous = _progress.newest_manifest(entry, stem and f"{extension.namespace}.{stem}")
+        self.previous = store.previous_manifest(self.planned, stem and f"{extension.namespace}.{stem}")
         # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
         wanted = bool(entry.stale_because) or _pch.worth_building(extension, self.previous, self.planned.components)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (RELIABILITY C4)

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from .._errors import CacheError
-from ..store import _entries
 from ..warm._libraries import DROP_IN_NAMESPACE
 
 if TYPE_CHECKING:
@@ -160,28 +157,3 @@ def why_built(components: KeyComponents, source_hashes: dict, previous: dict | N
         if before.get(name) != components.get(name) and words not in reasons:
             reasons.append(words)
     return ", ".join(reasons) or "key changed"
-
-
-def newest_manifest(entry: _entries.Entry, renamed_from: str | None = None) -> dict | None:
-    """The manifest of the extension's entry loaded or built last (a new build says what changed
-    since; for a module a reload renamed, the entries of the name it had), or None: one manifest
-    read, however many entries an edit loop left."""
-    others = [other for other in _entries.entries(entry.root, entry.name) if other.key != entry.key]
-    if not others and renamed_from is not None:  # <name>, <name>_v1, ...: the one loaded last
-        family = re.compile(rf"{re.escape(renamed_from)}(_v[0-9]+)?")
-        others = [other for other in _entries.entries(entry.root) if other.key != entry.key and family.fullmatch(other.name)]
-    for other in sorted(others, key=_last_used, reverse=True):
-        try:
-            manifest = other.read_manifest()
-        except CacheError:
-            continue
-        if isinstance(manifest, dict):
-            return manifest
-    return None
-
-
-def _last_used(entry: _entries.Entry) -> float:
-    try:
-        return entry.last_used()
-    except OSError:  # removed meanwhile
-        return -1.0

@@ -162,6 +162,11 @@ class Store:
         corrupt one is discarded, with a warning)."""
         return _entries.verified_or_discarded(planned.entry, full_hash=True) is not None
 
+    def previous_manifest(self, planned: PlannedEntry, renamed_from: str | None = None) -> dict | None:
+        """The manifest of the extension's other entry loaded or built last (for a module a reload
+        renamed, the name it had): what a new build says changed since. One manifest read."""
+        return _entries.newest_other_manifest(planned.entry, renamed_from)  # type: ignore[return-value]
+
     def entry_bytes(self, planned: PlannedEntry) -> tuple[dict, bytes] | None:
         """The key's entry as another node publishes it (receive): its manifest and its library's
         bytes, read without changing anything here; None where it is not here."""

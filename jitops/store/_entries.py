@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -350,3 +351,28 @@ def list_entries(root: Path, name: str | None = None, source_root: str | None = 
             manifest = None
         found.append((entry, manifest))
     return found
+
+
+def newest_other_manifest(entry: Entry, renamed_from: str | None = None) -> Manifest | None:
+    """The manifest of the extension's entry loaded or built last (a new build says what changed
+    since; for a module a reload renamed, the entries of the name it had), or None: one manifest
+    read, however many entries an edit loop left."""
+    others = [other for other in entries(entry.root, entry.name) if other.key != entry.key]
+    if not others and renamed_from is not None:  # <name>, <name>_v1, ...: the one loaded last
+        family = re.compile(rf"{re.escape(renamed_from)}(_v[0-9]+)?")
+        others = [other for other in entries(entry.root) if other.key != entry.key and family.fullmatch(other.name)]
+    for other in sorted(others, key=_last_used, reverse=True):
+        try:
+            manifest = other.read_manifest()
+        except CacheError:
+            continue
+        if isinstance(manifest, dict):
+            return manifest
+    return None
+
+
+def _last_used(entry: Entry) -> float:
+    try:
+        return entry.last_used()
+    except OSError:  # removed meanwhile
+        return -1.0
