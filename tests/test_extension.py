@@ -210,7 +210,7 @@ STORE_NOT_YET_BEHIND_THE_DOOR = {
     "cache_tools/removing.py": {"_budget", "_entries", "_root"},
     "cache_tools/selection.py": {"_root"},
     "jitops/builder/_builder.py": {"_entries", "_failures", "_key", "_object_store", "_prebuilt", "_root", "_stable"},
-    "jitops/builder/_buildfile.py": {"_key", "_object_store"},
+    "jitops/builder/_buildfile.py": {"_object_store"},
     "jitops/builder/_pch.py": {"_budget", "_lock", "_object_store", "_remote_pch", "_root", "_staging"},
     "jitops/builder/_pch_fetch.py": {"_lock", "_remote_pch", "_root", "_staging"},
     "jitops/compat/_torch_load.py": {"_key"},

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 from .. import _layout, _settings
 from .._errors import BuildError, NamespaceConflict
-from ..store import Found, PlannedEntry, Store, _entries, _failures, _object_store, _prebuilt, _root, _stable
-from ..store._key import CudaPlan, environment_tools
+from ..store import CudaPlan, Found, PlannedEntry, Store, _entries, _failures, _object_store, _prebuilt, _root, _stable
+from ..store._key import environment_tools
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import BuildError
-from ..store._key import CudaPlan
+from ..store import CudaPlan
 from ..store._object_store import NAME_MACRO, names_extension
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 from . import _jobs, _torch_flags
