@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from jitops import _layout, _settings
-from jitops._errors import BuildError, CacheError
+from jitops._errors import CacheError
 from jitops.store import _entries, _prebuilt, _root, _usage
 from jitops.warm import _libraries
 
@@ -140,19 +140,12 @@ def store_summary(store: list[inventory.Row]) -> str:
     return "shared by every extension: " + ", ".join(parts)
 
 
-def lock_timeout_or_why() -> float | str:
-    """JITOPS_LOCK_TIMEOUT in seconds, or why it is refused (a build would fail with that)."""
-    try:
-        return _settings.get("JITOPS_LOCK_TIMEOUT")
-    except BuildError as err:
-        return f"invalid: {str(err).removeprefix('jitops: ')}"
-
-
 def cmd_info(args: argparse.Namespace) -> int:
 
     root, rows = selected_rows([], args.package)
     store = inventory.store_rows(root) if args.package is None else []
     reason = _layout.configured_root()[1]
+    settings = settings_data()
     by_status = {
         s: sum(1 for r in rows if r.status == s)
         for s in (inventory.OK, inventory.STALE, inventory.CORRUPT, inventory.BUILDING, inventory.ORPHAN)
@@ -164,8 +157,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "bytes": sum(r.size for r in rows),
         "by_status": by_status,
         "environment": environment_summary(),
-        "lock_timeout_s": lock_timeout_or_why(),
-        "settings": settings_data(),
+        "lock_timeout_s": settings["JITOPS_LOCK_TIMEOUT"]["error"] or settings["JITOPS_LOCK_TIMEOUT"]["value"],
+        "settings": settings,
         "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
         "remote": doctor.remote_settings(),
         "store_bytes": sum(r.size for r in store),

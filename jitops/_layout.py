@@ -116,6 +116,12 @@ def staging_prefix(name: str, key: str) -> str:
     return f"{TMP_PREFIX}{key_name(name, key)}-"
 
 
+def is_older_entry_name(folder: str) -> bool:
+    """An entry folder named <op>-<key>, as jitops named them before extensions had namespaces."""
+    op, _, key = folder.rpartition("-")
+    return is_identifier(op) and _is_hex(key, KEY_LENGTH)
+
+
 def parse_staging_name(folder: str) -> tuple[str, str] | None:
     """(qualified name, key) of a build's staging folder's name; None for any other."""
     name, _, rest = folder.removeprefix(TMP_PREFIX).partition("-")

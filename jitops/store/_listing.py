@@ -12,19 +12,11 @@ from pathlib import Path
 
 from .. import _flock, _layout
 
-_OLDER_LAYOUT_LENGTH = _layout.KEY_LENGTH  # <op>-<key>: entries before extensions had namespaces
-
 
 def older_layout_entries(root: Path) -> list[Path]:
     """Entry folders named <op>-<key>, as jitops named them before extensions had namespaces:
     never loaded now, so stale (removed by `clear --stale` and `prune`)."""
-    return sorted(p for p in _folders(root) if _is_older_entry(p.name))
-
-
-def _is_older_entry(name: str) -> bool:
-    op, _, key = name.rpartition("-")
-    hexadecimal = len(key) == _OLDER_LAYOUT_LENGTH and all(c in "0123456789abcdef" for c in key)
-    return hexadecimal and _layout.is_identifier(op)
+    return sorted(p for p in _folders(root) if _layout.is_older_entry_name(p.name))
 
 
 def staging_folders(root: Path) -> list[Path]:
