@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import children
@@ -157,7 +160,15 @@ def test_the_machines_job_slots_are_shared_by_processes_and_freed_by_a_killed_ho
         assert holder.stdout.readline().strip() == "2"
         assert _jobs.claim(2, 1, block=False) == []
         # A holder that never lets go (stopped with Ctrl-Z): one job beside it after the wait, no hang.
+        holder.send_signal(signal.SIGSTOP)
         assert _jobs.claim(2, 1, wait_s=0.3) == [None]
+        # A holder at work (a long build): waited for past wait_s, and its slot taken once it ends.
+        holder.send_signal(signal.SIGCONT)
+        threading.Timer(1.5, holder.kill).start()
+        started = time.monotonic()
+        slot = _jobs.claim(2, 1, wait_s=0.3)
+        assert slot != [None] and time.monotonic() - started > 1.0
+        _jobs.release(slot)
     finally:
         holder.kill()
         holder.wait()
@@ -180,9 +191,6 @@ def test_the_machines_job_slots_are_shared_by_processes_and_freed_by_a_killed_ho
 def test_a_background_pch_waits_its_turn_and_for_its_memory(tmp_path, monkeypatch):
     """One background PCH compile per machine: a second waits for the first; none starts while less
     memory is free than it takes (it waits, then gives up), nor once no longer wanted."""
-    import threading
-    import time
-
     monkeypatch.setattr(_jobs, "machine_dir", lambda: tmp_path)
     proc, cgroup = fake_tree(tmp_path, "0::/\n", {"cgroup.controllers": ""}, available_kib=1 << 20)  # 1 GiB
     monkeypatch.setattr(_jobs, "PROC", proc)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _flock, _layout
+from .. import _flock, _layout, _settings
 
 # Where the limits are read: tests give the functions a fake tree instead (never this machine's cgroups).
 PROC, CGROUP = "/proc", "/sys/fs/cgroup"
@@ -175,9 +175,11 @@ _pool: dict = {"fd": None, "path": None, "alive": 0}
 
 def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1, wait_s: float = 120.0) -> list[int | None]:
     """Up to `wanted` of the machine's `total` job slots (flock fds; release() frees them), at least
-    one where block: waited for while every slot is held, for at most wait_s (a holder stopped with
-    Ctrl-Z keeps its slots: then one job beside them, never a hang). Where the machine's folder or
-    its slot files cannot be used: min(total, wanted) slots of this process alone (None each)."""
+    one where block: waited for while every slot is held. After wait_s, on only while every holder is
+    seen working (a build may hold a slot for minutes), and never past JITOPS_BUILD_TIMEOUT; a holder
+    stopped with Ctrl-Z or out of sight keeps its slots: then one job beside them, never a hang. Where
+    the machine's folder or its slot files cannot be used: min(total, wanted) slots of this process
+    alone (None each)."""
     folder = machine_dir()
     alone = [None] * max(1, min(total, wanted))
     if folder is None:
@@ -185,8 +187,11 @@ def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1, wait
     with contextlib.suppress(OSError):
         os.mkdir(os.path.dirname(_layout.job_slot_path(folder, 0)), 0o700)
     held: list[int | None] = []
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
     while True:
+        # Asked before the slots are tried: a holder that just ended is then no longer seen, and its slot is taken.
+        waited = time.monotonic() - started
+        give_up = waited > wait_s and (waited > _settings.get("JITOPS_BUILD_TIMEOUT") or not holders_working(folder, total))
         opened = 0
         for slot in range(total):
             if len(held) >= wanted:
@@ -202,9 +207,30 @@ def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1, wait
             return held
         if opened == 0:
             return alone
-        if time.monotonic() > deadline:
+        if give_up:
             return [None]
         time.sleep(poll_s)
+
+
+def holders_working(folder: Path, total: int) -> bool:
+    """Whether the processes holding the machine's slots (from /proc/locks) can all be seen and none is
+    stopped (Ctrl-Z) or a zombie: a wait for them is a wait for builds that are running."""
+    slots = set()
+    for slot in range(total):
+        with contextlib.suppress(OSError):
+            info = os.stat(_layout.job_slot_path(folder, slot))
+            slots.add(f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}")
+    try:
+        with open("/proc/locks") as file:  # "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"
+            lines = [line.split() for line in file]
+        holders = {int(fields[4]) for fields in lines if fields[1:2] == ["FLOCK"] and fields[5] in slots}
+        for pid in holders:
+            with open(f"/proc/{pid}/stat") as file:
+                if file.read().rpartition(")")[2].split()[0] in "TtZX":  # the state, after the name
+                    return False
+    except (OSError, ValueError, IndexError):
+        return False  # no /proc, or a holder out of sight (another pid namespace): as a stopped one
+    return bool(holders)
 
 
 def release(slots: list[int | None]) -> None:
