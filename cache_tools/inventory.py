@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitops import _flock, _layout
+from jitops import _files, _flock, _layout
 from jitops.builder import _pch
 from jitops.store import Store, _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
 from jitops.warm import _libraries
@@ -106,7 +106,7 @@ def entry_rows(root: Path) -> list[Row]:
                 STALE,
                 "left by an older jitops (entries are now <namespace>.<name>-<key>)",
                 str(old),
-                _root.tree_size(old),
+                _files.tree_size(old),
             )
         )
     for temporary in store.staging_folders():
@@ -116,12 +116,12 @@ def entry_rows(root: Path) -> list[Row]:
         building = lock is not None and _flock.flock_is_held(lock)
         status, reason = (BUILDING, "its build is running") if building else (ORPHAN, "left by a build that did not finish")
         namespace, _, short = name.rpartition(".")
-        rows.append(Row(namespace, short, registry.owner(name), key, status, reason, str(temporary), _root.tree_size(temporary)))
+        rows.append(Row(namespace, short, registry.owner(name), key, status, reason, str(temporary), _files.tree_size(temporary)))
     return rows
 
 
 def _entry_row(entry: _entries.Entry) -> Row:
-    size = _root.tree_size(entry.path)
+    size = _files.tree_size(entry.path)
     if entry.name in registry.declared():  # its headers are checked where its sources are
         entry.source_root = registry.declared()[entry.name][1].root
     status, reason, manifest = OK, "", None
@@ -182,7 +182,7 @@ def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str]
         return False
     for tree in seen_in:
         try:
-            if all(_root.sha256_file(os.path.join(tree, name)) == digest for name, digest in sources.items()):
+            if all(_files.sha256_file(os.path.join(tree, name)) == digest for name, digest in sources.items()):
                 return False
         except (OSError, TypeError):
             continue
@@ -282,14 +282,14 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     for folder, kind in Store(root).parts_staging():
         dead = _root.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
-        rows.append(Row("", "-", "-", "-", status, reason, str(folder), _root.tree_size(folder), kind=kind))
+        rows.append(Row("", "-", "-", "-", status, reason, str(folder), _files.tree_size(folder), kind=kind))
     for item in sorted(_budget.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
         if item.kind == "entry":
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
             name, built_at, data, digest = (_object_store if item.kind == "object" else _pch).describe(item.path)
-            if check and _root.sha256_file(data) != digest:
+            if check and _files.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:
             status, reason = CORRUPT, f"unreadable: {err}"

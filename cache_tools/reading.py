@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _layout, _settings
+from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
 from jitops.store import _entries, _prebuilt, _root, _usage
 from jitops.warm import _libraries
@@ -113,7 +113,7 @@ def budget_data(root: Path) -> dict:
     except CacheError as err:
         budget = str(err).removeprefix("jitops: ")
     problems = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
-    return {"total_bytes": _root.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
+    return {"total_bytes": _files.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
 
 
 def budget_summary(data: dict) -> str:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jitops import _layout, _settings
+from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
 from jitops.store import Store, _budget, _entries, _root
 
@@ -152,7 +152,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     limit = args.max_size if args.max_size is not None else budget()
     if args.max_size is not None or limit:  # a budget of 0 is none; --max-size 0 empties the cache
         # The whole root counts (records and warm records too), as the budget does after builds.
-        total = _root.tree_size(root) - sum(r.size for r in doomed)
+        total = _files.tree_size(root) - sum(r.size for r in doomed)
         for r in usable:
             if total <= limit:
                 break

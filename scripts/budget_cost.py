@@ -11,8 +11,8 @@ import statistics
 import time
 from pathlib import Path
 
-from jitops import _settings
-from jitops.store import _budget, _root
+from jitops import _files, _settings
+from jitops.store import _budget
 
 
 def median_ms(run, repeats: int) -> float:
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    if _root.tree_size(args.root) > _settings.get("JITOPS_CACHE_MAX_SIZE"):
+    if _files.tree_size(args.root) > _settings.get("JITOPS_CACHE_MAX_SIZE"):
         raise SystemExit(f"{args.root} is over its budget: measuring would evict")
     files = sum(1 for _ in args.root.rglob("*"))
     processes = sum(1 for p in os.listdir("/proc") if p.isdigit())

@@ -19,8 +19,7 @@ import torch
 
 import jitops.ops._framework
 from cache_tools.__main__ import main as cache_tools_main
-from jitops import _layout, _settings
-from jitops.store import _root
+from jitops import _files, _layout, _settings
 from jitops.warm import _libraries
 
 TIMEOUT_S = 300
@@ -248,7 +247,7 @@ def test_prune_goes_stale_first_then_least_recently_used(cache, add2_entry):
     older = copy_entry(add2_entry, cache, "4" * 16)
     a_day_ago = time.time() - 86400
     os.utime(older, (a_day_ago, a_day_ago))  # an entry's folder's mtime is its last-used time
-    one_entry = _root.tree_size(older)
+    one_entry = _files.tree_size(older)
     dry = cli_json(cache, "prune", "--max-size", str(one_entry + 100), "--dry-run")
     assert sorted(r["status"] for r in dry["removed"][:3]) == ["corrupt", "orphan", "stale"]
     assert dry["removed"][-1]["key"] == "4" * 16, "the least recently used usable entry goes next"

@@ -19,9 +19,9 @@ import pytest
 import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
-from jitops import _layout
+from jitops import _files, _layout
 from jitops.builder import _ninja, _torch_flags
-from jitops.store import _key, _root
+from jitops.store import _key
 from jitops.warm._libraries import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
@@ -154,7 +154,7 @@ def test_a_corrupt_stored_object_is_found_by_its_sha256_and_never_linked(tmp_pat
     assert "does not match its sha256" in again["stderr"], again["stderr"]
     assert compiled_units(log, since) == ["kernels_cpu_tiny", "kernels_cpu_tiny_second"]
     record = json.loads(stored.read_text())  # removed, compiled again, stored again: sound
-    assert _root.sha256_file(obj) == record["object_sha256"]
+    assert _files.sha256_file(obj) == record["object_sha256"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user takes root")

@@ -13,8 +13,7 @@ from pathlib import Path
 import children
 import pytest
 
-from jitops import _layout
-from jitops.store import _root
+from jitops import _files, _layout
 from jitops.warm import _libraries
 
 TIMEOUT_S = 300
@@ -62,7 +61,7 @@ def prebuilt_dir(tmp_path_factory) -> Path:
 def test_build_out_writes_library_and_manifest(prebuilt_dir):
     (entry,) = prebuilt_dir.glob("jitops.add2-*")
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
-    assert _root.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
+    assert _files.sha256_file(entry / manifest["library"]) == manifest["library_sha256"]
     assert not list(prebuilt_dir.glob(".*")), "no staging directory left behind"
 
 

@@ -18,7 +18,7 @@ import children
 import pytest
 from test_loader import LOAD_TINY, TIMEOUT_S, TINY_SOURCES, finish, load_tiny, load_tiny_failing, start_tiny, tiny_env
 
-from jitops import _layout, _settings
+from jitops import _files, _layout, _settings
 from jitops.store import _budget
 
 # The long way (no warm record), paused where the test says until the file `go` appears: a third
@@ -277,7 +277,7 @@ def test_an_eviction_killed_mid_delete_leaves_nothing_the_budget_keeps_counting(
     new = load_tiny(cache, tree(tmp_path, "new", 3), JITOPS_CACHE_MAX_SIZE="20M")
     assert new["value"] == 3 and not list(cache.glob(".tmp-removing-*"))
     assert all(Path(entry["library"]).exists() for entry in kept), "entries that fit the budget stay"
-    assert _budget.tree_size(cache) <= 20 << 20
+    assert _files.tree_size(cache) <= 20 << 20
 
 
 SUPERSEDED = """

@@ -25,7 +25,7 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
-from jitops import _layout, _settings
+from jitops import _files, _layout, _settings
 from jitops.store import _key, _root
 from jitops.warm import _libraries
 
@@ -129,7 +129,7 @@ def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path
     library = only_library(cache)
     garbage = random.Random(5).randbytes(1000)
     library.write_bytes(garbage)
-    forge_manifest(library.parent, library_sha256=_root.sha256_bytes(garbage))
+    forge_manifest(library.parent, library_sha256=_files.sha256_bytes(garbage))
     for _ in range(2):
         stderr = load_tiny_failing(cache)
         assert f"the library {library} of the cache entry {library.parent} matches its sha256 but does not open" in stderr

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from .. import _layout, _settings
+from .. import _files, _layout, _settings
 from .._errors import BuildError, NamespaceConflict
 from ..store import CudaPlan, Found, PlannedEntry, Store, _entries, _failures, _object_store, _prebuilt, _root, _stable
 from ..store._key import environment_tools
@@ -371,7 +371,7 @@ def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cu
     ignored = toolchain_prefixes(cxx, cuda)
     found = {path for files in _ninja.deps(build_dir, list(targets)).values() for path in files}
     kept = [path for path in found if not path.startswith(ignored) and os.path.isfile(path)]
-    return _named_from_root(extension, kept, _root.sha256_file)
+    return _named_from_root(extension, kept, _files.sha256_file)
 
 
 def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_left_out: str) -> str | None:

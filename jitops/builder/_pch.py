@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _flock, _layout, _settings
+from .. import _files, _flock, _layout, _settings
 from .._errors import CacheError, warn
 from ..store import _budget, _root, _staging, remote_tier
 from ..store._lock import HeldLock
@@ -128,7 +128,7 @@ def key(header: str, unit, flags: str, components: KeyComponents) -> str:
         "post_flags": unit.post_flags,
         "toolchain": toolchain(components),
     }
-    return _root.json_digest(made_of, 32)
+    return _files.json_digest(made_of, 32)
 
 
 def find(root: Path, pch_key: str) -> str | None:
@@ -145,7 +145,7 @@ def find(root: Path, pch_key: str) -> str | None:
         return None
     try:
         record = json.loads(read_regular(folder / _layout.RECORD_NAME))
-        if file_identity(gch) != record["identity"] and _root.sha256_file(gch) != record["sha256"]:
+        if file_identity(gch) != record["identity"] and _files.sha256_file(gch) != record["sha256"]:
             raise ValueError(f"{gch} does not match its sha256")
     except FileNotFoundError:
         return None
@@ -291,7 +291,7 @@ def _compile_into(spec: PchJob, staging: Path, root: Path, blocking: bool) -> bo
     if returncode != 0 or not _only_toolchain_headers(deps, header, spec["ignored"]):
         return False
     record = {
-        "sha256": _root.sha256_file(gch),
+        "sha256": _files.sha256_file(gch),
         "identity": file_identity(gch),
         "command": command,
         "built_at": time.time(),

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _layout, _settings
+from .._files import tree_size
 from .._layout import TMP_PREFIX
 from ._entries import entries
-from ._root import remove_dead_staging, remove_locked, tree_size
+from ._root import remove_dead_staging, remove_locked
 
 
 @dataclass

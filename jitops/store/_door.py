@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .. import _settings
+from .. import _files, _settings
 from .._errors import BuildError, CacheError
 from . import _budget, _entries, _listing, _prebuilt, _root, _stable, _usage
 from ._entries import StagedEntry, Verified
@@ -142,7 +142,7 @@ class Store:
                 f"jitops: the entry received for {entry.name} is for {manifest.get('name')!r} key {manifest.get('key')!r}, "
                 f"not key {entry.key!r}"
             )
-        if _root.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
+        if _files.sha256_bytes(library_bytes) != manifest.get("library_sha256"):
             raise BuildError(f"jitops: the library received for {entry.name} does not match its manifest's sha256")
 
         def write(path: Path) -> bool:

@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import BuildError, CacheError, warn
+from .._files import json_digest, sha256_file
 from .._layout import MANIFEST_NAME, parse_entry_name
 from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from ._root import (
     check_private_dir,
-    json_digest,
     known_file_hashes,
     note_other_root,
     remove_dead_staging,
     remove_tree,
-    sha256_file,
 )
 from ._staging import new_staging, publish_folder
 

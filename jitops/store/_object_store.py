@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .. import _layout
+from .. import _files, _layout
 from .._errors import warn
 from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from . import _root, _staging
@@ -53,7 +53,7 @@ def unit_key(unit, components: KeyComponents, source_sha256: str, portable: bool
         "source": unit.source,
         "source_sha256": source_sha256,
     }
-    return _root.json_digest(made_of, 32)
+    return _files.json_digest(made_of, 32)
 
 
 # The macro torch's headers never read and every unit gets: a unit whose source and headers never
@@ -106,7 +106,7 @@ def stored(root: Path, key: str, variant: str) -> tuple[dict, bytes] | None:
         data = read_regular(folder / _layout.OBJECT_NAME, OBJECT_MAX)
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or _root.sha256_bytes(data) != record.get("object_sha256"):
+    if not isinstance(record, dict) or _files.sha256_bytes(data) != record.get("object_sha256"):
         return None
     return record, data
 
@@ -189,7 +189,7 @@ def settled_before(started_ns: int, known_before: dict, path: str) -> str | None
         return record[1]
     if identity[2] < started_ns - TIMESTAMP_SLACK_NS:  # its ctime, which no one can set back
         try:
-            digest = _root.sha256_file(path)
+            digest = _files.sha256_file(path)
         except OSError:
             return None
         return digest if identity_or_none(path) == identity else None
@@ -225,7 +225,7 @@ def keep(root: Path, unit, build_dir: Path) -> str:
                 "source": unit.source,
                 "command": unit.command,
                 "headers": unit.headers,
-                "object_sha256": _root.sha256_file(stored),
+                "object_sha256": _files.sha256_file(stored),
                 "stored_at": time.time(),
             }
             write_json_atomic(staging.path / _layout.RECORD_NAME, record)

@@ -26,9 +26,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _layout, _settings
+from .. import _files, _layout, _settings
 from .._errors import CacheError, warn
-from . import _entries, _object_store, _remote_records, _root, _signing
+from . import _entries, _object_store, _remote_records, _signing
 from ._key import PlannedEntry
 from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, describe, open_backend, takes_max_bytes
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
@@ -205,7 +205,7 @@ class Remote:
         return not why
 
     def put_blob(self, data: bytes, op: str) -> str:
-        digest = _root.sha256_bytes(data)
+        digest = _files.sha256_bytes(data)
         self.call(f"uploading {op} to", "put", _layout.remote_blob(digest), data, True)
         return digest
 
@@ -266,7 +266,7 @@ class Remote:
             for unit in manifest.get("units", []):
                 self.push_object(entry.root, unit, op)
             data = (entry.path / manifest["library"]).read_bytes()
-            if _root.sha256_bytes(data) != manifest.get("library_sha256"):
+            if _files.sha256_bytes(data) != manifest.get("library_sha256"):
                 return ""  # changed on disk: not ours to spread
             body = {
                 "format": FORMAT,

@@ -11,9 +11,10 @@ import re
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from .. import _files
 from .._errors import CacheError
 from ..warm._libraries import cuda_arch_list
-from . import _entries, _prebuilt, _root, _signing
+from . import _entries, _prebuilt, _signing
 from ._key import CudaPlan, PlannedEntry, key_components, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable
 from ._stable import numbers, unfit_here
@@ -31,12 +32,12 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def lookup_key(components: KeyComponents) -> str:
     """The remote's key of a build: sha256 of its portable components."""
-    return _root.json_digest({"format": FORMAT, **portable_components(components)}, 32)
+    return _files.json_digest({"format": FORMAT, **portable_components(components)}, 32)
 
 
 def record_variant(arch_list: str | None, headers: dict) -> str:
     """A record's name under its key: the archs and the headers it was built with."""
-    return _root.json_digest({"cuda_arch_list": arch_list, "headers": headers}, 16)
+    return _files.json_digest({"cuda_arch_list": arch_list, "headers": headers}, 16)
 
 
 def glibc_needed(library: bytes) -> str | None:

@@ -6,13 +6,11 @@ compiles: the CLI imports it where the toolchain is broken."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import shutil
 import signal
-import stat
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import CacheError, warn
+from .._files import sha256_file
 from .._flock import flocked
 from .._layout import REMOVING_PREFIX, TMP_PREFIX, configured_root
 from ..warm._libraries import file_identity, private_dir_problem, read_regular, unsafe_path_problem, write_json_atomic
@@ -83,26 +82,6 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.unlink(trash)
-
-
-def tree_size(path: Path | str) -> int:
-    """Bytes of the regular files under path (symbolic links are not followed)."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return 0
-    if not stat.S_ISDIR(info.st_mode):
-        return info.st_size if stat.S_ISREG(info.st_mode) else 0
-    total = 0
-    for parent, _, files in os.walk(path):
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(parent, name))
-            except OSError:
-                continue  # removed while walking
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
-    return total
 
 
 def remove_locked(tree: Path | str | None, lock: Path | str | None) -> bool:
@@ -387,25 +366,3 @@ def hash_files(
 def compute_key(components: KeyComponents) -> str:
     canonical = json.dumps(components, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[: _layout.KEY_LENGTH]
-
-
-def json_digest(value, length: int = 64) -> str:
-    """sha256 (hex, its first `length` digits) of a value's JSON, keys sorted: the key of what a
-    dict of inputs made (objects, PCHs, variants, remote records)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path | str) -> str:
-    """A regular file's sha256; OSError for anything else (opened without blocking: a FIFO where a
-    header or library should be, planted or named by a record, never stalls a load)."""
-    digest = hashlib.sha256()
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
