@@ -14,8 +14,7 @@ import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
 from jitops.builder import _pch
-from jitops.store import _entries, _root, _staging
-from jitops.store._key import plan_cuda
+from jitops.store import _entries, _root, _staging, plan_cuda
 from jitops.store._stable import floor_text
 from jitops.warm import _libraries
 

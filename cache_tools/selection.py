@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from jitops import _layout
-from jitops.store import _root
+from jitops.store import Store
 
 from . import inventory, registry
 from .output import UsageError
@@ -46,7 +46,7 @@ def selected_rows(ops: list[str], package: str | None = None, other_roots: bool 
 def rows_elsewhere() -> list[inventory.Row]:
     """The rows of the roots jitops.load built into with a build_directory (the configured root
     lists them), those still there."""
-    return [row for other in _root.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
+    return [row for other in Store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
 
 
 def check_names(ops: list[str], also_known: set[str] = frozenset()) -> None:

@@ -3,6 +3,6 @@
 subclass Backend, implement its five methods, and set JITOPS_REMOTE_CACHE=module:Class
 (docs/cache.md, "Remote cache")."""
 
-from .store._remote_backends import Backend, FolderBackend, RedisBackend, Unreadable
+from .store import Backend, FolderBackend, RedisBackend, Unreadable
 
 __all__ = ["Backend", "FolderBackend", "RedisBackend", "Unreadable"]

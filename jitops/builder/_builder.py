@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from .. import _files, _layout, _settings
 from .._errors import BuildError, NamespaceConflict
-from ..store import CudaPlan, Found, PlannedEntry, Store, _entries, _failures, _object_store, _prebuilt, _root, _stable
-from ..store._key import environment_tools
+from ..store import CudaPlan, Found, PlannedEntry, Store
 from ..warm import _libraries, _namespaces
 from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
@@ -25,7 +24,6 @@ from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_fla
 if TYPE_CHECKING:
     from .._records import Manifest
     from ..extension import Extension
-    from ..store._remote import Remote
 
 
 class BuildAgain(Exception):
@@ -55,7 +53,7 @@ class NotStable(BuildAgain):
 def build(planned: PlannedEntry, store: Store) -> Found:
     """The entry built here (once per key across processes, and machines with a remote), or a
     prebuilt library standing in where it cannot be built, or an error saying why and what to do."""
-    extension, cuda, entry = planned.extension, planned.cuda, planned.entry
+    cuda, entry = planned.cuda, planned.entry
     why, advice = _why_not_build(planned)
     if why and (remote := store.remote) is not None:  # a pod's failure says what the remote said for this op
         why += f"; the remote cache {remote.server} {remote.said.get(entry.name, 'was not asked')}"
@@ -66,13 +64,8 @@ def build(planned: PlannedEntry, store: Store) -> Found:
     toolkit_missing = not cuda.enabled and cuda.cuda_home is None and cuda.reason.startswith("no CUDA toolkit")
     if toolkit_missing and (prebuilt := store.prebuilt(planned, cuda.reason, required=False)):
         return prebuilt
-    can_stand_in = any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(extension))
-    if can_stand_in and (remembered := _failures.recall(planned)):
-        failure, age = remembered
-        why = (
-            f"building {entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
-            f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: {failure}"
-        )
+    can_stand_in = store.prebuilt_can_stand_in(planned)
+    if can_stand_in and (why := store.remembered_failure(planned)):
         return store.prebuilt(planned, why, required=True)  # type: ignore[return-value]
     try:
         return store.build_once(planned, lambda: _build(planned, store))
@@ -114,9 +107,9 @@ STOPPED = {
 def _build(planned: PlannedEntry, store: Store) -> Path:
     """One build, step by step, in a folder the store stages and publishes. Returns the library."""
     with store.staged(planned) as staged:
-        build = Build(planned, staged.path)
-        build.plan_units(store.remote)
-        build.plan_pch(store)
+        build = Build(planned, staged.path, store)
+        build.plan_units()
+        build.plan_pch()
         try:
             failure = build.compile()
             if failure is None:
@@ -134,10 +127,11 @@ def _build(planned: PlannedEntry, store: Store) -> Path:
 
 
 class Build:
-    """One build of an entry in its staging folder. Each step sets what the next one reads."""
+    """One build of an entry in its staging folder, asking the store for what it keeps (objects, the
+    failure memory, the manifest). Each step sets what the next one reads."""
 
-    def __init__(self, planned: PlannedEntry, staging: Path):
-        self.planned, self.staging = planned, staging
+    def __init__(self, planned: PlannedEntry, staging: Path, store: Store):
+        self.planned, self.staging, self.store = planned, staging, store
         self.entry, self.extension, self.cuda = planned.entry, planned.extension, planned.cuda
         self.build_dir = staging / "build"
         self.build_dir.mkdir()
@@ -146,42 +140,33 @@ class Build:
         self.log_path = staging / _layout.BUILD_LOG_NAME
         self.left_out = tuple(s for s in self.extension.sources if s.endswith(CUDA_SUFFIXES)) if not self.cuda.enabled else ()
 
-    def plan_units(self, remote: Remote | None) -> None:
+    def plan_units(self) -> None:
         """Each unit reused from the object store, fetched from the remote's, or left to compile."""
-        planned, entry = self.planned, self.entry
+        planned, store = self.planned, self.store
         self.units = _buildfile.plan_units(self.staging, self.extension, self.cuda, planned.components, self.flags)
         # PCHs live in the cache root even for an extension with a cache_dir (build_directory) of
         # its own: one .gch serves every extension, wherever its entries are.
-        self.pch_root = _root.shared_root(self.extension.cache_dir)
+        self.pch_root = store.pch_root(planned)
         # The build folder's own headers too: a PCH being downloaded is -included from there.
         build_dir = os.path.join(os.path.realpath(self.build_dir), "")
         self.ignored = (*toolchain_prefixes(planned.cxx, self.cuda, self.pch_root), build_dir)
-        _root.remove_dead_staging(Path(_layout.objects_dir(entry.root)))  # killed stores' staging folders
         for unit in self.units:
-            keys = _object_store.keys_of(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
-            unit.key, unit.name_free_key, unit.portable_key = keys
-            if (reused := _object_store.reuse(entry.root, unit, self.build_dir)) is not None:
+            unit.key, unit.name_free_key, unit.portable_key = store.object_keys(planned, unit)
+            if (reused := store.reuse_object(unit, self.build_dir)) is not None:
                 unit.key, unit.headers = reused
                 unit.reused = True
-            elif remote is not None:
-                self._fetch_object(remote, unit)
+            elif (headers := store.fetch_object(planned, unit, self.build_dir)) is not None:
+                unit.headers = headers  # kept in the object store and reused, as a local one would be
+                unit.key = store.keep_object(unit, self.build_dir)
+                unit.reused = True
         self.compiled = [unit for unit in self.units if not unit.reused]
 
-    def _fetch_object(self, remote: Remote, unit) -> None:
-        """The unit's object from the remote cache, where it has one whose headers all hold here: kept
-        in the object store and reused, as a local one would be."""
-        headers = remote.fetch_object(self.entry.root, unit.portable_key, self.build_dir / unit.object, self.entry.name)
-        if headers is not None:
-            unit.headers = headers
-            unit.key = _object_store.keep(self.entry.root, unit, self.build_dir)
-            unit.reused = True
-
-    def plan_pch(self, store: Store) -> None:
+    def plan_pch(self) -> None:
         """Each C++ unit's PCH: ready, the fleet's (downloaded beside the compiles), built now
         (JITOPS_PCH=wait), or wanted in the background (pch_jobs); and the status line, whose time counts it."""
         extension, entry = self.extension, self.entry
         stem = _buildfile.renamed_from(extension)
-        self.previous = store.previous_manifest(self.planned, stem and f"{extension.namespace}.{stem}")
+        self.previous = self.store.previous_manifest(self.planned, stem and f"{extension.namespace}.{stem}")
         # A header changed under the entry is an edit too; a rebuild an upgrade caused is not.
         wanted = bool(entry.stale_because) or _pch.worth_building(extension, self.previous, self.planned.components)
         began = time.time()  # JITOPS_PCH=wait builds a PCH here: part of the build's time (RELIABILITY C4)
@@ -198,7 +183,7 @@ class Build:
         a CPU is idle); None, or the first compiler error or the timeout."""
         _buildfile.write_build_file(self.build_dir, self.units, self.flags, self.library_file)
         self.log_path.write_text("".join(f"jitops: reused {u.relative} ({u.object})\n" for u in self.units if u.reused))
-        self.known_before = dict(_root.known_file_hashes(self.entry.root).records)  # each hash with the identity it was read at
+        self.known_before = dict(self.store.file_hashes().records)  # each hash with the identity it was read at
         self.started, self.started_ns = time.time(), time.time_ns()
         compiled = self.compiled
         kind = "cuda" if any(unit.cuda for unit in compiled) else "c++"
@@ -222,15 +207,15 @@ class Build:
         while it compiled (else InputsChanged); a stable key's library audited (else NotStable).
         Both before the load check: such a library is never opened (a second TORCH_LIBRARY block of
         its namespace, from the next attempt, would abort)."""
-        root = self.entry.root
         changed = _check_inputs(self.build_dir, self.compiled, self.planned, self.ignored, self.known_before, self.started_ns)
         for unit in self.compiled:
             if unit.headers is not None:
-                unit.key = _object_store.keep(root, unit, self.build_dir)
-        _root.known_file_hashes(root).save()  # the stored (and fetched) objects' hashes
+                unit.key = self.store.keep_object(unit, self.build_dir)
+        self.store.file_hashes().save()  # the stored (and fetched) objects' hashes
         if changed:
             raise InputsChanged(changed)
-        self.built_under = _built_under(self.planned, self.build_dir / self.library_file)
+        torch_headers = _torch_flags.include_paths(None)
+        self.built_under = self.store.built_under(self.planned, self.build_dir / self.library_file, torch_headers)
         if self.planned.stable and self.built_under["audit"]["offending"]:
             raise NotStable(self.planned, self.built_under["audit"]["offending"])
 
@@ -254,8 +239,7 @@ class Build:
             raise OSError(errno.ENOSPC, failure)  # a compiler's write failed (entry_lock says so)
         shutil.copyfile(self.log_path, self.entry.failed_log_path)
         failure += f"\nfull log: {self.entry.failed_log_path}"
-        if not _failures.may_pass_next_time(log):
-            _failures.remember(self.planned, failure)
+        self.store.remember_failure(self.planned, failure, log)
         raise BuildError(f"jitops: building {self.entry.name} failed: {failure}")
 
     def finish(self) -> Manifest:
@@ -271,7 +255,7 @@ class Build:
                 refusal = f", {refused} refused by the compiler: see the log" if refused else ""
                 self.status.summary += f" ({with_pch} with a PCH{refusal})"
         self.status.finish(ok=True)
-        _failures.forget(self.planned)
+        self.store.forget_failure(self.planned)
         library = self.staging / self.library_file
         os.replace(self.build_dir / self.library_file, library)
         unit_seconds = _ninja.unit_seconds(self.build_dir)
@@ -285,14 +269,13 @@ class Build:
             {
                 "source": unit.relative,
                 "object_key": unit.key,
-                "object_variant": _object_store.variant_of(unit.headers),
+                "object_variant": Store.object_variant(unit.headers),
                 "portable_key": unit.portable_key,
             }
             for unit in self.units
         ]
-        return _entries.make_manifest(
-            self.entry,
-            self.planned.components,
+        return self.store.manifest(
+            self.planned,
             library,
             _named_from_root(self.extension, included, included.__getitem__),
             source_hashes=self.planned.source_hashes,
@@ -305,14 +288,6 @@ class Build:
         )
 
 
-def _built_under(planned: PlannedEntry, library: Path) -> dict:
-    """What a stable entry's manifest says of its build (_stable.built_under); empty for an exact entry."""
-    if not planned.stable and not planned.exact_because:
-        return {}
-    torch_headers = _torch_flags.include_paths(None)
-    return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
-
-
 def _check_inputs(
     build_dir: Path, compiled: list, planned: PlannedEntry, ignored, known_before: dict, started_ns: int
 ) -> list[str]:
@@ -323,7 +298,7 @@ def _check_inputs(
     for unit in compiled:
         skip = {os.path.realpath(unit.wrapper), unit.source}
         unit_changed = []
-        if _object_store.settled_before(started_ns, known_before, unit.source) != planned.source_hashes[unit.relative]:
+        if Store.settled_before(started_ns, known_before, unit.source) != planned.source_hashes[unit.relative]:
             unit_changed.append(unit.source)
         headers = {}
         for path in found.get(unit.object, []):
@@ -334,7 +309,7 @@ def _check_inputs(
                     f"jitops: the compiler's dependency list of {unit.relative} names {path!r}, which does not "
                     "exist: removed while it was compiled, or a path a depfile cannot spell (a backslash?)"
                 )
-            digest = _object_store.settled_before(started_ns, known_before, path)
+            digest = Store.settled_before(started_ns, known_before, path)
             if digest is None:
                 unit_changed.append(path)
             headers[path] = digest
@@ -358,7 +333,7 @@ def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None
     import torch  # loaded by the caller already: this module imports without it
 
     # A compiler's installation: the folder above its bin/, where that holds its C++ headers.
-    installs = [os.path.dirname(os.path.dirname(os.path.realpath(c))) for c in [cxx, *environment_tools(cuda)] if c]
+    installs = [os.path.dirname(os.path.dirname(os.path.realpath(c))) for c in [cxx, *cuda.environment_tools()] if c]
     prefixes = [os.path.dirname(torch.__file__), "/usr/include", "/usr/lib", "/usr/lib64", cuda.cuda_home]
     prefixes += [install for install in installs if os.path.isdir(os.path.join(install, "include", "c++"))]
     prefixes += [_layout.pch_dir(cache_root)] if cache_root else []
@@ -395,4 +370,4 @@ def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_le
 
 def _demangle(symbol: str) -> str:
     """A C++ symbol as written in the source (binutils' c++filt, where it is installed), else as it is."""
-    return _stable.demangled([symbol])[0]
+    return Store.demangled([symbol])[0]

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import BuildError
-from ..store import CudaPlan
-from ..store._object_store import NAME_MACRO, names_extension
+from ..store import CudaPlan, Store
 from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 from . import _jobs, _torch_flags
 
@@ -62,7 +61,7 @@ class Unit:
         # As torch names objects (file.o, file.cuda.o), after the wrapper: unique per source path.
         self.object = os.path.splitext(os.path.basename(wrapper))[0] + (".cuda.o" if cuda else ".o")
         self.compiler, self.flags, self.post_flags = compiler, flags, post_flags
-        self.key = ""  # the key its object is stored (or found) under (_object_store.keys_of, reuse, keep)
+        self.key = ""  # the key its object is stored (or found) under (Store.object_keys, reuse_object, keep_object)
         self.name_free_key: str | None = None  # the key without the extension's name, where the source never names it
         self.portable_key = ""  # the remote's
         self.name_define = f"-DTORCH_EXTENSION_NAME={library}"  # as torch's flags hold it
@@ -152,11 +151,11 @@ def module_stem(extension: Extension, source: str) -> str | None:
             text = file.read()
     except OSError:
         return None
-    uses = text.count(NAME_MACRO.encode())
+    uses = text.count(Store.NAME_MACRO.encode())
     if uses == 0 or uses != len(_MODULE_DEFINITION.findall(text)):
         return None
     headers = [os.path.join(os.path.dirname(source), os.fsdecode(h)) for h in _QUOTED_INCLUDE.findall(text)]
-    return None if any(os.path.isfile(h) and names_extension(h) for h in headers) else stem
+    return None if any(os.path.isfile(h) and Store.names_extension(h) for h in headers) else stem
 
 
 def launchers() -> dict[str, str]:

@@ -180,7 +180,7 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
     returns it: its module, or its path."""
     name = extension.qualified_name
     if with_cuda:
-        from ..store._key import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
+        from ..store import plan_cuda  # only where CUDA is demanded: torch's load() fails without it
 
         plan = plan_cuda(extension)
         if not plan.enabled:

@@ -4,14 +4,11 @@ module of its own: a warm jitops.load does not import it)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from .. import _layout
 from ..extension import check_name
 from ..warm._libraries import DROP_IN_NAMESPACE
 from ._torch_load import Flags, as_torch_returns, declare, entries_dir, jitops_errors, refuse_unsupported
@@ -81,7 +78,9 @@ def load_inline(  # type: ignore[misc]  # options given by position bind to the 
         cpp.append(_pybind_block(functions, with_pytorch_error_handling, gil_not_used))
     files = {"main.cpp": "\n".join(cpp)} | ({"cuda.cu": "\n".join(cuda)} if cuda else {})
     cache_dir = entries_dir(build_directory)
-    root = _written(name, files, cache_dir)
+    from ..store import inline_sources  # its folder is checked at every call; the store's door only then
+
+    root = inline_sources(name, files, cache_dir)
     extension = declare(
         name,
         root,
@@ -118,49 +117,3 @@ def _pybind_block(functions, with_pytorch_error_handling: bool, gil_not_used: bo
         lines.append(f'm.def("{function}", {bound}, "{doc}");')
     gil = ", pybind11::mod_gil_not_used()" if gil_not_used else ""
     return f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m{gil}) {{\n" + "\n".join(lines) + "\n}"
-
-
-INLINE_COPIES = 8  # folders of one content tried, each found damaged, before an error
-
-
-def _written(name: str, files: dict[str, str], cache_dir: str | None) -> str:
-    """A folder holding `files`, named after their content (<name>-<sha256>), checked at every call; a
-    damaged one is never rewritten (a build may read it): the content goes into <name>-<sha256>-<n>."""
-    from .._errors import BuildError  # the store's modules and the errors only where sources are written:
-    from ..store._root import cache_root, ensure_private_dir  # a warm load_inline checks them
-    from ..store._staging import staged  # the same
-
-    contents = {file: text.encode("utf-8") for file, text in files.items()}
-    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    parent = ensure_private_dir(Path(_layout.inline_dir(cache_root(cache_dir))))
-    for copy in range(INLINE_COPIES):
-        folder = parent / (f"{name}-{digest}" + (f"-{copy}" if copy else ""))
-        if _holds(folder, contents):
-            return str(folder)
-        if os.path.lexists(folder):
-            continue  # damaged: left as it is
-        try:
-            with staged(parent, folder) as staging:
-                for file, data in contents.items():
-                    with open(staging.path / file, "wb") as out:
-                        out.write(data)
-                        out.flush()
-                        os.fsync(out.fileno())
-        except OSError as err:
-            raise BuildError(f"jitops: cannot write load_inline's sources of {name} into {parent}: {err}") from None
-        if staging.published or _holds(folder, contents):  # or another process wrote the same content first
-            return str(folder)
-    raise BuildError(
-        f"jitops: load_inline's sources of {name} are damaged in {INLINE_COPIES} folders {parent}/{name}-{digest}*; "
-        "remove them (`jitops-cache clear --all` removes every folder of load_inline's sources)"
-    )
-
-
-def _holds(folder: Path, contents: dict[str, bytes]) -> bool:
-    """Whether folder (a real directory) holds each file with exactly this content."""
-    try:
-        if folder.is_symlink() or not folder.is_dir():
-            return False
-        return all((folder / file).read_bytes() == data for file, data in contents.items())
-    except OSError:
-        return False

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .. import _files, _settings
+from .. import _files, _layout, _settings
 from .._errors import BuildError, CacheError
-from . import _budget, _entries, _listing, _prebuilt, _root, _stable, _usage
+from . import _budget, _entries, _failures, _listing, _object_store, _prebuilt, _root, _stable, _usage
 from ._entries import StagedEntry, Verified
 from ._key import CudaPlan as CudaPlan  # a name of the door (store/__init__.py)
 from ._key import PlannedEntry
@@ -21,6 +21,7 @@ from ._lock import entry_lock
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._records import Manifest
     from ._remote import Remote
 
 Source = Literal["cache", "built", "remote", "prebuilt"]
@@ -177,6 +178,77 @@ class Store:
         refused.put(planned.entry.key, reason)
         refused.save()
 
+    # What a build asks of the store: the failure it remembers, its units' objects, its manifest
+    def prebuilt_can_stand_in(self, planned: PlannedEntry) -> bool:
+        """Whether a prebuilt folder is there for the extension: a failed build then falls back to it."""
+        return any(folder.is_dir() for folder in _prebuilt.prebuilt_dirs(planned.extension))
+
+    def remembered_failure(self, planned: PlannedEntry) -> str | None:
+        """Why a build of these very inputs is not tried again yet (it failed lately), or None."""
+        if (remembered := _failures.recall(planned)) is None:
+            return None
+        failure, age = remembered
+        return (
+            f"building {planned.entry.name} failed {age / 60:.0f} min ago with these same sources, headers and toolchain, "
+            f"and is not tried again for {_failures.REMEMBERED_S // 60} min unless one of them changes: {failure}"
+        )
+
+    def remember_failure(self, planned: PlannedEntry, failure: str, log: str) -> None:
+        """A failed build's error kept for its inputs, unless its log says a retry may pass."""
+        if not _failures.may_pass_next_time(log):
+            _failures.remember(planned, failure)
+
+    def forget_failure(self, planned: PlannedEntry) -> None:
+        _failures.forget(planned)
+
+    def pch_root(self, planned: PlannedEntry) -> Path:
+        """Where the extension's PCHs live: the cache root, shared by every extension (one with a
+        root of its own uses that only where the configured one is unusable)."""
+        return _root.shared_root(planned.extension.cache_dir)
+
+    def object_keys(self, planned: PlannedEntry, unit) -> _object_store.ObjectKeys:
+        """A unit's keys in the object store (and the remote's), from its source's hash."""
+        return _object_store.keys_of(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
+
+    def reuse_object(self, unit, build_dir: Path) -> tuple[str, dict[str, str]] | None:
+        """The unit's stored object, copied into build_dir where its headers all hold: its key and
+        headers; or None. Killed stores' staging folders are removed first."""
+        _root.remove_dead_staging(Path(_layout.objects_dir(self.root)))
+        return _object_store.reuse(self.root, unit, build_dir)
+
+    def fetch_object(self, planned: PlannedEntry, unit, build_dir: Path) -> dict[str, str] | None:
+        """The unit's object from the remote cache into build_dir, where it has one whose headers
+        all hold here: its headers (keep_object stores it as a local one), or None."""
+        if (remote := self.remote) is None:
+            return None
+        return remote.fetch_object(self.root, unit.portable_key, build_dir / unit.object, planned.entry.name)
+
+    def keep_object(self, unit, build_dir: Path) -> str:
+        """Store a unit's object (compiled or fetched) with its headers; the key it is kept under."""
+        return _object_store.keep(self.root, unit, build_dir)
+
+    def file_hashes(self) -> _root.KnownFileHashes:
+        """The root's record of file hashes (each with the identity it was read at); .save() writes it."""
+        return _root.known_file_hashes(self.root)
+
+    # The object store's rules, for the build file and its checks
+    NAME_MACRO = _object_store.NAME_MACRO
+    names_extension = staticmethod(_object_store.names_extension)
+    settled_before = staticmethod(_object_store.settled_before)
+    object_variant = staticmethod(_object_store.variant_of)
+    demangled = staticmethod(_stable.demangled)
+
+    def manifest(self, planned: PlannedEntry, library: Path, headers: dict, **extra) -> Manifest:
+        """The manifest of the entry whose library is `library`, in its staging folder."""
+        return _entries.make_manifest(planned.entry, planned.components, library, headers, **extra)
+
+    def built_under(self, planned: PlannedEntry, library: Path, torch_headers: list[str]) -> dict:
+        """What a stable (or an exact, for want of the floor) entry's manifest says of its build: the
+        audit of its symbols and the toolchain; empty for any other entry."""
+        if not planned.stable and not planned.exact_because:
+            return {}
+        return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
+
     # What the root records of use (store/_usage): `jitops-cache stats` and `list`
     def count(self, planned: PlannedEntry, **amounts: float) -> None:
         """Add to the extension's counters (builds, build_seconds, failed_builds, <source>_loads)."""
@@ -187,6 +259,11 @@ class Store:
         _usage.note_location(planned.entry, planned.extension.root)
 
     # What the root holds beside its entries, for the CLI (store/_listing)
+    @staticmethod
+    def other_roots() -> list[str]:
+        """The roots of entries built into a build_directory, as the configured root lists them."""
+        return _root.other_roots()
+
     def staging_folders(self) -> list[Path]:
         """Builds' staging folders (running, or left by killed builds)."""
         return _listing.staging_folders(self.root)

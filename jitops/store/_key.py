@@ -65,6 +65,10 @@ class CudaPlan:
     def backends(self) -> list[str]:
         return ["cpu", "cuda"] if self.enabled else ["cpu"]
 
+    def environment_tools(self) -> list[Path]:
+        """The programs this plan's build environment names ($CC, $PYTORCH_NVCC), as found on PATH."""
+        return environment_tools(self)
+
 
 def find_cxx() -> Path | None:
     """The C++ compiler torch's build file runs: $CXX, else c++."""
