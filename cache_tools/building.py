@@ -13,8 +13,7 @@ from pathlib import Path
 import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
-from jitops.builder import _pch
-from jitops.store import _entries, _root, _staging, plan_cuda
+from jitops.store import PchStore, _entries, _root, _staging, plan_cuda
 from jitops.store._stable import floor_text
 from jitops.warm import _libraries
 
@@ -218,7 +217,7 @@ def cmd_pch(args: argparse.Namespace) -> int:
     found = []
     for pch in sorted(pch_dir.glob("*")):
         gch = pch / _layout.GCH_NAME
-        if gch.is_file() and _pch.same_header(pch, EXTENSION_HEADER):
+        if gch.is_file() and PchStore.same_header(pch, EXTENSION_HEADER):
             found.append({"path": str(gch), "bytes": gch.stat().st_size, "new": pch.name not in before})
 
     def human():

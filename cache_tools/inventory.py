@@ -10,8 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitops import _files, _flock, _layout
-from jitops.builder import _pch
-from jitops.store import Store, _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
+from jitops.store import PchStore, Store, _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
 from jitops.warm import _libraries
 
 from . import registry
@@ -41,7 +40,7 @@ class Row:
     built_at: float | None = None
     build_seconds: float | None = None
     last_used: float | None = None
-    kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/builder/_pch.py)
+    kind: str = "entry"  # or "object" (a stored unit: jitops/store/_object_store.py) or "pch" (jitops/store/_pch_store.py)
     seen_in: list[str] = field(default_factory=list)  # the extension roots an entry was loaded for
     fetched_under: str | None = None  # fetched from the remote cache: the key that signed it ("unsigned"); built here: None
 
@@ -288,7 +287,7 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
-            name, built_at, data, digest = (_object_store if item.kind == "object" else _pch).describe(item.path)
+            name, built_at, data, digest = (_object_store.describe if item.kind == "object" else PchStore.describe)(item.path)
             if check and _files.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:

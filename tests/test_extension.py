@@ -208,8 +208,6 @@ STORE_NOT_YET_BEHIND_THE_DOOR = {
     "cache_tools/reading.py": {"_entries", "_prebuilt", "_root", "_usage"},
     "cache_tools/remote.py": {"_entries", "_remote", "_remote_admin", "_signing"},
     "cache_tools/removing.py": {"_budget", "_entries", "_root"},
-    "jitops/builder/_pch.py": {"_budget", "_lock", "_object_store", "_remote_pch", "_root", "_staging"},
-    "jitops/builder/_pch_fetch.py": {"_lock", "_remote_pch", "_root", "_staging"},
 }
 
 

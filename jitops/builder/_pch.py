@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import _files, _flock, _layout, _settings
-from .._errors import CacheError, warn
-from ..store import _budget, _root, _staging, remote_tier
-from ..store._lock import HeldLock
-from ..store._object_store import TOOLCHAIN_COMPONENTS, toolchain
-from ..warm._libraries import DROP_IN_NAMESPACE, file_identity, mark_used, read_regular, write_json_atomic
+from .._errors import CacheError
+from ..store import PchStore, remote_tier
+from ..warm._libraries import DROP_IN_NAMESPACE, file_identity, write_json_atomic
 from . import _jobs
 from ._progress import BuildStatus
 
@@ -44,31 +42,7 @@ def worth_building(extension, previous: dict | None, components: KeyComponents) 
     if previous is None:
         return extension.namespace == DROP_IN_NAMESPACE
     before = previous.get("components")
-    return isinstance(before, dict) and all(before.get(name) == components.get(name) for name in TOOLCHAIN_COMPONENTS)
-
-
-# What a PCH of torch's headers takes on disk where none of the same headers was built before.
-ESTIMATED_SIZE = 800 << 20
-
-
-def fits_budget(root: Path, header: str) -> bool:
-    """Whether the root's budget holds a PCH of `header` (its size: the last one of these headers,
-    else ESTIMATED_SIZE) beside the entries live processes have mapped: none is built to be evicted."""
-    limit = _settings.get("JITOPS_CACHE_MAX_SIZE")
-    if limit <= 0:
-        return True
-    items = _budget.items(root)
-    estimate = next((i.size for i in items if i.kind == "pch" and same_header(i.path, header)), ESTIMATED_SIZE)
-    live = _budget.live_paths(root) or set()
-    in_use = sum(item.size for item in items if item.kind == "entry" and _budget.is_live(item.path, live))
-    return estimate + in_use <= limit
-
-
-def same_header(folder: Path, header: str) -> bool:
-    try:
-        return (folder / _layout.PCH_HEADER_NAME).read_text(encoding="utf-8") == header
-    except OSError:
-        return False
+    return isinstance(before, dict) and all(before.get(name) == components.get(name) for name in PchStore.TOOLCHAIN_COMPONENTS)
 
 
 def left_out_of_key(extension, library_name: str) -> list[str]:
@@ -82,7 +56,7 @@ def left_out_of_key(extension, library_name: str) -> list[str]:
 def foreground(root: Path | None, pause: bool = True):
     """Held around a build's compiles (pause: one that leaves no CPU idle): background PCH builds of
     the root pause meanwhile."""
-    parent = _root.usable_part(root, _layout.PCH_DIR) if root is not None and pause else None
+    parent = PchStore(root).folder() if root is not None and pause else None
     if parent is None:
         yield
         return
@@ -126,36 +100,9 @@ def key(header: str, unit, flags: str, components: KeyComponents) -> str:
         "compiler": unit.compiler,
         "flags": flags,
         "post_flags": unit.post_flags,
-        "toolchain": toolchain(components),
+        "toolchain": PchStore.toolchain(components),
     }
     return _files.json_digest(made_of, 32)
-
-
-def find(root: Path, pch_key: str) -> str | None:
-    """The path to -include for a published, verified PCH (its .gch's sha256, hashed in full
-    unless its identity is the one recorded), else None; a corrupt one is removed."""
-    parent = _root.usable_part(root, _layout.PCH_DIR, write=False)
-    if parent is None:
-        return None
-    folder = parent / pch_key
-    gch = folder / _layout.GCH_NAME
-    problem = _root.foreign_problem([folder], [folder / _layout.RECORD_NAME, gch, folder / _layout.PCH_HEADER_NAME])
-    if problem:
-        warn(f"not using the precompiled header {folder}: {problem}")
-        return None
-    try:
-        record = json.loads(read_regular(folder / _layout.RECORD_NAME))
-        if file_identity(gch) != record["identity"] and _files.sha256_file(gch) != record["sha256"]:
-            raise ValueError(f"{gch} does not match its sha256")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        warn(f"discarding the corrupt precompiled header {folder}: {err}")
-        with contextlib.suppress(OSError):  # a read-only pch/: it stays, unused
-            _root.remove_tree(folder)
-        return None
-    mark_used(str(folder), folder.stat().st_mtime)  # for the budget's least-recently-used order
-    return str(folder / _layout.PCH_HEADER_NAME)
 
 
 @contextlib.contextmanager
@@ -167,14 +114,6 @@ def in_use(headers: list[str]):
             folder = os.path.dirname(header)
             stack.enter_context(_flock.flocked(_layout.pch_lock_path(folder), shared=True))
         yield
-
-
-def describe(folder: Path) -> tuple[str, float | None, Path, str]:
-    """A published PCH folder, for the CLI: the header it holds, when it was built, its .gch and the
-    sha256 recorded for it. Raises OSError, ValueError or KeyError where it is unreadable."""
-    record = json.loads(read_regular(folder / _layout.RECORD_NAME))
-    headers = " ".join(re.findall(r"<([^>]+)>", (folder / _layout.PCH_HEADER_NAME).read_text()))
-    return headers, record.get("built_at"), folder / _layout.GCH_NAME, record["sha256"]
 
 
 def plan(
@@ -203,10 +142,10 @@ def plan(
         if flags is None:
             continue
         pch_key = key(header, unit, flags, components)
-        unit.pch = find(root, pch_key)
+        unit.pch = PchStore(root).find(pch_key)
         if unit.pch is None:
             spec = job(root, pch_key, header, unit, f"{flags} {heap}".rstrip(), ignored)  # heap: in no key
-            if not (chosen == "wait" or wanted or remote_tier() is not None) or not fits_budget(root, header):
+            if not (chosen == "wait" or wanted or remote_tier() is not None) or not PchStore(root).fits_budget(header):
                 continue  # none is to be had, or it would be evicted at once (JITOPS_CACHE_MAX_SIZE)
             if (fetching := fetches.start(spec)) is not None:  # the fleet's, made in the same image
                 unit.pch, unit.pch_fetched = fetching
@@ -225,51 +164,40 @@ def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixe
     return {**spec, "compiler": unit.compiler}
 
 
-def _push(spec: PchJob) -> None:
-    """A PCH built here, to the remote cache where one is set that this machine writes to."""
-    remote = remote_tier()
-    if remote is not None:
-        from ..store import _remote_pch  # only where a remote is set
-
-        folder = Path(_layout.pch_dir(spec["root"]), spec["key"])
-        _remote_pch.push(remote, folder, spec["key"], spec["compiler"])
-
-
 def build(spec: PchJob, blocking: bool) -> str | None:
     """Build and publish the PCH `spec` under its lock, unless published meanwhile. The path to
     -include, or None (not blocking and the lock is held, or the compiler refused)."""
 
-    root, pch_key = Path(spec["root"]), spec["key"]
-    parent = _root.usable_part(root, _layout.PCH_DIR)
-    if parent is None:
+    pch, pch_key = PchStore(spec["root"]), spec["key"]
+    if pch.folder() is None:
         return None
-    with HeldLock(Path(_layout.pch_lock_path(parent / pch_key)), f"the precompiled header {pch_key}", blocking=blocking) as lock:
+    with pch.lock(pch_key, blocking=blocking) as lock:
         if not lock.acquired:
             return None
-        found = find(root, pch_key)
+        found = pch.find(pch_key)
         if found is not None:
             return found
         if not blocking:  # the machine's one background PCH compile, with the memory it takes
-            with _jobs.background_compile(lambda: find(root, pch_key) is None and fits_budget(root, spec["header"])) as go:
-                return _compile_and_publish(spec, parent, root, pch_key, blocking) if go else find(root, pch_key)
-        return _compile_and_publish(spec, parent, root, pch_key, blocking)
+            with _jobs.background_compile(lambda: pch.find(pch_key) is None and pch.fits_budget(spec["header"])) as go:
+                return _compile_and_publish(spec, pch, blocking) if go else pch.find(pch_key)
+        return _compile_and_publish(spec, pch, blocking)
 
 
-def _compile_and_publish(spec: PchJob, parent: Path, root: Path, pch_key: str, blocking: bool) -> str | None:
-    """Under the PCH's lock: compile it in a staging folder, check what it holds, publish it."""
-    _root.remove_dead_staging(parent)  # killed builds' staging folders (under the lock: none is live)
+def _compile_and_publish(spec: PchJob, pch: PchStore, blocking: bool) -> str | None:
+    """Under the PCH's lock: compile it in a staging folder, check what it holds, publish it (and
+    push it, where a remote is set)."""
     try:
-        with _staging.staged(parent, parent / pch_key) as staging:
-            if not _compile_into(spec, staging.path, root, blocking):
+        with pch.staged(spec["key"]) as staging:
+            if not _compile_into(spec, staging.path, pch.root, blocking):
                 staging.discard()
     except (OSError, ValueError):
         return None  # a full disk, or flags the shell cannot split: the units compile without it
     # Under the lock (which keeps this PCH from being evicted): whoever waits for it to be
     # free finds the root within its budget.
-    _budget.enforce_budget(root)
-    found = find(root, pch_key)
+    pch.enforce_budget()
+    found = pch.find(spec["key"])
     if found is not None:
-        _push(spec)
+        pch.push(spec["key"], spec["compiler"])
     return found
 
 
@@ -344,7 +272,7 @@ def start_background(spec: PchJob) -> bool:
     """Build a PCH in a detached process at idle priority (output in <root>/pch/<key>.log); nothing
     waits for it. Returns whether it was started."""
     try:
-        parent = _root.usable_part(spec["root"], _layout.PCH_DIR)
+        parent = PchStore(spec["root"]).folder()
         if parent is None or _flock.flock_is_held(_layout.pch_lock_path(parent / spec["key"])):
             return False  # (held: another process is building it)
         log_path = _layout.pch_log_path(parent / spec["key"])

@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING
 
 from .. import _flock, _layout
 from .._errors import CacheError
-from ..store import _root, _staging, remote_tier
-from ..store._lock import HeldLock
+from ..store import PchStore
 from ..warm._libraries import file_identity, write_json_atomic
-from ._pch import find
 
 if TYPE_CHECKING:
     from .._records import PchJob
@@ -33,13 +31,8 @@ class Fetches:
 
     def start(self, spec: PchJob) -> tuple[str, str] | None:
         """Where the remote holds this PCH, its download started: (the path -included, the file made once it ended)."""
-        remote, parent = remote_tier(), _root.usable_part(spec["root"], _layout.PCH_DIR)
-        if remote is None or parent is None:
-            return None
-        from ..store import _remote_pch  # only where a remote is set
-
-        found = _remote_pch.find(remote, spec["key"], spec["header"], spec["compiler"])
-        if found is None:
+        pch = PchStore(spec["root"])
+        if pch.folder() is None or (found := pch.in_remote(spec["key"], spec["header"], spec["compiler"])) is None:
             return None
         folder = self.build_dir / f"pch-{spec['key'][:16]}"
         waited = str(folder / _layout.PCH_HEADER_NAME), str(folder / _layout.PCH_FETCHED_NAME)
@@ -47,22 +40,20 @@ class Fetches:
             return waited
         folder.mkdir()
         (folder / _layout.PCH_HEADER_NAME).write_text(spec["header"], encoding="utf-8")
-        thread = threading.Thread(target=self._download, args=(remote, parent, spec, found, folder), daemon=True)
+        thread = threading.Thread(target=self._download, args=(pch, spec, found, folder), daemon=True)
         thread.start()
         self.threads.append(thread)
         return waited
 
-    def _download(self, remote, parent: Path, spec: PchJob, found, folder: Path) -> None:
-
+    def _download(self, pch: PchStore, spec: PchJob, found, folder: Path) -> None:
         try:
-            lock_path = Path(_layout.pch_lock_path(parent / spec["key"]))
-            with HeldLock(lock_path, f"the precompiled header {spec['key']}", blocking=False) as lock:
-                if lock.acquired and find(spec["root"], spec["key"]) is None:
-                    self._publish(remote, parent, spec, found)
-            published = find(spec["root"], spec["key"])
+            with pch.lock(spec["key"], blocking=False) as lock:
+                if lock.acquired and pch.find(spec["key"]) is None:
+                    self._publish(pch, spec, found)
+            published = pch.find(spec["key"])
             if published is not None:
                 with self._holding:  # in use (not evicted) until the build ends
-                    self.held.enter_context(_flock.flocked(lock_path, shared=True))
+                    self.held.enter_context(_flock.flocked(pch.lock_path(spec["key"]), shared=True))
                 os.symlink(published + ".gch", folder / _layout.GCH_NAME)
         except (OSError, CacheError):
             pass  # the unit compiles from the header's text
@@ -70,12 +61,9 @@ class Fetches:
             (folder / _layout.PCH_FETCHED_NAME).touch()
 
     @staticmethod
-    def _publish(remote, parent: Path, spec: PchJob, found) -> None:
-        from ..store import _remote_pch  # only where a remote is set
-
-        _root.remove_dead_staging(parent)
-        with _staging.staged(parent, parent / spec["key"]) as staging:
-            record = _remote_pch.fetch(remote, staging.path, found)
+    def _publish(pch: PchStore, spec: PchJob, found) -> None:
+        with pch.staged(spec["key"]) as staging:
+            record = pch.fetch(staging.path, found)
             if record is None:
                 staging.discard()
             else:

@@ -13,13 +13,15 @@ if TYPE_CHECKING:
     from ._door import CudaPlan, Found, PlannedEntry, StagedEntry, Store, Verified, remote_tier
     from ._inline import inline_sources
     from ._key import plan_cuda
+    from ._pch_store import PchStore
     from ._remote_backends import Backend, FolderBackend, RedisBackend, Unreadable
 
 # Each name from the module that holds it, imported when first named: a warm load_inline's
 # inline_sources imports the store's ground alone, not the door's ten modules.
-_HOLDERS = {"inline_sources": "_inline", "plan_cuda": "_key"}
+_HOLDERS = {"inline_sources": "_inline", "plan_cuda": "_key", "PchStore": "_pch_store"}
 _HOLDERS |= dict.fromkeys(("Backend", "FolderBackend", "RedisBackend", "Unreadable"), "_remote_backends")  # jitops.remote's
-__all__ = ["CudaPlan", "Found", "PlannedEntry", "StagedEntry", "Store", "Verified", "inline_sources", "plan_cuda", "remote_tier"]
+__all__ = ["CudaPlan", "Found", "PchStore", "PlannedEntry", "StagedEntry", "Store", "Verified", "inline_sources", "plan_cuda"]
+__all__ += ["remote_tier"]
 __all__ += ["Backend", "FolderBackend", "RedisBackend", "Unreadable"]
 
 
