@@ -83,18 +83,18 @@ def ahead_of_time_build() -> dict:
 
     from jitops.builder import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
-    from jitops.store import _entries, _key, _root, _stable
+    from jitops.store import Store, find_cxx, key_components, plan_cuda
     from jitops.warm import _libraries
 
-    cxx = _key.find_cxx()
+    cxx = find_cxx()
     extensions = []
     chosen = list(_settings.get("JITOPS_AOT_OPS")) or available_ops()
     unknown = sorted(set(chosen) - set(available_ops()))
     if unknown:
         raise SystemExit(f"JITOPS_AOT_OPS: unknown op(s) {unknown}; available: {available_ops()}")
     for declared in [e for op in chosen for e in op_libraries(op)]:
-        cuda = _key.plan_cuda(declared)
-        components = _key.key_components(declared, cxx, cuda)
+        cuda = plan_cuda(declared)
+        components = key_components(declared, cxx, cuda)
         built = (CUDAExtension if cuda.enabled else CppExtension)(
             name=f"jitops.prebuilt.{declared.library_name}",
             sources=[str(Path(declared.root, s).relative_to(ROOT)) for s in components["sources"]],
@@ -118,18 +118,18 @@ def ahead_of_time_build() -> dict:
                 Path(self.build_temp), declared, cxx, cuda, targets=[os.path.abspath(o) for o in objects]
             )
             built = Path(self.get_ext_fullpath(ext.name))
-            entry = _entries.Entry(built.parent, declared.qualified_name, _root.compute_key(components))
+            entry = Store(built.parent).entry(declared.qualified_name, Store.compute_key(components))
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
             built_under = (
-                _stable.built_under(components, library, cxx, _torch_flags.include_paths(None))
+                Store.built_under(components, library, cxx, _torch_flags.include_paths(None))
                 if components.get("abi") == "stable"
                 else None
             )
             if built_under and built_under["audit"]["offending"]:
                 raise SystemExit(f"{declared.qualified_name}: not on torch's stable ABI: {built_under['audit']['offending'][:3]}")
-            manifest = _entries.make_manifest(
+            manifest = Store.manifest(
                 entry,
                 components,
                 library,

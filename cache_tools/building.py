@@ -13,8 +13,7 @@ from pathlib import Path
 import jitops
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
-from jitops.store import PchStore, _entries, _root, _staging, plan_cuda
-from jitops.store._stable import floor_text
+from jitops.store import PchStore, Store, floor_text, plan_cuda, staged
 from jitops.warm import _libraries
 
 from . import doctor, registry
@@ -153,7 +152,7 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
     if os.path.lexists(target):
         _check_exported(target)
         return target
-    with _staging.staged(out, target, mode=0o755) as staging:
+    with staged(out, target, mode=0o755) as staging:
         shutil.copy2(entry_dir / manifest["library"], staging.path / manifest["library"])
         _libraries.write_json_atomic(staging.path / _layout.MANIFEST_NAME, manifest)
         os.chmod(staging.path / manifest["library"], 0o755)
@@ -168,8 +167,8 @@ def _check_exported(target: Path) -> None:
     full): else an error naming it (it is never replaced)."""
     name, key, variant = _layout.parse_entry_name(target.name)
     try:
-        sound = _entries.Entry(target.parent, name, key, variant=variant).verified_library(
-            touch=False, private=False, full_hash=True
+        sound = (
+            Store(target.parent).entry(name, key, variant=variant).verified_library(touch=False, private=False, full_hash=True)
         )
     except (CacheError, OSError):
         sound = None
@@ -189,7 +188,7 @@ def cmd_pch(args: argparse.Namespace) -> int:
     import time
 
     os.environ["JITOPS_PCH"] = "wait"  # the PCH is built before the unit that uses it
-    pch_dir = Path(_layout.pch_dir(_root.shared_root(None)))
+    pch_dir = Path(_layout.pch_dir(Store.shared_root(None)))
     before = {folder.name for folder in pch_dir.glob("*") if (folder / _layout.GCH_NAME).is_file()}
     results, failure = [], None
     with tempfile.TemporaryDirectory(prefix="jitops-pch-") as folder:

@@ -14,9 +14,22 @@ from pathlib import Path
 from jitops import _layout, _settings
 from jitops._errors import CacheError
 from jitops.builder import _ninja
-from jitops.store import _entries, _key, _prebuilt, _remote, _remote_admin, _root
-from jitops.store._remote import Fault
-from jitops.store._signing import public_text
+from jitops.store import (
+    Fault,
+    PlannedEntry,
+    Store,
+    active_remote,
+    find_cuda_home,
+    find_cxx,
+    find_prebuilt,
+    key_components,
+    missing_sources,
+    plan_cuda,
+    prebuilt_dirs,
+    public_key_text,
+    remote_holds,
+    tool_probe,
+)
 from jitops.warm import _libraries
 
 from . import inventory, registry
@@ -32,12 +45,12 @@ def report(package: str | None = None) -> dict:
     package whose entry point or extension cannot be inspected is a row saying why, not a crash."""
     import torch
 
-    cxx = _key.find_cxx()
-    cuda = _key.plan_cuda()
-    nvcc = _key.find_cuda_home()
+    cxx = find_cxx()
+    cuda = plan_cuda()
+    nvcc = find_cuda_home()
     nvcc_version = None
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
-        nvcc_version = _key.tool_probe(nvcc / "bin" / "nvcc")[1]
+        nvcc_version = tool_probe(nvcc / "bin" / "nvcc")[1]
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
     root, root_reason = _layout.configured_root()
     root = Path(root)
@@ -62,12 +75,12 @@ def report(package: str | None = None) -> dict:
             ),
         },
         "ninja": _ninja.find_ninja(),
-        "cxx": {"path": str(cxx) if cxx else None, "version": _key.tool_probe(cxx)[1] if cxx else None},
+        "cxx": {"path": str(cxx) if cxx else None, "version": tool_probe(cxx)[1] if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
-        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "prebuilt_dirs": [str(d) for d in prebuilt_dirs(None)],
         "remote": remote_settings(),
         "extensions": [],
     }
@@ -92,7 +105,7 @@ def report(package: str | None = None) -> dict:
 def _remote_or_none():
 
     try:
-        return _remote.active()
+        return active_remote()
     except Exception:  # noqa: BLE001 - a bad setting: remote_settings() says which
         return None
 
@@ -103,7 +116,7 @@ def remote_settings() -> dict | None:
     if not _settings.get("JITOPS_REMOTE_CACHE"):
         return None
     try:
-        remote = _remote.active()
+        remote = active_remote()
     except Exception as err:  # noqa: BLE001 - CacheError, or BuildError for a timeout
         return {"error": str(err).removeprefix("jitops: ")}
 
@@ -111,7 +124,7 @@ def remote_settings() -> dict | None:
         "server": remote.server,
         "mode": remote.mode,
         "trust": "server" if remote.trust_server else "keys",
-        "trusted_keys": sorted(public_text(k) for k in remote.trusted),
+        "trusted_keys": sorted(public_key_text(k) for k in remote.trusted),
         "signing_key": remote.signer.public if remote.signer else None,
         "timeout_s": remote.timeout,
         "max_blob": remote.max_blob,
@@ -163,15 +176,15 @@ def _root_report(root, reason: str) -> dict:
         info["usable"] = os.access(_nearest_existing(root), os.W_OK)
         return info
     try:
-        _root.ensure_private_dir(root)
+        Store(root).ensure_private()
         info["mode"] = oct(stat.S_IMODE(root.stat().st_mode))
         info["usable"] = os.access(root, os.W_OK | os.X_OK)
         if not info["usable"]:
-            info["problem"] = f"not writable: builds go to the per-user fallback cache {_root.fallback_root()}"
+            info["problem"] = f"not writable: builds go to the per-user fallback cache {Store.fallback_root()}"
     except (OSError, CacheError) as err:
-        info["problem"] = f"{err}; builds go to the per-user fallback cache {_root.fallback_root()}"
+        info["problem"] = f"{err}; builds go to the per-user fallback cache {Store.fallback_root()}"
         return info
-    parts = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
+    parts = [p for part in _layout.OPTIONAL_PARTS if (p := Store(root).part_problem(part))]
     if parts:  # the root is used without them: every build compiles more
         info["problem"] = "; ".join(parts) + ": builds there go without it (more compiles); fix or remove it"
     return info
@@ -185,25 +198,24 @@ def _nearest_existing(path):
 
 def _op_report(declared, cxx, missing: list[str], remote) -> dict:
 
-    problem = _key.missing_sources(declared)
+    problem = missing_sources(declared)
     if problem:
         return {"name": declared.name, "how": "broken", "available": False, "detail": problem}
-    plan = _key.plan_cuda(declared)
-    components = _key.key_components(declared, cxx, plan)
-    entry = _entries.Entry(
-        Path(_libraries.extension_root(declared)), declared.qualified_name, _root.compute_key(components), declared.root
-    )
-    cached = _entries.verified_or_discarded(entry, read_only=True) is not None
+    plan = plan_cuda(declared)
+    components = key_components(declared, cxx, plan)
+    store = Store(Path(_libraries.extension_root(declared)))
+    entry = store.entry(declared.qualified_name, Store.compute_key(components), declared.root)
+    cached = store.sound(entry)
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.
-    prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components, shipped_only=True)
+    prebuilt, _, refused = find_prebuilt(declared, components, shipped_only=True)
     shipped = prebuilt is not None
     if not shipped:  # then JITOPS_PREBUILT_DIR's (each library is hashed: not twice)
-        prebuilt, _, refused = _prebuilt.find_prebuilt(declared, components)
+        prebuilt, _, refused = find_prebuilt(declared, components)
     buildable = not missing
     held, said = False, ""
     if remote is not None and not (cached or shipped):  # the loader's order: the remote before a build
         try:
-            held, said = _remote_admin.holds(remote, _key.PlannedEntry(declared))
+            held, said = remote_holds(remote, PlannedEntry(declared))
         except Fault:
             said = f"the remote cache is off: {remote.disabled}"
     if cached:

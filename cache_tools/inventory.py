@@ -8,12 +8,17 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jitops import _files, _flock, _layout
-from jitops.store import PchStore, Store, _budget, _entries, _key, _object_store, _prebuilt, _root, _stable, _usage
+from jitops._errors import CacheError
+from jitops.store import PchStore, StaleEntry, Store, abi_components, prebuilt_mismatch, stable_components
 from jitops.warm import _libraries
 
 from . import registry
+
+if TYPE_CHECKING:
+    from jitops.store import Entry
 
 # An entry's status, as `jitops-cache list` shows it.
 OK, STALE, CORRUPT, BUILDING, ORPHAN = "ok", "stale", "corrupt", "building", "orphan"
@@ -61,12 +66,12 @@ def running_components(name: str, stable: bool = False) -> dict | None:
         if name in registry.declared():
             extension = registry.declared()[name][1]
             try:  # inspecting writes nothing
-                found = _key.abi_components(extension, record_hashes=False, exact=not stable)
+                found = abi_components(extension, record_hashes=False, exact=not stable)
                 _running[name, stable] = found if found.get("abi") == ("stable" if stable else None) else {"abi": "exact"}
             except OSError:  # a package that lacks a source: its entries cannot be judged (doctor says why)
                 _running[name, stable] = None
         elif registry.owner(name) == registry.DROP_IN:
-            _running[name, stable] = _stable.components() if stable else _libraries.process_abi()  # CUDA: mismatch()
+            _running[name, stable] = stable_components() if stable else _libraries.process_abi()  # CUDA: mismatch()
         else:
             return None
     return _running[name, stable]
@@ -81,8 +86,8 @@ def torch_text(components: dict) -> str | None:
 
 def entry_rows(root: Path) -> list[Row]:
     rows, store = [], Store(root)
-    locations = _usage.read_locations(root)
-    entries = _entries.list_entries(root)
+    locations = store.locations()
+    entries = store.entries()
     newest = {}  # by name: when its newest entry was built
     for entry, manifest in entries:
         built_at = (manifest or {}).get("built_at")
@@ -119,7 +124,7 @@ def entry_rows(root: Path) -> list[Row]:
     return rows
 
 
-def _entry_row(entry: _entries.Entry) -> Row:
+def _entry_row(entry: Entry) -> Row:
     size = _files.tree_size(entry.path)
     if entry.name in registry.declared():  # its headers are checked where its sources are
         entry.source_root = registry.declared()[entry.name][1].root
@@ -127,14 +132,14 @@ def _entry_row(entry: _entries.Entry) -> Row:
     try:
         entry.verified_library(touch=False)
         manifest = entry.read_manifest()
-    except _entries.StaleEntry as err:
+    except StaleEntry as err:
         status, reason = STALE, f"built from other headers ({err}): another tree's, or an older one's"
-    except (_root.CacheError, OSError) as err:
+    except (CacheError, OSError) as err:
         status, reason = CORRUPT, str(err)
     if manifest is not None:
         built = manifest.get("components", {})
         wanted = running_components(entry.name, stable=built.get("abi") == "stable")
-        differences = None if wanted is None else _prebuilt.mismatch(built, wanted, list(wanted))
+        differences = None if wanted is None else prebuilt_mismatch(built, wanted, list(wanted))
         if wanted is None:
             status, reason = STALE, f"no extension {entry.name} is declared here"
         elif differences:
@@ -170,7 +175,7 @@ def _fetched_under(manifest: dict | None) -> str | None:
     return fetched.get("signed_by") if isinstance(fetched.get("signed_by"), str) else "unsigned"
 
 
-def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
+def _superseded(entry: Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
     """A jitops.load entry that a newer build of its name replaced: its sources (the manifest's
     sha256 of each) are in none of the trees it was loaded for. Another clone may still use an
     entry whose sources are somewhere, so only one matching none is stale."""
@@ -188,7 +193,7 @@ def _superseded(entry: _entries.Entry, manifest: dict | None, seen_in: list[str]
     return True
 
 
-def _last_used(entry: _entries.Entry) -> float | None:
+def _last_used(entry: Entry) -> float | None:
     try:
         return entry.last_used()
     except OSError:
@@ -277,17 +282,17 @@ def store_rows(root: Path, check: bool = False) -> list[Row]:
     """The stored objects and precompiled headers the store lists, one row each (check: their
     sha256 hashed in full, as `verify` does), and their stores in progress or left by killed ones.
     Shared by every extension: no owner."""
-    rows = []
-    for folder, kind in Store(root).parts_staging():
-        dead = _root.staging_is_dead(folder.name)
+    rows, store = [], Store(root)
+    for folder, kind in store.parts_staging():
+        dead = Store.staging_is_dead(folder.name)
         status, reason = (ORPHAN, "left by a store that did not finish") if dead else (BUILDING, "a process is writing it")
         rows.append(Row("", "-", "-", "-", status, reason, str(folder), _files.tree_size(folder), kind=kind))
-    for item in sorted(_budget.items(root), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
+    for item in sorted(store.stored_items(), key=lambda i: (i.kind, str(i.path))):  # objects, then PCHs
         if item.kind == "entry":
             continue
         status, reason, name, built_at = OK, "", "-", None
         try:
-            name, built_at, data, digest = (_object_store.describe if item.kind == "object" else PchStore.describe)(item.path)
+            name, built_at, data, digest = (Store.describe_object if item.kind == "object" else PchStore.describe)(item.path)
             if check and _files.sha256_file(data) != digest:
                 status, reason = CORRUPT, f"{data} does not match the sha256 in its record"
         except (OSError, ValueError, KeyError, TypeError) as err:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
-from jitops.store import _entries, _prebuilt, _root, _usage
+from jitops.store import Store, prebuilt_dirs
 from jitops.warm import _libraries
 
 from . import doctor, inventory, registry
@@ -112,7 +112,7 @@ def budget_data(root: Path) -> dict:
         budget = _settings.get("JITOPS_CACHE_MAX_SIZE")
     except CacheError as err:
         budget = str(err).removeprefix("jitops: ")
-    problems = [p for part in _layout.OPTIONAL_PARTS if (p := _root.part_problem(root, part, create=False))]
+    problems = [p for part in _layout.OPTIONAL_PARTS if (p := Store(root).part_problem(part))]
     return {"total_bytes": _files.tree_size(root), "budget_bytes": budget, "unusable_parts": problems}
 
 
@@ -159,7 +159,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "environment": environment_summary(),
         "lock_timeout_s": settings["JITOPS_LOCK_TIMEOUT"]["error"] or settings["JITOPS_LOCK_TIMEOUT"]["value"],
         "settings": settings,
-        "prebuilt_dirs": [str(d) for d in _prebuilt.prebuilt_dirs(None)],
+        "prebuilt_dirs": [str(d) for d in prebuilt_dirs(None)],
         "remote": doctor.remote_settings(),
         "store_bytes": sum(r.size for r in store),
         "seen_in": {f"{r.namespace}.{r.name}-{r.key}": r.seen_in for r in rows},
@@ -229,7 +229,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     chosen = {row.path for row in rows}
     results = []
-    for entry, _ in _entries.list_entries(root):
+    for entry, _ in Store(root).entries():
         if str(entry.path) not in chosen:
             continue
         try:
@@ -252,7 +252,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             }
         )
     for part in _layout.OPTIONAL_PARTS:  # unusable, it costs compiles: a problem to fix, not a wrong load
-        problem = _root.part_problem(root, part, create=False)
+        problem = Store(root).part_problem(part)
         if problem:
             results.append({"name": f"{part}/", "key": "", "path": str(root / part), "ok": False, "problem": problem})
     bad = [r for r in results if not r["ok"]]
@@ -275,13 +275,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     root = Path(_layout.configured_root()[0])
     if args.zero:
         try:
-            _usage.zero_stats(root)
+            Store(root).zero_stats()
         except OSError as err:  # a read-only root: one line, the counters kept
             print(f"jitops-cache stats --zero: cannot zero the statistics in {root}: {err.strerror or err}", file=sys.stderr)
             return EXIT_PROBLEM
         emit(args, {"root": str(root), "zeroed": True}, lambda: print(f"statistics zeroed in {root}"))
         return EXIT_OK
-    extensions, zeroed_at = _usage.read_stats(root)
+    extensions, zeroed_at = Store(root).stats()
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
     rows = [
@@ -289,7 +289,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for name, counters in sorted(extensions.items())
         if args.package in (None, owners[name])
     ]
-    totals = {f: round(sum(row[f] for row in rows), 3) for f in _usage.STATS_FIELDS}
+    totals = {f: round(sum(row[f] for row in rows), 3) for f in Store.STATS_FIELDS}
 
     def human():
         print_table(

@@ -11,8 +11,17 @@ from pathlib import Path
 
 from jitops import _layout
 from jitops._errors import BuildError, CacheError
-from jitops.store import _entries, _remote, _remote_admin, _signing
-from jitops.store._remote import Fault
+from jitops.store import (
+    Fault,
+    Store,
+    parse_public_key,
+    remote_listing,
+    remote_remove,
+    remote_status,
+    remote_to_prune,
+)
+from jitops.store import active_remote as configured_remote  # active_remote() below says how to name one
+from jitops.store import keygen as write_key_pair  # keygen() below is the command
 
 from . import inventory
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural, print_table, when
@@ -23,7 +32,7 @@ def active_remote():
     """The remote the settings name, or a usage error saying how to name one."""
 
     try:
-        remote = _remote.active()
+        remote = configured_remote()
     except (CacheError, BuildError) as err:  # a bad setting (BuildError: JITOPS_REMOTE_TIMEOUT's)
         raise UsageError(str(err).removeprefix("jitops: ")) from None
     if remote is None:
@@ -58,7 +67,7 @@ def keygen(args: argparse.Namespace) -> int:
         raise UsageError("remote keygen needs one argument: the file to write the private key to")
     path = Path(args.names[0]).absolute()
     try:
-        public = _signing.keygen(path)
+        public = write_key_pair(path)
     except FileExistsError:
         raise UsageError(f"{path} exists: a key is never overwritten") from None
     except (CacheError, OSError) as err:
@@ -80,7 +89,7 @@ def status(args: argparse.Namespace, remote) -> int:
         "mode": remote.mode,
         "trust": "server" if remote.trust_server else f"{len(remote.trusted)} trusted key(s)",
         "signing_key": remote.signer.public if remote.signer else None,
-        **_remote_admin.status(remote),
+        **remote_status(remote),
     }
 
     def human():
@@ -118,7 +127,7 @@ def push(args: argparse.Namespace, remote) -> int:
         if row.kind != "entry" or not parsed or row.status not in (inventory.OK, inventory.STALE):
             continue
         name, key, variant = parsed
-        outcome = remote.push(_entries.Entry(root, name, key, variant=variant))
+        outcome = remote.push(Store(root).entry(name, key, variant=variant))
         if outcome:
             done[outcome].append(row.path)
         else:
@@ -165,7 +174,7 @@ def cmd_list_remote(args: argparse.Namespace) -> int:
 
     remote = active_remote()
     with one_line_on_fault("list --remote", remote):
-        found = [row(r) for r in _remote_admin.listing(remote, "entries")]
+        found = [row(r) for r in remote_listing(remote, "entries")]
     found = [r for r in found if not args.names or (r["name"] or "").split(".")[-1] in args.names or r["name"] in args.names]
 
     def human():
@@ -195,14 +204,14 @@ def cmd_prune_remote(args: argparse.Namespace) -> int:
     by_key = bool(args.untrusted or args.signed_by)
     dry_run = args.dry_run or (by_key and not args.yes)
     with one_line_on_fault("prune --remote", remote):
-        doomed = _remote_admin.to_prune(
+        doomed = remote_to_prune(
             remote,
             untrusted=args.untrusted,
             signed_by=args.signed_by and args.signed_by.strip(),
             older_than=args.older_than,
             max_size=args.max_size,
         )
-        freed = 0 if dry_run else _remote_admin.remove(remote, [r.name for r in doomed])
+        freed = 0 if dry_run else remote_remove(remote, [r.name for r in doomed])
     rows = [row(r) for r in doomed]
 
     def human():
@@ -223,6 +232,6 @@ def cmd_prune_remote(args: argparse.Namespace) -> int:
 def check_public_key(text: str) -> None:
     """A usage error where text is not an `ed25519:` public key (a typo would match nothing)."""
     try:
-        _signing.parse_public(text, setting="--signed-by")
+        parse_public_key(text, setting="--signed-by")
     except CacheError as err:
         raise UsageError(str(err).removeprefix("jitops: ")) from None

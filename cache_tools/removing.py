@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
-from jitops.store import Store, _budget, _entries, _root
+from jitops.store import Store
 
 from . import inventory, registry
 from .output import EXIT_OK, EXIT_PROBLEM, UsageError, emit, human_size, plural
@@ -26,7 +26,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
             continue
         if not args.dry_run:
             try:
-                if not _root.remove_locked(Path(row.path), entry_lock(root, row)):
+                if not Store.remove_locked(Path(row.path), entry_lock(root, row)):
                     skipped.append({"path": row.path, "why": "a build started"})
                     continue
             except FileNotFoundError:
@@ -54,7 +54,7 @@ def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row])
         for record in records:
             record.unlink(missing_ok=True)
         for lock in Store(root).dangling_locks():  # empty files, but one per key ever built
-            _root.remove_locked(None, lock)
+            Store.remove_locked(None, lock)
 
     def human():
         verb = "would remove" if args.dry_run else "removed"
@@ -86,7 +86,7 @@ def entry_lock(root: Path, row: inventory.Row) -> Path | None:
     objects and PCHs are published whole and read without one."""
     if row.status == inventory.ORPHAN or not row.namespace or row.kind != "entry":
         return None
-    return _entries.Entry(root, f"{row.namespace}.{row.name}", row.key).lock_path
+    return Store(root).entry(f"{row.namespace}.{row.name}", row.key).lock_path
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -113,7 +113,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     inline = Path(_layout.inline_dir(root))  # load_inline's sources: written again by the next call that needs them
     if args.all and not args.names and args.package in (None, registry.DROP_IN) and inline.is_dir():
         if not args.dry_run:
-            _root.remove_tree(inline)
+            Store.remove_tree(inline)
         if not args.json:
             print(f"{'would remove' if args.dry_run else 'removed'} jitops.load_inline's sources {inline}")
     if args.all and not args.names and args.package is None:  # the logs (and remembered failures) of failed builds
@@ -140,8 +140,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     rows += inventory.store_rows(root) if args.package is None else []
     rows = [r for r in rows if r.status != inventory.BUILDING]
-    live = _budget.live_paths(root) or set()
-    in_use = [r for r in rows if _budget.is_live(r.path, live)]
+    live = Store(root).live_paths() or set()
+    in_use = [r for r in rows if Store.is_live(r.path, live)]
     rows = [r for r in rows if r not in in_use]
     useless = [r for r in rows if r.status != inventory.OK]
     usable = sorted((r for r in rows if r.status == inventory.OK), key=lambda r: r.last_used or 0)

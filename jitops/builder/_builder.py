@@ -214,8 +214,7 @@ class Build:
         self.store.file_hashes().save()  # the stored (and fetched) objects' hashes
         if changed:
             raise InputsChanged(changed)
-        torch_headers = _torch_flags.include_paths(None)
-        self.built_under = self.store.built_under(self.planned, self.build_dir / self.library_file, torch_headers)
+        self.built_under = _built_under(self.planned, self.build_dir / self.library_file)
         if self.planned.stable and self.built_under["audit"]["offending"]:
             raise NotStable(self.planned, self.built_under["audit"]["offending"])
 
@@ -274,8 +273,9 @@ class Build:
             }
             for unit in self.units
         ]
-        return self.store.manifest(
-            self.planned,
+        return Store.manifest(
+            self.entry,
+            self.planned.components,
             library,
             _named_from_root(self.extension, included, included.__getitem__),
             source_hashes=self.planned.source_hashes,
@@ -286,6 +286,14 @@ class Build:
             **({"built_under": self.built_under} if self.built_under else {}),
             units=units,
         )
+
+
+def _built_under(planned: PlannedEntry, library: Path) -> dict:
+    """What a stable entry's manifest says of its build (Store.built_under); empty for an exact entry."""
+    if not planned.stable and not planned.exact_because:
+        return {}
+    torch_headers = _torch_flags.include_paths(None)
+    return Store.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
 
 
 def _check_inputs(

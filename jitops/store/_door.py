@@ -21,7 +21,7 @@ from ._lock import entry_lock
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._records import Manifest
+    from .._records import KeyComponents, Manifest
     from ._remote import Remote
 
 Source = Literal["cache", "built", "remote", "prebuilt"]
@@ -238,16 +238,15 @@ class Store:
     object_variant = staticmethod(_object_store.variant_of)
     demangled = staticmethod(_stable.demangled)
 
-    def manifest(self, planned: PlannedEntry, library: Path, headers: dict, **extra) -> Manifest:
-        """The manifest of the entry whose library is `library`, in its staging folder."""
-        return _entries.make_manifest(planned.entry, planned.components, library, headers, **extra)
+    @staticmethod
+    def manifest(entry: _entries.Entry, components: KeyComponents, library: Path, headers: dict, **extra) -> Manifest:
+        """The manifest of an entry whose library is `library`, in its staging folder (builds and
+        ahead-of-time wheels): the one writer."""
+        return _entries.make_manifest(entry, components, library, headers, **extra)
 
-    def built_under(self, planned: PlannedEntry, library: Path, torch_headers: list[str]) -> dict:
-        """What a stable (or an exact, for want of the floor) entry's manifest says of its build: the
-        audit of its symbols and the toolchain; empty for any other entry."""
-        if not planned.stable and not planned.exact_because:
-            return {}
-        return _stable.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
+    # What a stable (or an exact, for want of the floor) entry's manifest says of its build: the
+    # audit of its symbols, and the toolchain.
+    built_under = staticmethod(_stable.built_under)
 
     # What the root records of use (store/_usage): `jitops-cache stats` and `list`
     def count(self, planned: PlannedEntry, **amounts: float) -> None:
@@ -284,6 +283,59 @@ class Store:
 
     def dangling_locks(self) -> list[Path]:
         return _listing.dangling_locks(self.root)
+
+    # The CLI's reads and removals of the root
+    def entry(self, name: str, key: str, source_root: str | None = None, variant: str | None = None) -> _entries.Entry:
+        """The root's entry of one key (and variant; source_root: where its headers are named from):
+        its paths, manifest, lock and verification."""
+        return _entries.Entry(self.root, name, key, source_root, variant=variant)
+
+    def entries(self) -> list[tuple[_entries.Entry, dict | None]]:
+        """Every entry in the root, each with its manifest (None where unreadable)."""
+        return _entries.list_entries(self.root)
+
+    def sound(self, entry: _entries.Entry) -> bool:
+        """Whether an entry is here and verifies, changing nothing (a corrupt one stays, for the CLI to name)."""
+        return _entries.verified_or_discarded(entry, read_only=True) is not None
+
+    def stored_items(self) -> list[_budget.Item]:
+        """What the budget counts: entries, stored objects and PCHs, with their sizes and last use."""
+        return _budget.items(self.root)
+
+    def live_paths(self) -> set[str] | None:
+        """The root's files that live processes have mapped (None where /proc cannot say)."""
+        return _budget.live_paths(self.root)
+
+    is_live = staticmethod(_budget.is_live)
+
+    def locations(self) -> dict[str, list[str]]:
+        """Where each entry's sources were seen (prune keeps an entry some tree still has)."""
+        return _usage.read_locations(self.root)
+
+    def stats(self) -> tuple[dict[str, dict[str, float]], float | None]:
+        """The counters by extension, and when they were last zeroed."""
+        return _usage.read_stats(self.root)
+
+    def zero_stats(self) -> None:
+        _usage.zero_stats(self.root)
+
+    STATS_FIELDS = _usage.STATS_FIELDS
+
+    def part_problem(self, part: str) -> str | None:
+        """Why a part of the root (objects/, pch/) cannot be used, or None; creates nothing."""
+        return _root.part_problem(self.root, part, create=False)
+
+    def ensure_private(self) -> Path:
+        """The root, made where missing; CacheError where another user could write into it."""
+        return _root.ensure_private_dir(self.root)
+
+    remove_locked = staticmethod(_root.remove_locked)
+    remove_tree = staticmethod(_root.remove_tree)
+    staging_is_dead = staticmethod(_root.staging_is_dead)
+    describe_object = staticmethod(_object_store.describe)
+    fallback_root = staticmethod(_root.fallback_root)
+    shared_root = staticmethod(_root.shared_root)
+    compute_key = staticmethod(_root.compute_key)
 
     def _found(self, planned: PlannedEntry, verified: Verified, source: Source) -> Found:
         return Found(verified.library, verified.backends or planned.cuda.backends, source, verified)
