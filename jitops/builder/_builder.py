@@ -150,6 +150,7 @@ class Build:
         # The build folder's own headers too: a PCH being downloaded is -included from there.
         build_dir = os.path.join(os.path.realpath(self.build_dir), "")
         self.ignored = (*toolchain_prefixes(planned.cxx, self.cuda, self.pch_root), build_dir)
+        store.remove_dead_object_staging()
         for unit in self.units:
             unit.key, unit.name_free_key, unit.portable_key = store.object_keys(planned, unit)
             if (reused := store.reuse_object(unit, self.build_dir)) is not None:

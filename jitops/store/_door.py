@@ -210,10 +210,13 @@ class Store:
         """A unit's keys in the object store (and the remote's), from its source's hash."""
         return _object_store.keys_of(unit, planned.toolchain_components, planned.source_hashes[unit.relative])
 
+    def remove_dead_object_staging(self) -> None:
+        """Killed stores' staging folders in objects/ (once per build, before its units are planned)."""
+        _root.remove_dead_staging(Path(_layout.objects_dir(self.root)))
+
     def reuse_object(self, unit, build_dir: Path) -> tuple[str, dict[str, str]] | None:
         """The unit's stored object, copied into build_dir where its headers all hold: its key and
-        headers; or None. Killed stores' staging folders are removed first."""
-        _root.remove_dead_staging(Path(_layout.objects_dir(self.root)))
+        headers; or None."""
         return _object_store.reuse(self.root, unit, build_dir)
 
     def fetch_object(self, planned: PlannedEntry, unit, build_dir: Path) -> dict[str, str] | None:
