@@ -42,9 +42,14 @@ class PchStore:
         """The root's pch/ folder, or None where it cannot be used (one warning; builds go on without)."""
         return _root.usable_part(self.root, _layout.PCH_DIR, write=write)
 
-    def lock_path(self, pch_key: str) -> Path | None:
-        parent = self.folder()
-        return None if parent is None else Path(_layout.pch_lock_path(parent / pch_key))
+    def _usable_folder(self) -> Path:
+        """pch/, or OSError where it cannot be used (the build goes on without the PCH)."""
+        if (parent := self.folder()) is None:
+            raise OSError(f"{self.root}: its pch/ folder cannot be used")
+        return parent
+
+    def lock_path(self, pch_key: str) -> Path:
+        return Path(_layout.pch_lock_path(self._usable_folder() / pch_key))
 
     def lock(self, pch_key: str, blocking: bool) -> HeldLock:
         """The PCH's build lock (.acquired says whether it was had); held while it is built or fetched."""
@@ -80,9 +85,7 @@ class PchStore:
     def staged(self, pch_key: str) -> Iterator[_staging.Staging]:
         """A folder for the PCH, published on a clean exit (unless discarded), removed on any error;
         killed builds' staging folders are removed first (under the PCH's lock: none is live)."""
-        parent = self.folder()
-        if parent is None:
-            raise OSError(f"{self.root}: its pch/ folder cannot be used")
+        parent = self._usable_folder()
         _root.remove_dead_staging(parent)
         with _staging.staged(parent, parent / pch_key) as staging:
             yield staging
