@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # Each name is imported when first named, from the module that holds it ("module" or "module:its
 # name there"): a warm load_inline's inline_sources imports the store's ground alone, not the door's
-# ten modules, and the CLI's remote commands import the remote's modules only when run.
+# ten modules.
 _HOLDERS = {
     **dict.fromkeys(["CudaPlan", "Found", "PlannedEntry", "StagedEntry", "Store", "Verified", "remote_tier"], "_door"),
     "Entry": "_entries",  # what Store.entry and Store.entries give
