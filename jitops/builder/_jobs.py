@@ -222,8 +222,7 @@ def holders_working(folder: Path, total: int) -> bool:
             slots.add(f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}")
     try:
         with open("/proc/locks") as file:  # "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"
-            lines = [line.split() for line in file]
-        holders = {int(fields[4]) for fields in lines if fields[1:2] == ["FLOCK"] and fields[5] in slots}
+            holders = {int(f[4]) for f in map(str.split, file) if f[1:2] == ["FLOCK"] and f[5] in slots}
         for pid in holders:
             with open(f"/proc/{pid}/stat") as file:
                 if file.read().rpartition(")")[2].split()[0] in "TtZX":  # the state, after the name

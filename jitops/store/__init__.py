@@ -41,8 +41,9 @@ _HOLDERS = {
     "Entry": "_entries",  # what Store.entry and Store.entries give
     "StaleEntry": "_entries",
     "inline_sources": "_inline",
-    **dict.fromkeys(["abi_components", "find_cuda_home", "find_cxx", "key_components", "missing_sources"], "_key"),
-    **dict.fromkeys(["plan_cuda", "tool_probe"], "_key"),
+    **dict.fromkeys(
+        ["abi_components", "find_cuda_home", "find_cxx", "key_components", "missing_sources", "plan_cuda", "tool_probe"], "_key"
+    ),
     "PchStore": "_pch_store",
     "find_prebuilt": "_prebuilt",
     "prebuilt_dirs": "_prebuilt",
