@@ -81,10 +81,10 @@ def ahead_of_time_build() -> dict:
 
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
+    import jitops._files
     from jitops.builder import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
     from jitops.store import Store, find_cxx, key_components, plan_cuda
-    from jitops.warm import _libraries
 
     cxx = find_cxx()
     extensions = []
@@ -139,7 +139,7 @@ def ahead_of_time_build() -> dict:
                 ahead_of_time=True,
                 **({"built_under": built_under} if built_under else {}),
             )
-            _libraries.write_json_atomic(entry.manifest_path, manifest)
+            jitops._files.write_json_atomic(entry.manifest_path, manifest)
 
     return {"ext_modules": extensions, "cmdclass": {**COMMANDS, "build_ext": BuildAndStamp}}
 

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import jitops
-from jitops import _layout
+from jitops import _files, _layout
 from jitops._errors import BuildError, CacheError
 from jitops.store import PchStore, Store, floor_text, plan_cuda, staged
-from jitops.warm import _libraries
 
 from . import doctor, registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit
@@ -154,7 +153,7 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
         return target
     with staged(out, target, mode=0o755) as staging:
         shutil.copy2(entry_dir / manifest["library"], staging.path / manifest["library"])
-        _libraries.write_json_atomic(staging.path / _layout.MANIFEST_NAME, manifest)
+        _files.write_json_atomic(staging.path / _layout.MANIFEST_NAME, manifest)
         os.chmod(staging.path / manifest["library"], 0o755)
         os.chmod(staging.path / _layout.MANIFEST_NAME, 0o644)
     if not staging.published:  # another export of the same entry won
@@ -197,7 +196,7 @@ def cmd_pch(args: argparse.Namespace) -> int:
         kernel = Path(folder, "pch_kernel.cu")
         kernel.write_text("__global__ void jitops_pch_kernel() {}\n")
         variants = [("c++", [str(binding)])]
-        probe = jitops.Extension("jitops_pch_cuda", [kernel.name], namespace=_libraries.DROP_IN_NAMESPACE, root=folder)
+        probe = jitops.Extension("jitops_pch_cuda", [kernel.name], namespace=_layout.DROP_IN_NAMESPACE, root=folder)
         if plan_cuda(probe).enabled:
             variants.append(("c++ beside CUDA sources", [str(binding), str(kernel)]))
         for label, sources in variants:

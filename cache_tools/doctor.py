@@ -11,7 +11,7 @@ import stat
 import sys
 from pathlib import Path
 
-from jitops import _layout, _settings
+from jitops import _layout, _settings, warm
 from jitops._errors import CacheError
 from jitops.builder import _ninja
 from jitops.store import (
@@ -30,7 +30,6 @@ from jitops.store import (
     remote_holds,
     tool_probe,
 )
-from jitops.warm import _libraries
 
 from . import inventory, registry
 
@@ -60,7 +59,7 @@ def report(package: str | None = None) -> dict:
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
     data = {
-        "python": f"{sys.version.split()[0]} ({_libraries.PYTHON_SOABI}) at {sys.executable}",
+        "python": f"{sys.version.split()[0]} ({_layout.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
         "nvcc": {
@@ -203,7 +202,7 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
         return {"name": declared.name, "how": "broken", "available": False, "detail": problem}
     plan = plan_cuda(declared)
     components = key_components(declared, cxx, plan)
-    store = Store(Path(_libraries.extension_root(declared)))
+    store = Store(Path(warm.extension_root(declared)))
     entry = store.entry(declared.qualified_name, Store.compute_key(components), declared.root)
     cached = store.sound(entry)
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.

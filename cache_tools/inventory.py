@@ -10,10 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jitops import _files, _flock, _layout
+from jitops import _files, _flock, _layout, warm
 from jitops._errors import CacheError
 from jitops.store import PchStore, StaleEntry, Store, abi_components, prebuilt_mismatch, stable_components
-from jitops.warm import _libraries
 
 from . import registry
 
@@ -71,7 +70,7 @@ def running_components(name: str, stable: bool = False) -> dict | None:
             except OSError:  # a package that lacks a source: its entries cannot be judged (doctor says why)
                 _running[name, stable] = None
         elif registry.owner(name) == registry.DROP_IN:
-            _running[name, stable] = stable_components() if stable else _libraries.process_abi()  # CUDA: mismatch()
+            _running[name, stable] = stable_components() if stable else warm.process_abi()  # CUDA: mismatch()
         else:
             return None
     return _running[name, stable]

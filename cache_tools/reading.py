@@ -10,7 +10,6 @@ from pathlib import Path
 from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
 from jitops.store import Store, prebuilt_dirs
-from jitops.warm import _libraries
 
 from . import doctor, inventory, registry
 from .output import EXIT_OK, EXIT_PROBLEM, emit, fit_to_terminal, human_size, plural, print_table, when
@@ -219,7 +218,7 @@ def environment_summary() -> dict:
     import torch
 
     return {
-        "python": f"{sys.version.split()[0]} ({_libraries.PYTHON_SOABI})",
+        "python": f"{sys.version.split()[0]} ({_layout.PYTHON_SOABI})",
         "torch": torch.__version__,
         "torch cuda": torch.version.cuda or "none (CPU-only build)",
     }

@@ -12,8 +12,8 @@ import threading
 from importlib.metadata import entry_points
 
 from jitops import _settings
+from jitops._layout import DROP_IN_NAMESPACE
 from jitops.extension import Extension
-from jitops.warm._libraries import DROP_IN_NAMESPACE
 
 GROUP = "jitops.extensions"
 OWN = "jitops"  # the owner of jitops' own ops

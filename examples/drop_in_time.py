@@ -83,17 +83,17 @@ def step(what):
     steps[what], last = (now - last) * 1e3, now
 import jitops; step("import jitops")
 jitops.load; step("import jitops.compat._torch_load")
-from jitops.warm import _libraries
+import jitops.warm
 from jitops.compat import _torch_load
 root = os.path.commonpath([os.path.dirname(s) for s in sources])
 extension = _torch_load.declare(
     name, root, [os.path.relpath(s, root) for s in sources], cflags, None, None, includes, None, True, None
 ); step("declare the Extension")
-_libraries.cxx_runtime(); step("settings: the C++ runtime")
-settings = _libraries.settings(extension); step("settings: the rest")
-library, record, _ = _libraries.recorded_library(extension, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
-_libraries.open_library(library, verified=True); step("dlopen (lazy binding)")
-_libraries.LoadedLibrary(extension, library, False, "", "cache").module; step("import the module")
+jitops.warm.cxx_runtime(); step("settings: the C++ runtime")
+settings = jitops.warm.settings(extension); step("settings: the rest")
+library, record, _ = jitops.warm.recorded_library(extension, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+jitops.warm.open_library(library, verified=True); step("dlopen (lazy binding)")
+jitops.warm.LoadedLibrary(extension, library, False, "", "cache").module; step("import the module")
 report(sum(steps.values()) / 1e3, steps=steps)
 """
 )

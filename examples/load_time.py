@@ -14,7 +14,7 @@ warm jitops load must take neither). Rows:
   plain load()  load() of the op's own kernel and binding files (one unit each), as a user
                 without jitops would call it; warm = load() again in a new process
   dlopen        torch.ops.load_library of the library jitops built: a bare dlopen, every symbol
-                bound at once (a warm jitops start binds each on first call, see _libraries.py)
+                bound at once (a warm jitops start binds each on first call, see jitops/warm/__init__.py)
   tutorial      the extension tutorials' add2 (torch/extension.h, pybind11) with plain load()
 Per call (CPU tensors of 16 elements, one thread): jitops.add2 against torch.add, and
 jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
@@ -76,7 +76,10 @@ if len(ops) > 1:
 else:
     jitops.ops._framework.require(ops[0])
 seconds = time.perf_counter() - started
-from jitops.warm._libraries import loaded  # keyed "jitops.<op>", or "<op>" in a tree from before issue 24 (scripts/warm_ab.py)
+try:
+    from jitops.warm import loaded
+except ImportError:  # a tree from before the warm wing was one module (scripts/warm_ab.py)
+    from jitops.warm._libraries import loaded
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
 report(seconds, libraries=libraries, package=jitops.__file__)
 """
@@ -143,10 +146,10 @@ def step(name):
 import jitops; step("import jitops")
 import jitops.ops._framework; step("import jitops.ops._framework")
 import importlib; module = importlib.import_module(f"jitops.ops.{op}"); step("import the op's module")
-from jitops.warm import _libraries
-settings = _libraries.settings(module.EXTENSION); step("settings")
-library, record, _ = _libraries.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
-_libraries.open_library(library, verified=True); step("dlopen (lazy binding)")
+import jitops.warm
+settings = jitops.warm.settings(module.EXTENSION); step("settings")
+library, record, _ = jitops.warm.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
+jitops.warm.open_library(library, verified=True); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
 report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """

@@ -26,9 +26,9 @@ _WORKING_FOLDER = _sys.path.pop(0) if _MINUS_M else None
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from ._layout import VERSION
 from .extension import Extension as Extension
-from .warm._libraries import VERSION
-from .warm._libraries import LoadedLibrary as LoadedLibrary
+from .warm import LoadedLibrary as LoadedLibrary
 
 if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is imported when first named
     from typing import Any
@@ -46,7 +46,8 @@ if _TYPE_CHECKING:  # what type checkers and editors see; at run time each is im
 
 __version__ = VERSION
 # Imported when first named (PEP 562), from the module that holds each: `import jitops` reads only
-# warm/_libraries, and a warm jitops.load reads compat/_torch_load besides (the ops and the long way stay unread).
+# the warm wing and the ground it stands on, and a warm jitops.load reads compat/_torch_load besides
+# (the ops and the long way stay unread).
 _LAZY = {
     "BuildError": "_errors",
     "CacheError": "_errors",

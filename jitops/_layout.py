@@ -1,13 +1,51 @@
 # SPDX-License-Identifier: MIT
-"""The layout of a cache root (drawn in docs/ARCHITECTURE.md): the one module that names a path
-inside one. Standard library (and _settings) only, and small: every warm start imports it."""
+"""The package's constants (its version and recipe, namespaces, folders, the environment a build
+reads) and the layout of a cache root (drawn in docs/ARCHITECTURE.md): the one module that names a
+path inside one. Standard library (and _settings) only, and small: every warm start imports it."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 
 from . import _settings
 
+# The package
+VERSION = "0.1.0"  # jitops.__version__
+# How jitops turns an Extension into a library (build file, added flags, manifest): in every key
+# instead of jitops' version, so a release that changes none of that keeps entries and prebuilts valid.
+RECIPE = 3  # 3: -fvisibility-inlines-hidden (_key.CFLAGS)
+# The Python ABI tag, from the import system rather than sysconfig (slow to import, and its lazy
+# variables are not thread-safe: load_all() plans in several threads).
+PYTHON_SOABI = importlib.machinery.EXTENSION_SUFFIXES[0].split(".")[1]
+# Environment variables that change what a build produces (torch's flags, builder/_torch_flags: nvcc's
+# -ccbin and the CUDA units' include folders; nvcc's own; the compiler's search paths), then every
+# one a key depends on.
+CUDA_BUILD_ENVIRONMENT = (
+    "CC",
+    "PYTORCH_NVCC",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+)
+COMPILER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")
+TOOLCHAIN_ENVIRONMENT = (
+    ("CXX", "PATH", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST") + CUDA_BUILD_ENVIRONMENT + COMPILER_ENVIRONMENT
+)
+
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # jitops/
+INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")  # <jitops/library.h>, on every extension's include path
+# The cache namespace of what jitops.load/load_inline build: their C++ picks its own torch.ops
+# namespace, so the namespace guard cannot claim this one for a package.
+DROP_IN_NAMESPACE = "jitops_load"
+OPS_NAMESPACE = "jitops"  # the TORCH_LIBRARY namespace of jitops' own ops (jitops/ops/)
+CUDA_SUFFIXES = (".cu",)  # sources built only with CUDA
+
+
+# A cache root's names
 KEY_LENGTH = 16  # hex digits of sha256 in entry names
 VARIANT_LENGTH = 16
 MANIFEST_NAME = "manifest.json"  # in each entry, written last

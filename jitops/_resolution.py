@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _settings
+from . import _files, _settings, warm
 from ._errors import BuildError, CacheError, warn
 from .store import Found, PlannedEntry, Store
-from .warm import _libraries, _namespaces
-from .warm._libraries import LoadedLibrary, already_loaded, loaded
+from .warm import LoadedLibrary, _namespaces, already_loaded, loaded
 
 if TYPE_CHECKING:
     from ._records import WarmRecord
@@ -40,7 +39,7 @@ def resolve(extension: Extension, cached_only: bool = False) -> LoadedLibrary | 
 
 
 def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | None:
-    recalled = _libraries.recall(extension)
+    recalled = warm.recall(extension)
     if recalled is not None:
         return recalled
     planned = PlannedEntry(extension)
@@ -69,7 +68,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
             # budget) between its check and here: found or built again, never a raw OS error.
             namespaces = _namespaces.defined_in(found.library)
             _namespaces.claim(namespaces, found.library, planned.extension.qualified_name)
-            _libraries.open_library(found.library)
+            warm.open_library(found.library)
             break
         except OSError as err:
             if found.source == "remote" and attempt == "first":  # built elsewhere, it does not open here: build it here
@@ -167,7 +166,7 @@ def _remember(planned: PlannedEntry, found: Found, with_cuda: bool, reason: str,
     if verified is None:
         return planned.dependencies
     checked = planned.dependencies + verified.headers
-    root = _libraries.extension_root(planned.extension)
+    root = warm.extension_root(planned.extension)
     if os.path.abspath(entry.root) != os.path.abspath(root):
         return checked  # a fallback cache (the configured one was refused): no warm start from there
     record: WarmRecord = {
@@ -182,8 +181,8 @@ def _remember(planned: PlannedEntry, found: Found, with_cuda: bool, reason: str,
         "torch_libraries": namespaces,
     }
     try:
-        _libraries.write_json_atomic(
-            _libraries.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False
+        _files.write_json_atomic(
+            warm.record_path(root, planned.extension.qualified_name, planned.settings), record, durable=False
         )
     except OSError:
         pass

@@ -11,7 +11,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from .warm._libraries import CUDA_SUFFIXES, INCLUDE_DIR, LoadedLibrary, is_identifier, recall
+from ._layout import CUDA_SUFFIXES, INCLUDE_DIR, is_identifier
+from .warm import LoadedLibrary, recall
 
 if TYPE_CHECKING:  # for type checkers only: a warm start pays for every line this module runs
     from collections.abc import Callable, Sequence

@@ -17,10 +17,11 @@ import children
 import pytest
 import torch
 
+import jitops._files
 import jitops.ops._framework
+import jitops.warm
 from cache_tools.__main__ import main as cache_tools_main
 from jitops import _files, _layout, _settings
-from jitops.warm import _libraries
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ def copy_entry(source: Path, cache: Path, key: str, edit_components: dict | None
     manifest = json.loads((target / _layout.MANIFEST_NAME).read_text())
     manifest["key"] = key
     manifest["components"].update(edit_components or {})
-    _libraries.write_json_atomic(target / _layout.MANIFEST_NAME, manifest)
+    jitops._files.write_json_atomic(target / _layout.MANIFEST_NAME, manifest)
     return target
 
 
@@ -105,7 +106,7 @@ time.sleep(600)
 def add2_entry() -> Path:
     """A real build of add2 (from the session's cache, where the op tests build it)."""
     jitops.ops._framework.require("add2")
-    return _libraries.loaded["jitops.add2"].library.parent
+    return jitops.warm.loaded["jitops.add2"].library.parent
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import torch
 from test_loader import TIMEOUT_S, entries, tiny_env
 
 from jitops import _files, _layout
+from jitops._layout import INCLUDE_DIR
 from jitops.builder import _ninja, _torch_flags
 from jitops.store import _key
-from jitops.warm._libraries import INCLUDE_DIR
 
 TINY_SOURCES = Path(__file__).parent / "tiny_ext"
 UNITS = ("kernels_cpu_tiny", "kernels_cpu_tiny_second", "bindings_tiny")

@@ -83,13 +83,14 @@ def test_jitops_modules_import_each_other_without_cycles():
     for name, path in MODULES.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         graph[name] = imported_modules(path, name, package) & set(MODULES)
-    # The core stands on nothing but three leaves: the errors, the namespace guard (checked before
-    # a warm dlopen too; it asks torch's dispatcher through the one door to torch's private names)
-    # and the cache's layout (the warm path reads its records by those names; the settings name its root).
-    leaves = {"jitops._errors", "jitops.warm._namespaces", "jitops._layout"}
+    # The core stands on nothing but four leaves: the errors, the namespace guard (checked before
+    # a warm dlopen too; it asks torch's dispatcher through the one door to torch's private names),
+    # the package's constants and the cache's layout (the warm path reads its records by those
+    # names; the settings name its root) and the file primitives.
+    leaves = {"jitops._errors", "jitops.warm._namespaces", "jitops._layout", "jitops._files"}
     door = {"jitops._errors", "jitops._torch_private", "jitops._settings"}
     assert graph["jitops._torch_private"] <= {"jitops._errors"} and graph["jitops._settings"] <= {"jitops._errors"}
-    assert graph["jitops.warm._libraries"] <= leaves and all(graph[leaf] <= door for leaf in leaves), "the core stands on nothing"
+    assert graph["jitops.warm"] <= leaves and all(graph[leaf] <= door for leaf in leaves), "the core stands on nothing"
     cycles = []
 
     def visit(node, stack):
@@ -387,13 +388,13 @@ def test_every_op_declares_one_extension_in_the_jitops_namespace():
 
 LOAD_IN_TWO_NAMESPACES = f"""
 import json, sys
-from jitops.warm import _libraries
+import jitops.warm
 from jitops import _resolution
 from tiny_extension import tiny_extension
 first = _resolution.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}"))
 second = _resolution.resolve(tiny_extension(sys.argv[1], namespace="{NAMESPACE}_other"))
 print(json.dumps({{"libraries": [str(first.library), str(second.library)], "how": [first.how, second.how],
-                  "loaded": sorted(_libraries.loaded)}}))
+                  "loaded": sorted(jitops.warm.loaded)}}))
 """
 
 
@@ -422,7 +423,7 @@ def test_two_extensions_of_one_name_in_two_namespaces_live_side_by_side(tmp_path
 LOAD_TWO_VERSIONS = f"""
 import ctypes, json, sys, torch
 import jitops
-from jitops.warm import _libraries
+import jitops.warm
 from tiny_extension import tiny_extension
 first = tiny_extension(sys.argv[1]).load()
 errors = []
@@ -432,7 +433,7 @@ for other in (tiny_extension(sys.argv[2]), tiny_extension(sys.argv[1], name="tin
         other.load()
     except jitops.NamespaceConflict as err:
         errors.append(str(err))
-print(json.dumps({{"errors": errors, "loaded": sorted(_libraries.loaded), "libraries": sorted(torch.ops.loaded_libraries),
+print(json.dumps({{"errors": errors, "loaded": sorted(jitops.warm.loaded), "libraries": sorted(torch.ops.loaded_libraries),
                   "value": ctypes.CDLL(str(first.library)).jitops_tiny_value()}}))
 """
 

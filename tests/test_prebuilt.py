@@ -13,8 +13,9 @@ from pathlib import Path
 import children
 import pytest
 
+import jitops._files
+import jitops.warm
 from jitops import _files, _layout
-from jitops.warm import _libraries
 
 TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -22,10 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 # Runs add2 in a fresh process and checks it against torch; prints how the op was loaded.
 RUN_ADD2 = """
 import torch, jitops
-from jitops.warm import _libraries
+import jitops._files
+import jitops.warm
 a, b = torch.randn(1000), torch.randn(1000)
 torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
-print(_libraries.loaded["jitops.add2"].how)
+print(jitops.warm.loaded["jitops.add2"].how)
 """
 
 
@@ -138,7 +140,7 @@ def test_mismatched_prebuilt_is_refused_naming_tools_and_difference(tmp_path, pr
     (entry,) = mismatched.glob("jitops.add2-*")
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
     manifest["components"]["torch"] = "1.13.0"
-    _libraries.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
+    jitops._files.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
     result = run_add2_without_tools(tmp_path, mismatched, python_without_ninja=python_without_ninja)
     assert result.returncode != 0
     assert "no ninja on PATH" in result.stderr and "no C++ compiler" in result.stderr
@@ -197,7 +199,7 @@ def test_ahead_of_time_wheel_loads_without_a_toolchain(tmp_path):
     # shipped library is loaded before building, with a toolchain or without one, and nothing compiles.
     for path in (no_tools_path(tmp_path), os.environ["PATH"]):
         result = run(
-            ["-c", RUN_ADD2 + "print(_libraries.loaded['jitops.add2'].library)"],
+            ["-c", RUN_ADD2 + "print(jitops.warm.loaded['jitops.add2'].library)"],
             tmp_path,
             PYTHONPATH=str(site),
             PATH=path,
@@ -257,7 +259,7 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
     shutil.copytree(prebuilt_dir, copy)
     (entry,) = copy.glob("jitops.add2-*")
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
-    _libraries.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
+    jitops._files.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "name": "jitops.lltm"})
     (entry / _layout.MANIFEST_NAME).chmod(0o644)
     result = run_add2_without_tools(tmp_path, copy)
     assert result.returncode != 0 and "describes another build" in result.stderr, result.stderr
@@ -286,10 +288,11 @@ def test_a_prebuilt_covers_a_gpu_only_with_code_it_can_run(arch_list, gpus, miss
 
 RUN_ADD2_ON_THE_GPU = """
 import torch, jitops
-from jitops.warm import _libraries
+import jitops._files
+import jitops.warm
 a, b = torch.randn(1 << 22, device="cuda"), torch.randn(1 << 22, device="cuda")
 torch.testing.assert_close(jitops.add2(a, b), a + b, rtol=0, atol=0)
-print(_libraries.loaded["jitops.add2"].how, _libraries.loaded["jitops.add2"].with_cuda)
+print(jitops.warm.loaded["jitops.add2"].how, jitops.warm.loaded["jitops.add2"].with_cuda)
 """
 
 

@@ -22,11 +22,11 @@ import children
 import pytest
 from test_loader import TIMEOUT_S, TINY_SOURCES, entries, finish, load_tiny, load_tiny_failing, slow_compiler, start_tiny
 
+import jitops._files
 from cache_tools import inventory
 from jitops import _flock, _layout
 from jitops._errors import BuildError
 from jitops.store import _entries
-from jitops.warm import _libraries
 
 KILL_TRIALS = int(os.environ.get("JITOPS_KILL_TRIALS", "8"))
 KILL_POINTS = ("compile", "link", "publish", "random")
@@ -164,7 +164,7 @@ def corrupt_malformed_manifest(entry: Path) -> None:
 
 def corrupt_other_key(entry: Path) -> None:
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
-    _libraries.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "key": "0" * 16})
+    jitops._files.write_json_atomic(entry / _layout.MANIFEST_NAME, {**manifest, "key": "0" * 16})
 
 
 @pytest.mark.parametrize(

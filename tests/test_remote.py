@@ -339,10 +339,10 @@ def test_a_machine_with_cuda_torch_but_no_nvcc_looks_up_the_cuda_build_first(mon
 NO_TOOLKIT = "import jitops.store._key\njitops.store._key.find_cuda_home = lambda: None\n"
 LOAD_ADD2 = """
 import json, torch, jitops
-from jitops.warm import _libraries
+import jitops.warm
 x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
 ok = torch.equal(jitops.add2(x, y), x + y)
-loaded = _libraries.loaded["jitops.add2"]
+loaded = jitops.warm.loaded["jitops.add2"]
 print(json.dumps({"how": loaded.how, "with_cuda": loaded.with_cuda, "ok": bool(ok)}))
 """
 

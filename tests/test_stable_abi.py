@@ -18,10 +18,10 @@ import torch
 from test_loader import TIMEOUT_S, tiny_env
 
 import jitops
+import jitops.warm
 from jitops.compat import _torch_load
 from jitops.ops._framework import available_ops, op_libraries
 from jitops.store import _key, _stable
-from jitops.warm import _libraries
 
 REPO = Path(__file__).resolve().parent.parent
 EXACT_FIELDS = ("torch", "torch_git", "torch_cuda", "python_soabi")
@@ -100,7 +100,7 @@ def test_the_ops_libraries_pass_the_audit_and_torch_abi_audit():
     audit_tool = shutil.which("torch-abi-audit", path=str(Path(sys.executable).parent))
     assert audit_tool, "torch-abi-audit (the test extra) is not installed"
     for op in available_ops():
-        library = _libraries.loaded[f"jitops.{op}"].library
+        library = jitops.warm.loaded[f"jitops.{op}"].library
         manifest = json.loads((library.parent / "manifest.json").read_text())
         assert manifest["built_under"]["audit"]["offending"] == [], op
         assert manifest["built_under"]["torch"] == torch.__version__
@@ -175,7 +175,7 @@ def test_an_op_built_under_another_torch_and_python_is_ok_for_list_and_clear_sta
     """An entry of a stable op built under another torch and Python (its manifest's built_under) is
     `ok` for `list`, shown as "≥ 2.11, any Python", and `clear --stale` leaves it."""
     jitops.ops._framework.require("add2")
-    built = _libraries.loaded["jitops.add2"].library.parent
+    built = jitops.warm.loaded["jitops.add2"].library.parent
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
     shutil.copytree(built, cache / built.name)

@@ -25,8 +25,8 @@ from jitops.store import _budget
 # process acts in the window between the entry's check and its open.
 PAUSE = """
 import os, time, torch
-import jitops.warm._libraries, jitops.warm._namespaces
-jitops.warm._libraries.recall = lambda *a, **k: None
+import jitops.warm, jitops.warm._namespaces
+jitops.warm.recall = lambda *a, **k: None
 def _paused(original):
     def wait(*args, **kwargs):
         folder = os.environ["PAUSE_DIR"]

@@ -48,7 +48,7 @@ module = jitops.load("tutorial_add2", [sys.argv[1] + "/add2.cpp", sys.argv[1] + 
 x, y, out = torch.rand(1000), torch.rand(1000), torch.empty(1000)
 module.add2(out, x, y)
 ok = bool(torch.equal(out, x + y))
-warm_path = ("jitops", "jitops.warm", "jitops.compat", "jitops.warm._libraries", "jitops._layout", "jitops._settings", "jitops.extension", "jitops.compat._torch_load", "jitops.compat._module_names", "jitops._torch_private")
+warm_path = ("jitops", "jitops.warm", "jitops.compat", "jitops._files", "jitops._layout", "jitops._settings", "jitops.extension", "jitops.compat._torch_load", "jitops.compat._module_names", "jitops._torch_private")
 loader = sorted(m for m in sys.modules if m.startswith("jitops") and m not in warm_path)
 print(json.dumps({"ok": ok, "name": module.__name__, "spawned": len(SPAWNED), "locks": len(LOCKS), "loader": loader}))
 """

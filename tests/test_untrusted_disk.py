@@ -25,9 +25,10 @@ from test_loader import (  # noqa: F401 (cold_build and tiny_copy are fixtures)
 from tiny_extension import tiny_extension
 
 import jitops
+import jitops._files
+import jitops.warm
 from jitops import _files, _layout, _settings
 from jitops.store import _key, _root
-from jitops.warm import _libraries
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -99,8 +100,8 @@ def forge_manifest(entry: Path, **fields) -> None:
     bytes under an unchanged identity, or a forger, leaves)."""
     manifest = json.loads((entry / _layout.MANIFEST_NAME).read_text())
     library = entry / manifest["library"]
-    manifest.update({"library_identity": _libraries.file_identity(library), **fields})
-    _libraries.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
+    manifest.update({"library_identity": jitops._files.file_identity(library), **fields})
+    jitops._files.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
 
 
 def test_a_corrupt_library_is_discarded_and_rebuilt(tmp_path):
@@ -140,7 +141,8 @@ def test_a_library_that_fails_to_open_is_rehashed_then_rebuilt_or_named(tmp_path
 # the loader opens the library it has checked: the window the issue's race falls into.
 CLEAR_BEFORE_OPEN = """
 import os, subprocess, sys, torch
-from jitops.warm import _libraries
+import jitops._files
+import jitops.warm
 def clear_first(original):
     def opened(*args, **kwargs):
         if not CLEARED:
@@ -149,7 +151,7 @@ def clear_first(original):
     return opened
 CLEARED = []
 if os.environ["WINDOW"] == "warm":
-    _libraries.open_library = clear_first(_libraries.open_library)
+    jitops.warm.open_library = clear_first(jitops.warm.open_library)
 else:
     torch.ops.load_library = clear_first(torch.ops.load_library)
 """
@@ -253,8 +255,8 @@ def test_a_warm_record_never_points_outside_the_cache(tmp_path):
     record.update(
         entry="..",
         library="evil.so",
-        library_identity=_libraries.file_identity(str(evil)),
-        manifest_identity=_libraries.file_identity(str(cache.parent / _layout.MANIFEST_NAME)),
+        library_identity=jitops._files.file_identity(str(evil)),
+        manifest_identity=jitops._files.file_identity(str(cache.parent / _layout.MANIFEST_NAME)),
     )
     record_file.write_text(json.dumps(record))
     result = load_tiny(cache)
@@ -266,10 +268,10 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     load_tiny(cache)
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))  # the child's settings, as tiny_env set them
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache.parent / "torch_ext"))
-    settings = _libraries.settings(tiny_extension())
-    record_file = Path(_libraries.record_path(str(cache), "jitops_test.tiny", settings))
+    settings = jitops.warm.settings(tiny_extension())
+    record_file = Path(jitops.warm.record_path(str(cache), "jitops_test.tiny", settings))
     good = json.loads(record_file.read_text())
-    assert _libraries.recorded_library(tiny_extension(), settings) is not None, "the control: the record as written is used"
+    assert jitops.warm.recorded_library(tiny_extension(), settings) is not None, "the control: the record as written is used"
     wrong_values = {
         "entry": [".", "..", "tiny", "other-" + good["entry"].rpartition("-")[2], good["entry"] + "/..", 7],
         "library": ["../x.so", "", ".so", None],
@@ -282,7 +284,7 @@ def test_every_field_of_a_warm_record_is_checked_before_use(tmp_path, monkeypatc
     for field, values in wrong_values.items():
         for value in values:
             record_file.write_text(json.dumps({**good, field: value}))
-            assert _libraries.recorded_library(tiny_extension(), settings) is None, (field, value)
+            assert jitops.warm.recorded_library(tiny_extension(), settings) is None, (field, value)
 
 
 # 7, a prebuilt entry that anyone else may write: test_prebuilt.py, whose fixture makes prebuilt
@@ -365,11 +367,11 @@ def test_every_variable_that_changes_the_build_is_in_the_key_and_the_warm_settin
     cuda = cuda_plan()
     for name in CUDA_BUILD_VARIABLES + COMPILER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    unset_key, unset_settings = key(cuda), _libraries.settings(tiny_extension("root"))
+    unset_key, unset_settings = key(cuda), jitops.warm.settings(tiny_extension("root"))
     value = host_compiler(tmp_path / "host-cc", "cc 1.0") if variable in ("CC", "PYTORCH_NVCC") else "/some/where"
     monkeypatch.setenv(variable, value)
     assert key(cuda) != unset_key
-    assert _libraries.settings(tiny_extension("root")) != unset_settings
+    assert jitops.warm.settings(tiny_extension("root")) != unset_settings
     if variable in ("CC", "PYTORCH_NVCC"):
         # The program it names is probed like a compiler: replacing it changes the key too.
         before = key(cuda)

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from .. import _files, _layout, _settings
+from .. import _files, _layout, _settings, warm
 from .._errors import BuildError, NamespaceConflict
+from .._layout import CUDA_SUFFIXES, DROP_IN_NAMESPACE
 from ..store import CudaPlan, Found, PlannedEntry, Store
-from ..warm import _libraries, _namespaces
-from ..warm._libraries import CUDA_SUFFIXES, DROP_IN_NAMESPACE
+from ..warm import _namespaces
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
 if TYPE_CHECKING:
@@ -362,7 +362,7 @@ def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_le
     """None if the new library loads, else why not (naming the CUDA sources left out where a symbol is
     missing). It stays loaded: the published file is this one renamed (one inode)."""
     try:
-        _libraries.open_library(library)
+        warm.open_library(library)
     except (OSError, RuntimeError) as err:
         # torch's message only names the file; dlopen's own ("undefined symbol: ...") is its cause.
         reason = str(err.__cause__ or err)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import BuildError
+from .._layout import CUDA_SUFFIXES, OPS_NAMESPACE
 from ..store import CudaPlan, Store
-from ..warm._libraries import CUDA_SUFFIXES, OPS_NAMESPACE
 from . import _jobs, _torch_flags
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from .. import _files, _flock, _layout, _settings
 from .._errors import CacheError
+from .._files import file_identity, write_json_atomic
+from .._layout import DROP_IN_NAMESPACE
 from ..store import PchStore, remote_tier
-from ..warm._libraries import DROP_IN_NAMESPACE, file_identity, write_json_atomic
 from . import _jobs
 from ._progress import BuildStatus
 

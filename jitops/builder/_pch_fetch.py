@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from .. import _flock, _layout
 from .._errors import CacheError
+from .._files import file_identity, write_json_atomic
 from ..store import PchStore
-from ..warm._libraries import file_identity, write_json_atomic
 
 if TYPE_CHECKING:
     from .._records import PchJob

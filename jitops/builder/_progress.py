@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..warm._libraries import DROP_IN_NAMESPACE
+from .._layout import DROP_IN_NAMESPACE
 
 if TYPE_CHECKING:
     from .._records import KeyComponents

@@ -12,8 +12,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import _settings
+from .._files import identity_or_none
+from .._layout import DROP_IN_NAMESPACE
 from ..extension import Extension
-from ..warm._libraries import DROP_IN_NAMESPACE, identity_or_none, loaded
+from ..warm import loaded
 from . import _module_names
 
 BUILD_SUBFOLDER = "jitops"

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .._layout import DROP_IN_NAMESPACE
 from ..extension import check_name
-from ..warm._libraries import DROP_IN_NAMESPACE
 from ._torch_load import Flags, as_torch_returns, declare, entries_dir, jitops_errors, refuse_unsupported
 
 if TYPE_CHECKING:

@@ -19,8 +19,9 @@ from functools import partial
 import torch
 
 from .. import _torch_private
+from .._layout import OPS_NAMESPACE, PACKAGE_DIR, VERSION
 from ..extension import Extension, assume_constant_result
-from ..warm._libraries import OPS_NAMESPACE, PACKAGE_DIR, VERSION, recall
+from ..warm import recall
 
 NAMESPACE = OPS_NAMESPACE  # the TORCH_LIBRARY namespace of every op here
 # -O3: torch's build file adds no optimisation flag. -fno-trapping-math (clang's default) lets GCC

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import BuildError, CacheError, warn
-from .._files import json_digest, sha256_file
+from .._files import file_identity, identity_or_none, json_digest, mark_used, read_regular, sha256_file, write_json_atomic
 from .._layout import MANIFEST_NAME, parse_entry_name
-from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from ._root import (
     check_private_dir,
     known_file_hashes,
@@ -199,7 +198,7 @@ class Entry:
         return checked
 
     def last_used(self) -> float:
-        """When the entry was last loaded (its folder's mtime: _libraries.mark_used), or else built."""
+        """When the entry was last loaded (its folder's mtime: _files.mark_used), or else built."""
         return os.stat(self.path).st_mtime
 
     def discard(self) -> None:

@@ -11,7 +11,7 @@ import os
 import time
 
 from .. import _layout
-from ..warm._libraries import identity_or_none, write_json_atomic
+from .._files import identity_or_none, write_json_atomic
 
 REMEMBERED_S = 15 * 60
 

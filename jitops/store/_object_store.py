@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .. import _files, _layout
 from .._errors import warn
-from ..warm._libraries import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
+from .._files import file_identity, identity_or_none, mark_used, read_regular, write_json_atomic
 from . import _root, _staging
 from ._entries import variant_of  # a stored object's variant is named as an entry's: by its headers
 from ._key import portable_components

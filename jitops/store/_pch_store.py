@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import _files, _layout, _settings
 from .._errors import warn
-from ..warm._libraries import file_identity, mark_used, read_regular
+from .._files import file_identity, mark_used, read_regular
 from . import _budget, _root, _staging
 from ._door import remote_tier
 from ._lock import HeldLock

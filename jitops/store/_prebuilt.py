@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .. import _settings
 from .._errors import BuildError, CacheError, warn
-from ..warm._libraries import unsafe_path_problem
+from .._files import unsafe_path_problem
 from . import _entries
 from ._stable import cuda_major, unfit_here
 

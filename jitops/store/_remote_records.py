@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .. import _files
 from .._errors import CacheError
-from ..warm._libraries import cuda_arch_list
+from ..warm import cuda_arch_list
 from . import _entries, _prebuilt, _signing
 from ._key import CudaPlan, PlannedEntry, key_components, portable_components
 from ._remote_backends import RECORD_MAX, Unreadable

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING
 
 from .. import _layout
 from .._errors import CacheError, warn
-from .._files import sha256_file
+from .._files import file_identity, private_dir_problem, read_regular, sha256_file, unsafe_path_problem, write_json_atomic
 from .._flock import flocked
 from .._layout import REMOVING_PREFIX, TMP_PREFIX, configured_root
-from ..warm._libraries import file_identity, private_dir_problem, read_regular, unsafe_path_problem, write_json_atomic
 
 if TYPE_CHECKING:
     from .._records import KeyComponents

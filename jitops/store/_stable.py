@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..warm._libraries import RECIPE, cxx_runtime, process_abi
+from .._layout import RECIPE
+from ..warm import cxx_runtime, process_abi
 
 if TYPE_CHECKING:
     from .._records import KeyComponents
@@ -62,7 +63,7 @@ def target_flags() -> list[str]:
 
 def components(with_cuda: bool = False) -> dict:
     """What a stable library shares with every process that may load it, in place of
-    _libraries.process_abi(): the floor, the standard, the C++ ABI, the platform, and torch's CUDA
+    warm.process_abi(): the floor, the standard, the C++ ABI, the platform, and torch's CUDA
     major where the library has CUDA code (a CPU-only one serves CPU and CUDA builds of torch alike)."""
     import torch  # loaded by the caller already: this module imports without it
 

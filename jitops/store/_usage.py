@@ -8,9 +8,9 @@ import contextlib
 import time
 from pathlib import Path
 
+from .._files import write_json_atomic
 from .._flock import flocked
 from .._layout import LOCATIONS_NAME, STATS_LOCK_NAME, STATS_NAME
-from ..warm._libraries import write_json_atomic
 from ._entries import Entry
 from ._root import RecordFile
 

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 import jitops
+import jitops.warm
 from jitops.ops.trilinear_interpolation import trilinear_interpolation_ref
-from jitops.warm import _libraries
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     # (with tensors: all_gather_object would need numpy).
     ops = ("add2", "trilinear_interpolation")
     counts = torch.tensor(
-        [[_libraries.loaded[f"jitops.{op}"].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64
+        [[jitops.warm.loaded[f"jitops.{op}"].how == how for how in ("built", "cache")] for op in ops], dtype=torch.int64
     )
     dist.all_reduce(counts)
     if rank == 0:
