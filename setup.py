@@ -81,10 +81,10 @@ def ahead_of_time_build() -> dict:
 
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    import jitops._files
+    from jitops import _files
     from jitops.builder import _builder, _torch_flags
     from jitops.ops._framework import available_ops, op_libraries
-    from jitops.store import Store, find_cxx, key_components, plan_cuda
+    from jitops.store import Store, built_under, compute_key, find_cxx, key_components, plan_cuda
 
     cxx = find_cxx()
     extensions = []
@@ -118,17 +118,19 @@ def ahead_of_time_build() -> dict:
                 Path(self.build_temp), declared, cxx, cuda, targets=[os.path.abspath(o) for o in objects]
             )
             built = Path(self.get_ext_fullpath(ext.name))
-            entry = Store(built.parent).entry(declared.qualified_name, Store.compute_key(components))
+            entry = Store(built.parent).entry(declared.qualified_name, compute_key(components))
             entry.path.mkdir(exist_ok=True)
             library = entry.path / f"{declared.library_name}.so"
             os.replace(built, library)
-            built_under = (
-                Store.built_under(components, library, cxx, _torch_flags.include_paths(None))
+            stable_build = (
+                built_under(components, library, cxx, _torch_flags.include_paths(None))
                 if components.get("abi") == "stable"
                 else None
             )
-            if built_under and built_under["audit"]["offending"]:
-                raise SystemExit(f"{declared.qualified_name}: not on torch's stable ABI: {built_under['audit']['offending'][:3]}")
+            if stable_build and stable_build["audit"]["offending"]:
+                raise SystemExit(
+                    f"{declared.qualified_name}: not on torch's stable ABI: {stable_build['audit']['offending'][:3]}"
+                )
             manifest = Store.manifest(
                 entry,
                 components,
@@ -137,9 +139,9 @@ def ahead_of_time_build() -> dict:
                 built_at=started,
                 build_seconds=round(time.time() - started, 3),
                 ahead_of_time=True,
-                **({"built_under": built_under} if built_under else {}),
+                **({"built_under": stable_build} if stable_build else {}),
             )
-            jitops._files.write_json_atomic(entry.manifest_path, manifest)
+            _files.write_json_atomic(entry.manifest_path, manifest)
 
     return {"ext_modules": extensions, "cmdclass": {**COMMANDS, "build_ext": BuildAndStamp}}
 

@@ -19,6 +19,7 @@ from jitops.store import (
     PlannedEntry,
     Store,
     active_remote,
+    compute_key,
     find_cuda_home,
     find_cxx,
     find_prebuilt,
@@ -203,7 +204,7 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
     plan = plan_cuda(declared)
     components = key_components(declared, cxx, plan)
     store = Store(Path(warm.extension_root(declared)))
-    entry = store.entry(declared.qualified_name, Store.compute_key(components), declared.root)
+    entry = store.entry(declared.qualified_name, compute_key(components), declared.root)
     cached = store.sound(entry)
     # In the loader's order: a package's shipped prebuilt before a build, JITOPS_PREBUILT_DIR's after.
     prebuilt, _, refused = find_prebuilt(declared, components, shipped_only=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 from .. import _files, _layout, _settings, warm
 from .._errors import BuildError, NamespaceConflict
 from .._layout import CUDA_SUFFIXES, DROP_IN_NAMESPACE
-from ..store import CudaPlan, Found, PlannedEntry, Store
+from ..store import CudaPlan, Found, PlannedEntry, Store, built_under, demangled
 from ..warm import _namespaces
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
@@ -290,11 +290,11 @@ class Build:
 
 
 def _built_under(planned: PlannedEntry, library: Path) -> dict:
-    """What a stable entry's manifest says of its build (Store.built_under); empty for an exact entry."""
+    """What a stable entry's manifest says of its build (the store's built_under); empty for an exact entry."""
     if not planned.stable and not planned.exact_because:
         return {}
     torch_headers = _torch_flags.include_paths(None)
-    return Store.built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
+    return built_under(planned.components, library, planned.cxx, torch_headers, planned.exact_because)
 
 
 def _check_inputs(
@@ -379,4 +379,4 @@ def _load_check(library: Path, log_path: Path, left_out: tuple[str, ...], why_le
 
 def _demangle(symbol: str) -> str:
     """A C++ symbol as written in the source (binutils' c++filt, where it is installed), else as it is."""
-    return Store.demangled([symbol])[0]
+    return demangled([symbol])[0]

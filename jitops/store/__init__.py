@@ -56,7 +56,8 @@ _HOLDERS = {
     "parse_public_key": "_signing:parse_public",
     "public_key_text": "_signing:public_text",
     "stable_components": "_stable:components",
-    "floor_text": "_stable",
+    **dict.fromkeys(["built_under", "demangled", "floor_text"], "_stable"),
+    "compute_key": "_root",
     "staged": "_staging",
 }
 __all__ = [
@@ -76,6 +77,9 @@ __all__ = [
     "Verified",
     "abi_components",
     "active_remote",
+    "built_under",
+    "compute_key",
+    "demangled",
     "find_cuda_home",
     "find_cxx",
     "find_prebuilt",

@@ -239,17 +239,12 @@ class Store:
     names_extension = staticmethod(_object_store.names_extension)
     settled_before = staticmethod(_object_store.settled_before)
     object_variant = staticmethod(_object_store.variant_of)
-    demangled = staticmethod(_stable.demangled)
 
     @staticmethod
     def manifest(entry: _entries.Entry, components: KeyComponents, library: Path, headers: dict, **extra) -> Manifest:
         """The manifest of an entry whose library is `library`, in its staging folder (builds and
         ahead-of-time wheels): the one writer."""
         return _entries.make_manifest(entry, components, library, headers, **extra)
-
-    # What a stable (or an exact, for want of the floor) entry's manifest says of its build: the
-    # audit of its symbols, and the toolchain.
-    built_under = staticmethod(_stable.built_under)
 
     # What the root records of use (store/_usage): `jitops-cache stats` and `list`
     def count(self, planned: PlannedEntry, **amounts: float) -> None:
@@ -338,7 +333,6 @@ class Store:
     describe_object = staticmethod(_object_store.describe)
     fallback_root = staticmethod(_root.fallback_root)
     shared_root = staticmethod(_root.shared_root)
-    compute_key = staticmethod(_root.compute_key)
 
     def _found(self, planned: PlannedEntry, verified: Verified, source: Source) -> Found:
         return Found(verified.library, verified.backends or planned.cuda.backends, source, verified)
