@@ -26,11 +26,12 @@ if TYPE_CHECKING:
     from ._remote_admin import status as remote_status
     from ._remote_admin import to_prune as remote_to_prune
     from ._remote_backends import Backend, FolderBackend, RedisBackend, Unreadable
+    from ._root import compute_key
     from ._signing import keygen
     from ._signing import parse_public as parse_public_key
     from ._signing import public_text as public_key_text
+    from ._stable import built_under, demangled, floor_text
     from ._stable import components as stable_components
-    from ._stable import floor_text
     from ._staging import staged
 
 # Each name is imported when first named, from the module that holds it ("module" or "module:its
