@@ -205,10 +205,10 @@ def main() -> int:
         )
         return 0
     jitops.load_all()
-    from jitops.warm import _libraries
+    from jitops.warm import loaded
 
     compiles = log.read_text().splitlines() if log.exists() else []
-    how = {name: library.how for name, library in _libraries.loaded.items()}
+    how = {name: library.how for name, library in loaded.items()}
     found = outputs("cpu")
     differ = [op for op, value in found.items() if not torch.equal(value, reference["outputs"][op])]
     line = f"{built} -> {here}: {len(compiles)} compiles, loaded {json.dumps(how)}; outputs "

@@ -18,10 +18,10 @@ os.environ["JITOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitops-cuda-check-")
 atexit.register(shutil.rmtree, os.environ["JITOPS_CACHE_DIR"], ignore_errors=True)
 
 import jitops  # noqa: E402
-from jitops.warm import _libraries  # noqa: E402
+import jitops.warm  # noqa: E402
 
 jitops.load_all()
-loaded = {op: _libraries.loaded[f"jitops.{op}"] for op in jitops.available_ops()}
+loaded = {op: jitops.warm.loaded[f"jitops.{op}"] for op in jitops.available_ops()}
 without_cuda = {op: library.cuda_reason for op, library in loaded.items() if not library.with_cuda}
 if without_cuda:
     sys.exit(f"built without CUDA kernels: {without_cuda}")
