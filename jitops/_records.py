@@ -73,7 +73,7 @@ class Manifest(TypedDict, total=False):
 class WarmRecord(TypedDict):
     """A warm record (warm-<name>-<hash>.json): what a warm start checks by stat calls alone."""
 
-    settings: str  # the process's settings the record holds for (warm/warm.settings)
+    settings: str  # the process's settings the record holds for (warm.settings)
     checked: list[Any]  # each file the key read, with the identity it had
     entry: str  # the entry folder's name
     library: str
