@@ -107,8 +107,9 @@ def _found_or_built(planned: PlannedEntry, store: Store) -> tuple[PlannedEntry, 
     """A miss in this root: the shipped prebuilt, the remote's, or a build; planned again (a new key)
     where a source or header changed while it built: what is published is always what its key says."""
     _settings.check(*BUILD_SETTINGS)
+    found = store.shipped(planned) or store.fetch(planned)  # this root's entry: missed already
     for attempt in range(1, BUILD_ATTEMPTS + 1):
-        if (found := store.shipped(planned) or store.fetch(planned)) is not None:
+        if found is not None:
             return planned, found
         from .builder import _builder  # only on a miss in every tier: its imports cost a warm load's budget
 
@@ -117,12 +118,13 @@ def _found_or_built(planned: PlannedEntry, store: Store) -> tuple[PlannedEntry, 
         except _builder.NotStable as err:  # under its exact key, now and from now on in this root
             _refuse_stable(planned, store, err.offending)
         except _builder.InputsChanged as err:
-            _say_changed(planned, err.paths, attempt)
+            _say_changed(planned, err.paths, attempt)  # an error after the last attempt
         planned = PlannedEntry(planned.extension)
         store = Store(planned.entry.root)
-        if (found := store.local(planned)) is not None:
-            return planned, found
-    raise AssertionError("unreachable")
+        found = store.lookup(planned)  # the new key in every tier
+    if found is None:
+        raise AssertionError("unreachable")
+    return planned, found
 
 
 def _refuse_stable(planned: PlannedEntry, store: Store, offending: list[str]) -> None:
