@@ -405,13 +405,13 @@ def test_warm_start_imports_only_the_warm_path():
     """jitops.ops._framework.require on a warm start reads the warm record (jitops.warm) and nothing else of the
     loader: the rest of it costs more to import than a warm start takes."""
     code = (
-        "import sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
-        "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'jitops'))"
+        "import json, sys, jitops.ops._framework; jitops.ops._framework.require('add2'); jitops.ops._framework.require('add2');"
+        "print(json.dumps(sorted(m for m in sys.modules if m.partition('.')[0] == 'jitops')))"
     )
     for _ in ("first, maybe building", "warm"):
         proc = children.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"')) == WARM_OPS_PATH
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == WARM_OPS_PATH
 
 
 def test_warm_open_records_the_library_as_torch_does_and_says_why_one_fails(tmp_path):

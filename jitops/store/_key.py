@@ -10,11 +10,12 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _settings, warm
+from .. import _settings
 from .._errors import BuildError, CacheError
 from .._files import identity_or_none, private_dir_problem
 from .._layout import COMPILER_ENVIRONMENT, CUDA_BUILD_ENVIRONMENT, DROP_IN_NAMESPACE
 from ..warm import cuda_arch_list, cxx_runtime, process_abi
+from ..warm import settings as process_settings
 from . import _entries, _root, _stable
 
 if TYPE_CHECKING:
@@ -282,7 +283,7 @@ class PlannedEntry:
             root, self.read_only = Path(extension.cache_dir), err
         # Everything the key depends on is read before the key, folders before the files in them:
         # a change meanwhile misses the warm record next time rather than matching a stale key.
-        self.settings = warm.settings(extension)
+        self.settings = process_settings(extension)
         self.dependencies = [(folder, identity_or_none(folder)) for folder in _key_folders(extension)]
         self.cxx, self.cuda = find_cxx(), plan_cuda(extension)
         self.dependencies += [(path, identity_or_none(path)) for path in _key_files(extension, self.cxx, self.cuda)]
