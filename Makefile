@@ -62,15 +62,17 @@ test-fast: $(PYTHON)
 		--ignore=tests/test_remote.py --ignore=tests/test_remote_faults.py -m "not slow" -k "$(FAST_DESELECT)")
 
 # ruff (Python) and clang-format (C++/CUDA), configured in pyproject.toml and .clang-format: `lint`
-# checks (CI runs it before the tests), `format` rewrites. Pinned, so that a new release cannot
-# fail CI on code that did not change.
-LINTERS := ruff==0.17.6 clang-format==23.1.5
+# checks (CI runs it before the tests), `format` rewrites; mypy holds the loader and the CLI to their
+# annotations (the records' TypedDicts among them). Pinned, so that a new release cannot fail CI on
+# code that did not change.
+LINTERS := ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1
 CPP_FILES = $(shell git ls-files '*.cpp' '*.cu' '*.h' '*.cuh')
 lint: $(PYTHON)
 	$(PYTHON) -m pip install -q $(LINTERS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/clang-format --dry-run --Werror $(CPP_FILES)
+	$(VENV)/bin/mypy jitops cache_tools
 
 format: $(PYTHON)
 	$(PYTHON) -m pip install -q $(LINTERS)

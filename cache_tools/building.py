@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import jitops
 from jitops import _files, _layout
@@ -164,7 +165,9 @@ def export_prebuilt(entry_dir: Path, out: Path) -> Path:
 def _check_exported(target: Path) -> None:
     """A copy exported earlier must still be sound, as the loader reads a prebuilt (its sha256 in
     full): else an error naming it (it is never replaced)."""
-    name, key, variant = _layout.parse_entry_name(target.name)
+    parsed = _layout.parse_entry_name(target.name)
+    assert parsed is not None  # named by export_entry
+    name, key, variant = parsed
     try:
         sound = (
             Store(target.parent).entry(name, key, variant=variant).verified_library(touch=False, private=False, full_hash=True)
@@ -189,7 +192,8 @@ def cmd_pch(args: argparse.Namespace) -> int:
     os.environ["JITOPS_PCH"] = "wait"  # the PCH is built before the unit that uses it
     pch_dir = Path(_layout.pch_dir(Store.shared_root(None)))
     before = {folder.name for folder in pch_dir.glob("*") if (folder / _layout.GCH_NAME).is_file()}
-    results, failure = [], None
+    results: list[dict[str, Any]] = []
+    failure = None
     with tempfile.TemporaryDirectory(prefix="jitops-pch-") as folder:
         binding = Path(folder, "pch_binding.cpp")
         binding.write_text(EXTENSION_HEADER + 'extern "C" int jitops_pch_binding() { return 0; }\n')

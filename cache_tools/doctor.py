@@ -10,6 +10,7 @@ import re
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 from jitops import _layout, _settings, warm
 from jitops._errors import CacheError
@@ -52,14 +53,14 @@ def report(package: str | None = None) -> dict:
     if nvcc is not None and (nvcc / "bin" / "nvcc").exists():
         nvcc_version = tool_probe(nvcc / "bin" / "nvcc")[1]
     nvcc_release = re.search(r"release (\d+\.\d+)", nvcc_version or "")
-    root, root_reason = _layout.configured_root()
-    root = Path(root)
+    root_text, root_reason = _layout.configured_root()
+    root = Path(root_text)
     gpus = []
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "arch": f"{major}.{minor}"})
-    data = {
+    data: dict[str, Any] = {
         "python": f"{sys.version.split()[0]} ({_layout.PYTHON_SOABI}) at {sys.executable}",
         "torch": f"{torch.__version__} at {os.path.dirname(torch.__file__)}",
         "torch_cuda": torch.version.cuda,
@@ -78,7 +79,7 @@ def report(package: str | None = None) -> dict:
         "cxx": {"path": str(cxx) if cxx else None, "version": tool_probe(cxx)[1] if cxx else None},
         "gpus": gpus,
         "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
-        "cuda_build": "on, arch " + cuda.arch_list if cuda.enabled else f"off: {cuda.reason}",
+        "cuda_build": f"on, arch {cuda.arch_list}" if cuda.enabled else f"off: {cuda.reason}",
         "cache_root": _root_report(root, root_reason),
         "prebuilt_dirs": [str(d) for d in prebuilt_dirs(None)],
         "remote": remote_settings(),
@@ -119,6 +120,8 @@ def remote_settings() -> dict | None:
         remote = active_remote()
     except Exception as err:  # noqa: BLE001 - CacheError, or BuildError for a timeout
         return {"error": str(err).removeprefix("jitops: ")}
+    if remote is None:
+        return None
 
     return {
         "server": remote.server,
@@ -221,7 +224,7 @@ def _op_report(declared, cxx, missing: list[str], remote) -> dict:
     if cached:
         how, reason = "cached", str(entry.path)
         reason += f" (torch {inventory.torch_text(components)})" if components.get("abi") == "stable" else ""
-    elif shipped:
+    elif shipped and prebuilt is not None:
         how, reason = "prebuilt", str(prebuilt.parent)
     elif held:
         how, reason = "remote", said

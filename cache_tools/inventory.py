@@ -17,6 +17,7 @@ from jitops.store import PchStore, StaleEntry, Store, abi_components, prebuilt_m
 from . import registry
 
 if TYPE_CHECKING:
+    from jitops._records import KeyComponents, Manifest
     from jitops.store import Entry
 
 # An entry's status, as `jitops-cache list` shows it.
@@ -76,7 +77,7 @@ def running_components(name: str, stable: bool = False) -> dict | None:
     return _running[name, stable]
 
 
-def torch_text(components: dict) -> str | None:
+def torch_text(components: KeyComponents) -> str | None:
     """The torch an entry runs under, as list, verify and doctor show it."""
     if components.get("abi") == "stable":
         return f"≥ {components.get('torch_floor')}, any Python"
@@ -87,7 +88,7 @@ def entry_rows(root: Path) -> list[Row]:
     rows, store = [], Store(root)
     locations = store.locations()
     entries = store.entries()
-    newest = {}  # by name: when its newest entry was built
+    newest: dict[str, float] = {}  # by name: when its newest entry was built
     for entry, manifest in entries:
         built_at = (manifest or {}).get("built_at")
         if isinstance(built_at, (int, float)):
@@ -167,14 +168,14 @@ def _entry_row(entry: Entry) -> Row:
     )
 
 
-def _fetched_under(manifest: dict | None) -> str | None:
+def _fetched_under(manifest: Manifest | None) -> str | None:
     fetched = (manifest or {}).get("remote")
     if not isinstance(fetched, dict):
         return None
     return fetched.get("signed_by") if isinstance(fetched.get("signed_by"), str) else "unsigned"
 
 
-def _superseded(entry: Entry, manifest: dict | None, seen_in: list[str], newest: float | None) -> bool:
+def _superseded(entry: Entry, manifest: Manifest | None, seen_in: list[str], newest: float | None) -> bool:
     """A jitops.load entry that a newer build of its name replaced: its sources (the manifest's
     sha256 of each) are in none of the trees it was loaded for. Another clone may still use an
     entry whose sources are somewhere, so only one matching none is stale."""

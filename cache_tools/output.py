@@ -20,7 +20,7 @@ class UsageError(Exception):
     """Bad arguments that argparse cannot see (exit 2)."""
 
 
-def human_size(n: int) -> str:
+def human_size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
@@ -283,7 +284,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     extensions, zeroed_at = Store(root).stats()
     owners = {name: registry.owner(name) for name in extensions}
     check_package(args.package, set(owners.values()))
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"name": name, "owner": owners[name], **counters}
         for name, counters in sorted(extensions.items())
         if args.package in (None, owners[name])

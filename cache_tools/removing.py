@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from jitops import _files, _layout, _settings
 from jitops._errors import CacheError
@@ -19,7 +20,8 @@ from .selection import selected_rows
 
 def remove_rows(args: argparse.Namespace, root: Path, rows: list[inventory.Row]) -> int:
     """Remove the rows' directories (never one being built) and report what was freed."""
-    removed, skipped = [], []
+    removed: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
     for row in rows:
         if row.status == inventory.BUILDING:
             skipped.append({"path": row.path, "why": "being built"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from jitops import _layout
@@ -49,7 +50,7 @@ def rows_elsewhere() -> list[inventory.Row]:
     return [row for other in Store.other_roots() if os.path.isdir(other) for row in inventory.entry_rows(Path(other))]
 
 
-def check_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
+def check_names(ops: list[str], also_known: AbstractSet[str] = frozenset()) -> None:
     """Each name an op of ours (its extension's name), or <namespace>.<name> of an extension
     declared here or in the cache."""
     ours = [name.partition(".")[2] for name, (owner, _) in registry.declared().items() if owner == registry.OWN]
@@ -60,7 +61,7 @@ def check_names(ops: list[str], also_known: set[str] = frozenset()) -> None:
         raise UsageError(f"unknown extension(s) {', '.join(unknown)}; available: {', '.join(ours + known)}")
 
 
-def check_package(package: str | None, also_known: set[str] = frozenset()) -> None:
+def check_package(package: str | None, also_known: AbstractSet[str] = frozenset()) -> None:
     """--package names an owner (after registry.owner_named), or one with entries in the cache."""
     if package is not None and package not in set(registry.packages()) | also_known:
         known = [f"{owner} (import {name})" if name else owner for owner, name in registry.import_names().items()]

@@ -69,7 +69,7 @@ def _op_names() -> list[str]:
     return [name for op in available_ops() for name in _importlib.import_module(f"{__name__}.ops.{op}").__all__]
 
 
-def __getattr__(name: str):  # noqa: F811 (the TYPE_CHECKING declaration above is for type checkers)
+def __getattr__(name: str):  # type: ignore[no-redef]  # noqa: F811 (the TYPE_CHECKING declaration above is for type checkers)
     # (The import system probes for submodules with getattr before importing them.)
     if name == "__all__":  # `from jitops import *`
         value = globals()["__all__"] = LOADER_NAMES + _op_names()

@@ -11,6 +11,6 @@ if sys.argv[1:2] == ["run"]:
 
     sys.exit(run(sys.argv[2:], _WORKING_FOLDER))
 
-from jitops.cache_tools.__main__ import main
+from jitops.cache_tools.__main__ import main  # type: ignore[import-not-found]  # installed from cache_tools/ (setup.cfg)
 
 sys.exit(main(prog="python -m jitops"))

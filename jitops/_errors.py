@@ -5,6 +5,7 @@ jitops.NamespaceConflict), and its warnings."""
 import os
 import sys
 import threading
+import types
 import warnings
 
 
@@ -73,7 +74,8 @@ def warn(message: str) -> None:
     if (into := getattr(_collected, "into", None)) is not None:
         into.append(message)
         return
-    frame, level = sys._getframe(1), 2
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE):
         frame, level = frame.f_back, level + 1
     warnings.warn(f"jitops: {message}", RuntimeWarning, stacklevel=level)

@@ -58,7 +58,7 @@ def identity_or_none(path: str | Path) -> list[int] | None:
         return None
 
 
-def write_json_atomic(path: Path | str, data: dict, durable: bool = True) -> None:
+def write_json_atomic(path: Path | str, data: object, durable: bool = True) -> None:
     """Readers see the old file or the new one, never a half-written one. durable=False skips the
     fsync, for records whose loss after a power cut reads as a miss (warm records, counters)."""
     path = Path(path)

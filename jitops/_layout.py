@@ -181,8 +181,9 @@ def record_entry(root: str, record: dict, name: str | None = None) -> str | None
     """The entry folder inside root a warm record names (never elsewhere), or None where it names
     none (or, given name, another extension's)."""
     entry = record.get("entry")
-    parsed = parse_entry_name(entry) if isinstance(entry, str) else None
-    return os.path.join(root, entry) if parsed and name in (None, parsed[0]) else None
+    if not isinstance(entry, str) or not (parsed := parse_entry_name(entry)) or name not in (None, parsed[0]):
+        return None
+    return os.path.join(root, entry)
 
 
 # Shared parts: stored objects, precompiled headers, inline sources

@@ -27,7 +27,7 @@ class KeyComponents(TypedDict, total=False):
     version: str  # the Extension's
     sources_sha256: dict[str, str]
     cuda_arch_list: str | None
-    backends: list[str]  # "cpu", "cuda"
+    backends: list[str] | None  # "cpu", "cuda"; None: a fetched entry's record named none
     sources: list[str]
     include_dirs: list[str]
     cflags: list[str]
@@ -61,7 +61,7 @@ class Manifest(TypedDict, total=False):
     library_identity: list[int]  # the identity the hash was taken at: a load that finds it skips hashing
     headers: dict[str, str]  # every header the build read but the toolchain's, with its sha256
     source_hashes: dict[str, str]
-    built_at: float
+    built_at: float | None  # None: a fetched entry's record said not when
     build_seconds: float
     unit_seconds: dict[str, float]
     reused_units: list[str]
@@ -109,6 +109,7 @@ class RemoteRecordBody(TypedDict, total=False):
     gch_sha256: str
     chunks: list[dict[str, Any]]
     compiler_sha256: str
+    signed_by: str | None  # set by the reader (judge): the trusted key that signed it
 
 
 class PchJob(TypedDict):

@@ -79,6 +79,7 @@ def _load_uncached(extension: Extension, cached_only: bool) -> LoadedLibrary | N
                 continue
             if found.source == "prebuilt" or attempt == "again" or not _worth_another_try(planned, store, found.library, err):
                 raise
+    assert found is not None  # an attempt ends with a library (break) or raises
     if found.source != "built":
         store.count(planned, **{f"{found.source}_loads": 1})
     with_cuda = "cuda" in found.backends

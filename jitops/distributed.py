@@ -16,12 +16,15 @@ import os
 import socket
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import BuildError, in_threads
 from ._resolution import resolve
 from .extension import Extension
 from .store import PlannedEntry, Store
+
+if TYPE_CHECKING:
+    from ._records import Manifest
 
 __all__ = ["load_all"]
 
@@ -145,9 +148,11 @@ def _exchange(
     for t in transfers:
         if t.build and t.source != rank:
             builders.setdefault(t.source, []).append(t.name)
-    failures, not_published = [], []
+    failures: list[str] = []
+    not_published: list[str] = []
     for t in transfers:
-        outcome, payload = [None], [None]
+        outcome: list[str | None] = [None]
+        payload: list[tuple[Manifest, bytes] | None] = [None]
         if rank == t.source:
             outcome[0] = errors.get(t.name, "")
             if not outcome[0] and t.receivers:
@@ -164,8 +169,10 @@ def _exchange(
         elif rank in t.receivers:
             _collective(t, builders, lambda: dist.recv_object_list(payload, t.source, group=group))
             try:
-                entry = planned[t.name].entry
-                Store(entry.root).receive(entry, *payload[0])
+                entry, received = planned[t.name].entry, payload[0]
+                if received is None:
+                    raise ValueError("nothing arrived")
+                Store(entry.root).receive(entry, *received)
             except Exception as err:  # reported to every rank below, so that none waits for this one
                 not_published.append(f"rank {rank} could not publish {t.name} received from rank {t.source}: {err}")
     if failures:  # every rank has the same list, so every rank raises here
@@ -197,7 +204,7 @@ def _collective(t: Transfer, builders: dict[int, list[str]], call):
         ) from err
 
 
-def _entry_payload(t: Transfer, planned: PlannedEntry) -> tuple[dict, bytes]:
+def _entry_payload(t: Transfer, planned: PlannedEntry) -> tuple[Manifest, bytes]:
     """What the provider sends each receiver (pickled by torch.distributed, as all_gather_object
     does): the entry's manifest and its library's bytes."""
     found = Store(planned.entry.root).entry_bytes(planned)  # the variant this rank built or found

@@ -83,6 +83,24 @@ class Extension:
         "__weakref__",
     )
     _IDENTITY = __slots__[:-4]
+    name: str
+    namespace: str
+    root: str
+    sources: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    cuda: Literal["auto", "never", "always"]
+    cuda_archs: str | None
+    version: str
+    python_module: bool
+    stable_abi: bool | Literal["auto"]
+    cache_dir: str | None
+    prebuilt_dir: str | None
+    _library: LoadedLibrary | None
+    _registrations: list[tuple[str, str, Any, dict[str, Any]]]
+    _token: str
 
     def __init__(
         self,
@@ -122,16 +140,16 @@ class Extension:
             "cache_dir": os.path.abspath(cache_dir) if cache_dir is not None else None,
             "prebuilt_dir": os.path.join(root, prebuilt_dir) if prebuilt_dir is not None else None,
         }
-        for argument, value in (
+        for argument, words in (
             ("sources", sources),
             ("include_dirs", include_dirs),
             ("cflags", cflags),
             ("cuda_cflags", cuda_cflags),
             ("ldflags", ldflags),
         ):
-            if isinstance(value, str) or not all(isinstance(item, str) for item in value):
-                raise TypeError(f"Extension {name!r}: {argument} must be a list of strings, got {value!r}")
-            values[argument] = flag_words(name, argument, value) if argument in TORCH_ARGUMENTS else tuple(value)
+            if isinstance(words, str) or not all(isinstance(item, str) for item in words):
+                raise TypeError(f"Extension {name!r}: {argument} must be a list of strings, got {words!r}")
+            values[argument] = flag_words(name, argument, words) if argument in TORCH_ARGUMENTS else tuple(words)
         for directory in values["include_dirs"]:
             if "$" in directory or "\n" in directory:  # ninja reads the build file's $; a newline ends its line
                 refuse(
@@ -181,7 +199,7 @@ class Extension:
         TORCH_LIBRARY ops are in `.ops` (torch.ops.<namespace>), its pybind11 module in `.module`.
         Safe inside torch.compile(fullgraph=True): the compiled graph holds only the ops."""
         _load(self._token)  # under torch.compile, run eagerly while tracing (marked below); dynamo traces the read
-        return self._library  # type: ignore[no-any-return]
+        return self._library  # type: ignore[return-value]  # set by _load
 
     def register_fake(self, op: str) -> Callable[[Function], Function]:
         """A decorator: torch.library.register_fake for `<namespace>::<op>`, run when the library loads
@@ -286,6 +304,7 @@ def _load(token: str) -> bool:
                 found = resolve(extension)
             except BuildError as err:  # its message says what failed and where; the loader's frames would bury it
                 raise err.with_traceback(None) from None
+            assert found is not None  # resolve answers None only where asked for a cached library
         with _registering:
             if extension._library is None:
                 _run_registrations(extension, extension._registrations, found.library)

@@ -22,6 +22,8 @@ from ..warm import _namespaces
 from . import _buildfile, _jobs, _ninja, _pch, _pch_fetch, _progress, _torch_flags
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._records import Manifest
     from ..extension import Extension
 
@@ -65,8 +67,8 @@ def build(planned: PlannedEntry, store: Store) -> Found:
     if toolkit_missing and (prebuilt := store.prebuilt(planned, cuda.reason, required=False)):
         return prebuilt
     can_stand_in = store.prebuilt_can_stand_in(planned)
-    if can_stand_in and (why := store.remembered_failure(planned)):
-        return store.prebuilt(planned, why, required=True)  # type: ignore[return-value]
+    if can_stand_in and (failed := store.remembered_failure(planned)):
+        return store.prebuilt(planned, failed, required=True)  # type: ignore[return-value]
     try:
         return store.build_once(planned, lambda: _build(planned, store))
     except _ninja.BuildInterrupted:
@@ -135,6 +137,7 @@ class Build:
         self.entry, self.extension, self.cuda = planned.entry, planned.extension, planned.cuda
         self.build_dir = staging / "build"
         self.build_dir.mkdir()
+        assert planned.cxx is not None  # no build starts without a compiler (_why_not_build)
         self.flags = _buildfile.torch_flags(self.extension, self.cuda, planned.components, planned.cxx)
         self.library_file = f"{self.extension.library_name}.so"
         self.log_path = staging / _layout.BUILD_LOG_NAME
@@ -199,7 +202,7 @@ class Build:
         finally:
             self.fetches.close()
         for unit in compiled:  # a download that brought no PCH: compiled from the header's text
-            if unit.pch_fetched and not os.path.exists(unit.pch + ".gch"):
+            if unit.pch_fetched and unit.pch and not os.path.exists(unit.pch + ".gch"):
                 unit.pch = None
         return failure
 
@@ -349,7 +352,9 @@ def toolchain_prefixes(cxx: Path | None, cuda: CudaPlan, cache_root: Path | None
     return tuple(os.path.join(os.path.realpath(p), "") for p in prefixes if p and os.path.realpath(p) not in ("/", "/usr"))
 
 
-def included_headers(build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan, targets: list[str] = ()) -> dict:
+def included_headers(
+    build_dir: Path, extension: Extension, cxx: Path | None, cuda: CudaPlan, targets: Sequence[str] = ()
+) -> dict:
     """The headers the units (ninja's `targets`, or all) of a build folder included, as the manifest
     names them (setup.py's ahead-of-time build)."""
     ignored = toolchain_prefixes(cxx, cuda)

@@ -39,10 +39,10 @@ class TorchFlags:
         self.cflags, self.cuda_cflags, self.gcc_heap = cflags, cuda_cflags, gcc_heap
 
 
-def gcc_heap(cxx_description: str) -> str:
+def gcc_heap(cxx_description: str | None) -> str:
     """GCC_HEAP_FLAG where the C++ compiler (the key's "path: version") is gcc and each of ninja's
     jobs can have GCC_HEAP_MEMORY_PER_JOB of this machine's (or its cgroup's) memory, else ""."""
-    version = cxx_description.rpartition(": ")[2]
+    version = (cxx_description or "").rpartition(": ")[2]
     if "clang" in version.lower() or not re.match(r"\S*(g\+\+|gcc|c\+\+)\S* \(", version):
         return ""
     found = _jobs.limits()
@@ -81,7 +81,7 @@ def torch_flags(extension: Extension, cuda: CudaPlan, components: KeyComponents,
     """torch's flags for the extension (_torch_flags), with the compilers the key names and jitops'
     own flags (the key's cflags and ldflags), the archs as -gencode flags."""
     cuda_home = cuda.cuda_home if cuda.enabled else None
-    cuda_cflags = list(components["cuda_cflags"]) + (gencode_flags(cuda.arch_list) if cuda.enabled else [])
+    cuda_cflags = list(components["cuda_cflags"]) + (gencode_flags(cuda.arch_list or "") if cuda.enabled else [])
     cflags, cuda_cflags_text = _torch_flags.compile_flags(
         extension.library_name, components["cflags"], cuda_cflags, extension.include_paths(), cuda_home
     )

@@ -181,7 +181,7 @@ def claim(total: int, wanted: int, block: bool = True, poll_s: float = 0.1, wait
     the machine's folder or its slot files cannot be used: min(total, wanted) slots of this process
     alone (None each)."""
     folder = machine_dir()
-    alone = [None] * max(1, min(total, wanted))
+    alone: list[int | None] = [None] * max(1, min(total, wanted))
     if folder is None:
         return alone
     with contextlib.suppress(OSError):

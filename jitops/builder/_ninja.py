@@ -14,6 +14,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 from .. import _settings
 from .._errors import BuildError
@@ -82,6 +86,7 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     proc = watchdog = None
     try:
         # SIGTERM is caught before ninja starts: a signal in between would leave its compilers running.
+        pool: contextlib.AbstractContextManager[tuple[list[str], dict[str, str]]]
         if explicit is not None:
             pool = contextlib.nullcontext((["-j", str(explicit)], {}))
         else:
@@ -98,9 +103,10 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
                     cwd=build_dir,
                     env={**os.environ, **jobserver},
                 )
-            watchdog = threading.Timer(timeout, lambda: (timed_out.set(), _stop_ninja(proc)))
+            watchdog = threading.Timer(timeout, _time_out, (timed_out, proc))
             watchdog.daemon = True
             watchdog.start()
+            assert proc.stdout is not None  # a pipe: stdout=PIPE
             for line in proc.stdout:
                 log.write(line)
                 if verbose:
@@ -115,7 +121,7 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     finally:
         if watchdog is not None:
             watchdog.cancel()
-        if proc is not None:
+        if proc is not None and proc.stdout is not None:
             proc.stdout.close()
     if timed_out.is_set():
         with open(log_path, "a") as log:
@@ -124,6 +130,11 @@ def run_ninja(build_dir: Path, log_path: Path, status: BuildStatus, verbose: boo
     if returncode != 0:
         return first_compiler_error(log_path.read_text(errors="replace"))
     return None
+
+
+def _time_out(timed_out: threading.Event, proc: subprocess.Popen) -> None:
+    timed_out.set()
+    _stop_ninja(proc)
 
 
 def _stop_ninja(proc: subprocess.Popen) -> None:
@@ -196,7 +207,7 @@ def _held_while_starting():
             signal.raise_signal(sig)
 
 
-def deps(build_dir: Path, targets: list[str] = ()) -> dict[str, list[str]]:
+def deps(build_dir: Path, targets: Sequence[str] = ()) -> dict[str, list[str]]:
     """The files each target (or all) was compiled from, absolute and resolved: from the compiler's
     depfile where the build kept it (jitops'), else from ninja's deps log (torch's)."""
     kept = {target: build_dir / f"{target}.d" for target in targets}
@@ -225,7 +236,8 @@ class _Resolver:
     includes torch/extension.h lists thousands of headers in a few hundred folders."""
 
     def __init__(self, build_dir: Path):
-        self.build_dir, self.folders = str(build_dir), {}
+        self.build_dir = str(build_dir)
+        self.folders: dict[str, str] = {}
 
     def __call__(self, path: str) -> str:
         if not path.startswith("/"):
@@ -251,7 +263,7 @@ def read_depfile(depfile: Path) -> list[str]:
 
 def unit_seconds(build_dir: Path) -> dict[str, float]:
     """Seconds per ninja step (object file or link), from ninja's log: where a build's time went."""
-    steps = {}
+    steps: dict[str, float] = {}
     try:
         lines = (build_dir / ".ninja_log").read_text().splitlines()
     except OSError:

@@ -27,14 +27,14 @@ from . import _jobs
 from ._progress import BuildStatus
 
 if TYPE_CHECKING:
-    from .._records import KeyComponents, PchJob
+    from .._records import KeyComponents, Manifest, PchJob
     from ..extension import Extension
     from ._pch_fetch import Fetches
 
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]\s*$')
 
 
-def worth_building(extension, previous: dict | None, components: KeyComponents) -> bool:
+def worth_building(extension, previous: Manifest | None, components: KeyComponents) -> bool:
     """Whether a missing PCH (a compile of torch's headers, 0.4-0.8 GB) is built for the builds that
     follow: after an edit here (the newest other entry built with this same toolchain), or a
     jitops.load extension's first build (a notebook's). Never for a rebuild that a torch, Python or
@@ -161,8 +161,15 @@ def plan(
 def job(root: Path, pch_key: str, header: str, unit, flags: str, ignored_prefixes: tuple[str, ...]) -> PchJob:
     """What building one PCH takes (a background process gets it as JSON)."""
     command = f"{unit.compiler} {flags} -x c++-header @header@ -o @gch@ {unit.post_flags} -MMD -MF @deps@"
-    spec = {"root": str(root), "key": pch_key, "header": header, "command": command, "ignored": list(ignored_prefixes)}
-    return {**spec, "compiler": unit.compiler}
+    ignored = list(ignored_prefixes)
+    return {
+        "root": str(root),
+        "key": pch_key,
+        "header": header,
+        "command": command,
+        "ignored": ignored,
+        "compiler": unit.compiler,
+    }
 
 
 def build(spec: PchJob, blocking: bool) -> str | None:

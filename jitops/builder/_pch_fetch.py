@@ -26,7 +26,8 @@ class Fetches:
     .gch is linked where one came (held in use until close()), else it compiles from the text."""
 
     def __init__(self, build_dir: Path):
-        self.build_dir, self.threads, self.held = build_dir, [], contextlib.ExitStack()
+        self.build_dir, self.held = build_dir, contextlib.ExitStack()
+        self.threads: list[threading.Thread] = []
         self._holding = threading.Lock()
 
     def start(self, spec: PchJob) -> tuple[str, str] | None:

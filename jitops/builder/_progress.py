@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .._layout import DROP_IN_NAMESPACE
 
 if TYPE_CHECKING:
-    from .._records import KeyComponents
+    from .._records import KeyComponents, Manifest
 
 LOGGER = logging.getLogger("jitops")  # build status lines, at INFO
 
@@ -141,15 +141,19 @@ _COMPONENT_WORDS = {
 }
 
 
-def why_built(components: KeyComponents, source_hashes: dict, previous: dict | None) -> str:
+def why_built(components: KeyComponents, source_hashes: dict, previous: Manifest | None) -> str:
     """Why a build with these key components is needed, against the manifest of the newest other
     entry of the same extension (None: there is none, and "" is returned): `k1.cu changed`, `flags changed`, ..."""
     if previous is None:
         return ""  # a first build
-    before = previous.get("components") if isinstance(previous.get("components"), dict) else {}
+    before = previous.get("components")
+    if not isinstance(before, dict):  # a malformed manifest's
+        before = {}
     reasons = []
     if before.get("sources_sha256") != components.get("sources_sha256"):
-        old = previous.get("source_hashes") if isinstance(previous.get("source_hashes"), dict) else {}
+        old = previous.get("source_hashes")
+        if not isinstance(old, dict):
+            old = {}
         changed = [name for name, digest in source_hashes.items() if old.get(name) != digest]
         reasons += [f"{os.path.basename(name)} changed" for name in changed[:3]] or ["sources changed"]
         reasons += [f"{len(changed) - 3} more changed"] if len(changed) > 3 else []

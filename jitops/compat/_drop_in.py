@@ -135,7 +135,7 @@ def run(argv: list[str], working_folder: str | None = None) -> int:
         _new_main()
         # What `python -m` itself calls (CPython's main names it): the same module lookup, the same
         # one-line error where there is none, the code run in __main__.
-        runpy._run_module_as_main(argv[1])
+        runpy._run_module_as_main(argv[1])  # type: ignore[attr-defined]  # private: not in typeshed
     return 0
 
 

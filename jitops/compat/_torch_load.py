@@ -192,7 +192,7 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
     with _settings.set_for_now("JITOPS_VERBOSE", "1") if verbose else contextlib.nullcontext():
         loaded = extension.load()
     if extension.cache_dir is not None:
-        _link_into_build_directory(extension, str(loaded.library))
+        _link_into_build_directory(extension, extension.cache_dir, str(loaded.library))
     if not extension.python_module:
         return str(loaded.library)
     module = loaded.module
@@ -200,10 +200,10 @@ def as_torch_returns(extension: Extension, base: str, with_cuda, verbose):
     return module
 
 
-def _link_into_build_directory(extension: Extension, library: str) -> None:
+def _link_into_build_directory(extension: Extension, build_directory: str, library: str) -> None:
     """<build_directory>/<name>.so, where torch's load() leaves the library, as a link to jitops' entry;
     not in a folder the key reads (get_plugin's holds its sources): that would miss every warm record."""
-    folder = os.path.dirname(extension.cache_dir)
+    folder = os.path.dirname(build_directory)
     read_by_key = {os.path.dirname(path) for path in extension.paths()} | set(extension.include_paths())
     if folder in read_by_key:
         return

@@ -13,7 +13,7 @@ import importlib
 import os
 import pkgutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
@@ -109,11 +109,12 @@ def load_all(
     for all of them.)"""
     names, declared = chosen(ops, extensions)
     # Cached ones load here one after another (a dlopen holds the GIL); the rest build in threads.
-    jobs = [(name, extension(name), partial(require, name)) for name in names]
+    jobs: list[tuple[str, Extension, Callable[[], object]]] = [(name, extension(name), partial(require, name)) for name in names]
     # An op's other libraries build in threads of their own too (require loads them in order).
     jobs += [(part.qualified_name, part, part.load) for name in names for part in op_libraries(name)[1:]]
     jobs += [(e.qualified_name, e, e.load) for e in declared]
-    to_build, seen = [], {}  # seen: each file's identity, read once for all the warm records
+    to_build: list[tuple[str, Callable[[], object]]] = []
+    seen: dict[str, object] = {}  # each file's identity, read once for all the warm records
     for name, declaration, finish in jobs:
         if recall(declaration, seen=seen) is None:  # not a warm start: the long way
             from .._resolution import resolve  # only on a miss, as in require
@@ -203,7 +204,7 @@ class OpAutograd:
         self.op = op
         self.backward = backward
         self.setup_context = setup_context
-        self._function = None
+        self._function: type[torch.autograd.Function] | None = None
 
     def function(self) -> type[torch.autograd.Function]:
         if self._function is None:  # two threads may both make one here: either serves
@@ -223,8 +224,8 @@ class OpAutograd:
                     setup_context(ctx, args, output)
                 return output
 
-        OpFunction.backward = staticmethod(self.backward)
-        OpFunction.overload = overload
+        OpFunction.backward = staticmethod(self.backward)  # type: ignore[method-assign]  # the op's formula
+        OpFunction.overload = overload  # type: ignore[attr-defined]  # what the op runs, for its readers
         OpFunction.__name__ = OpFunction.__qualname__ = f"{self.op}_autograd"
         return OpFunction
 
@@ -237,12 +238,13 @@ class OpAutograd:
             return function.overload.redispatch(keyset & _after_autograd_keyset, *args)
 
 
-def call_op(op, autograd: OpAutograd, *args):
+def call_op(op, autograd: OpAutograd | None, *args):
     """op(*args) in eager mode without the dispatcher's round trip through the Python Autograd
-    kernel (see above). autograd: what register_autograd returned for op."""
+    kernel (see above). autograd: what register_autograd returned for op (None only before require(op))."""
     if _is_compiling():
         return op(*args)
     if _grad_enabled() and _any_requires_grad(*args):  # _needs_grad(args), without its call
+        assert autograd is not None, "require(op) registers its autograd before a call"
         return autograd.function().apply(*args)
     with _below_autograd():
         return op._op(*args)  # the overload's C++ callable, without OpOverload.__call__'s frame

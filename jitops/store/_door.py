@@ -76,10 +76,10 @@ class Store:
         """The prebuilt library the extension's package ships for this key: whoever installed a
         binary wheel expects no compile. Why each candidate was refused is said once."""
         library, manifest, refused = _prebuilt.find_prebuilt(planned.extension, planned.components, shipped_only=True)
-        if library is None:
+        if library is None or manifest is None:
             _prebuilt.warn_refused_once(planned.extension, refused)
             return None
-        return Found(library, list(manifest["components"].get("backends", [])), "prebuilt")
+        return Found(library, _prebuilt.backends(manifest["components"]), "prebuilt")
 
     def fetch(self, planned: PlannedEntry) -> Found | None:
         """The remote's entry, published here under the key's lock (a download is not a build:
@@ -135,7 +135,7 @@ class Store:
         cleanly, removed on any error (under the key's lock: build_once)."""
         return _entries.staged(planned.entry)
 
-    def receive(self, entry: _entries.Entry, manifest: dict, library_bytes: bytes) -> Path:
+    def receive(self, entry: _entries.Entry, manifest: Manifest, library_bytes: bytes) -> Path:
         """Publish an entry built elsewhere (jitops.distributed's other rank) as a local build
         would, its name, key and sha256 checked, under the entry's lock. Returns the library."""
         if manifest.get("name") != entry.name or manifest.get("key") != entry.key:
@@ -154,23 +154,27 @@ class Store:
             if (library := _entries.verified_or_discarded(entry)) is not None:
                 return library
             _entries.remove_orphans(entry)
-            return _entries.publish_library(entry, manifest, write)
+            library = _entries.publish_library(entry, manifest, write)
+            assert library is not None  # write() never refuses
+            return library
 
     def sound_in_full(self, planned: PlannedEntry) -> bool:
         """Whether the key's entry is here and its library matches its sha256, hashed in full (a
         corrupt one is discarded, with a warning)."""
         return _entries.verified_or_discarded(planned.entry, full_hash=True) is not None
 
-    def previous_manifest(self, planned: PlannedEntry, renamed_from: str | None = None) -> dict | None:
+    def previous_manifest(self, planned: PlannedEntry, renamed_from: str | None = None) -> Manifest | None:
         """The manifest of the extension's other entry loaded or built last (for a module a reload
         renamed, the name it had): what a new build says changed since. One manifest read."""
         return _entries.newest_other_manifest(planned.entry, renamed_from)  # type: ignore[return-value]
 
-    def entry_bytes(self, planned: PlannedEntry) -> tuple[dict, bytes] | None:
+    def entry_bytes(self, planned: PlannedEntry) -> tuple[Manifest, bytes] | None:
         """The key's entry as another node publishes it (receive): its manifest and its library's
         bytes, read without changing anything here; None where it is not here."""
         library = _entries.verified_or_discarded(planned.entry, read_only=True)
-        return None if library is None else (dict(planned.entry.read_manifest() or {}), library.read_bytes())
+        if library is None or (manifest := planned.entry.read_manifest()) is None:
+            return None
+        return manifest, library.read_bytes()
 
     def refuse_stable(self, planned: PlannedEntry, reason: str) -> None:
         """The stable key's audit failed: from now on this root plans the extension under its exact key."""
@@ -288,7 +292,7 @@ class Store:
         its paths, manifest, lock and verification."""
         return _entries.Entry(self.root, name, key, source_root, variant=variant)
 
-    def entries(self) -> list[tuple[_entries.Entry, dict | None]]:
+    def entries(self) -> list[tuple[_entries.Entry, Manifest | None]]:
         """Every entry in the root, each with its manifest (None where unreadable)."""
         return _entries.list_entries(self.root)
 

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .. import _layout
 from .._errors import BuildError, CacheError, warn
@@ -61,8 +61,10 @@ class Verified:
 
 
 class Entry:
-    """The entries of one key in a root (`<namespace>.<name>-<key>-<variant>`; a prebuilt folder's has no
-    variant). variant: set once verified or published. source_root: for the manifest's header names."""
+    """One key's entry in a root: the folder `<namespace>.<name>-<key>-<variant>` (a prebuilt
+    folder's has no variant). Without a variant it stands for whichever of the key's variants
+    (variants()) verifies; variant is set once one is verified or published. source_root: for the
+    manifest's header names."""
 
     def __init__(self, root: Path, name: str, key: str, source_root: str | None = None, variant: str | None = None):
         self.root = Path(root)
@@ -118,7 +120,7 @@ class Entry:
             raise CacheError(f"{self.manifest_path} is not valid JSON: {err}") from None
         if not isinstance(manifest, dict):
             raise CacheError(f"{self.manifest_path} is not a JSON object")
-        return manifest
+        return cast("Manifest", manifest)  # its fields are checked where they are read (verify)
 
     def verified_library(self, touch: bool = True, private: bool = True, full_hash: bool = False) -> Path | None:
         """This variant's .so where it is sound (verify()); None where absent."""
@@ -244,7 +246,7 @@ def verified_variant(entry: Entry, full_hash: bool = False, read_only: bool = Fa
 def make_manifest(entry: Entry, components: KeyComponents, library: Path, headers: dict, **extra) -> Manifest:
     """The manifest of an entry whose library is `library` (in its staging folder): the one writer,
     for builds and ahead-of-time wheels. headers: see Entry.check_headers."""
-    return {
+    manifest: Manifest = {
         "name": entry.name,
         "key": entry.key,
         "components": components,
@@ -253,11 +255,11 @@ def make_manifest(entry: Entry, components: KeyComponents, library: Path, header
         # Renaming the staging folder into place keeps the file's identity: loads can trust this hash.
         "library_identity": file_identity(library),
         "headers": headers,
-        **extra,
     }
+    return cast("Manifest", {**manifest, **extra})  # extra: the build's timings and units
 
 
-def publish_library(entry: Entry, manifest: dict, write: Callable[[Path], bool]) -> Path | None:
+def publish_library(entry: Entry, manifest: Manifest, write: Callable[[Path], bool]) -> Path | None:
     """Publish a library made elsewhere (another rank, the remote) as a local build would, under the
     key's lock: write(path) puts its bytes at a staged path and says whether they are whole; then
     its manifest, last, and one rename. Returns the library, or None where write said no."""
@@ -313,7 +315,7 @@ def remove_orphans(entry: Entry) -> None:
     remove_dead_staging(entry.root, _layout.staging_prefix(entry.name, entry.key))
 
 
-def publish(entry: Entry, staging: Path, manifest: dict) -> None:
+def publish(entry: Entry, staging: Path, manifest: Manifest) -> None:
     """Make `staging` the entry of its key and headers (manifest last, one rename), under the key's lock: a
     folder of this very variant there is corrupt or of the same inputs, and renamed away first."""
     entry.variant = variant_of(manifest.get("headers", {}))
@@ -339,9 +341,9 @@ def entries(root: Path, name: str | None = None, source_root: str | None = None)
     return found
 
 
-def list_entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[tuple[Entry, dict | None]]:
+def list_entries(root: Path, name: str | None = None, source_root: str | None = None) -> list[tuple[Entry, Manifest | None]]:
     """entries(), each with its manifest (None when unreadable)."""
-    found = []
+    found: list[tuple[Entry, Manifest | None]] = []
     for entry in entries(root, name, source_root):
         try:
             manifest = entry.read_manifest()

@@ -8,7 +8,7 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .. import _settings
 from .._errors import BuildError, CacheError
@@ -225,7 +225,7 @@ COMPILER_VARIABLES = ("CC", "PYTORCH_NVCC")
 def portable_components(components: KeyComponents) -> KeyComponents:
     """The key components that decide whether a library runs on a machine, wherever it was built:
     torch, Python and C++ ABI, CUDA, sources and flags; not the compilers, nor the archs (per record)."""
-    portable = {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)}
+    portable = cast("KeyComponents", {k: v for k, v in components.items() if k not in COMPILER_COMPONENTS + ("cuda_arch_list",)})
     portable["environment"] = {k: v for k, v in components.get("environment", {}).items() if k not in COMPILER_VARIABLES}
     portable["ldflags"] = [os.path.basename(f) if os.path.isabs(f) else f for f in components.get("ldflags", [])]
     return portable
@@ -306,10 +306,10 @@ class PlannedEntry:
         return self.components.get("abi") == "stable"
 
     @property
-    def toolchain_components(self) -> dict:
+    def toolchain_components(self) -> KeyComponents:
         """The components with torch's and Python's exact identity, for the keys of objects and PCHs:
         compiled with one torch's headers, they are never reused under another."""
-        return {**self.components, **process_abi()} if self.stable else self.components
+        return cast("KeyComponents", {**self.components, **process_abi()}) if self.stable else self.components
 
 
 def _stable_refused(root: Path, key: str) -> str:

@@ -87,7 +87,7 @@ class HeldLock:
         return fd
 
     def release(self) -> None:
-        if self.acquired:
+        if self.acquired and self._fd is not None:
             self.owner.unlink(missing_ok=True)
             os.close(self._fd)  # releases the flock
             self.acquired = False

@@ -12,7 +12,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from .. import _files, _layout
 from .._errors import warn
@@ -31,13 +31,13 @@ TIMESTAMP_SLACK_NS = 10_000_000
 OBJECT_MAX = 4 << 30  # a stored object is read whole (to hash and push): device code can be large
 
 # The key components that describe the toolchain (every unit's key has them).
-TOOLCHAIN_COMPONENTS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "cxx", "nvcc")
+TOOLCHAIN_COMPONENTS: tuple[str, ...] = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "cxx", "nvcc")
 TOOLCHAIN_COMPONENTS += ("environment", "environment_tools")
 
 
-def toolchain(components: KeyComponents) -> dict:
+def toolchain(components: KeyComponents) -> KeyComponents:
     """The key components that describe the toolchain, which every unit and PCH key holds."""
-    return {name: components.get(name) for name in TOOLCHAIN_COMPONENTS}
+    return cast("KeyComponents", {name: components.get(name) for name in TOOLCHAIN_COMPONENTS})
 
 
 def unit_key(unit, components: KeyComponents, source_sha256: str, portable: bool = False, name_free: bool = False) -> str:
@@ -211,8 +211,7 @@ def keep(root: Path, unit, build_dir: Path) -> str:
     key = unit.name_free_key if name_free else unit.key
     variant = variant_of(unit.headers)
     objects = _root.usable_part(root, _layout.OBJECTS_DIR)
-    target = objects / key / variant if objects is not None else None
-    if target is None or target.exists():
+    if objects is None or (target := objects / key / variant).exists():
         return key
     try:
         (objects / key).mkdir(mode=0o700, exist_ok=True)

@@ -23,6 +23,8 @@ from ._object_store import TOOLCHAIN_COMPONENTS, toolchain
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from .._records import RemoteRecordBody
+
 # What a PCH of torch's headers takes on disk where none of the same headers was built before.
 ESTIMATED_SIZE = 800 << 20
 
@@ -130,7 +132,7 @@ class PchStore:
             _remote_pch.push(remote, Path(_layout.pch_dir(self.root), pch_key), pch_key, compiler)
 
     @staticmethod
-    def in_remote(pch_key: str, header: str, compiler: str) -> tuple[str, dict] | None:
+    def in_remote(pch_key: str, header: str, compiler: str) -> tuple[str, RemoteRecordBody] | None:
         """The remote's record of this PCH, where a remote is set and holds one for this compiler."""
         if (remote := remote_tier()) is None:
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _settings
 from .._errors import BuildError, CacheError, warn
@@ -16,12 +16,23 @@ from . import _entries
 from ._stable import cuda_major, unfit_here
 
 if TYPE_CHECKING:
-    from .._records import KeyComponents
+    from collections.abc import Mapping
+
+    from .._records import KeyComponents, Manifest
     from ..extension import Extension
 
 # What a prebuilt .so must share with the running process (the entry itself checks the headers):
 # torch's and Python's identity, or for a stable library (_stable.components) what replaces them.
-MATCH_FIELDS = ("recipe", "torch", "torch_git", "torch_cuda", "python_soabi", "cxx11_abi", "version", "sources_sha256")
+MATCH_FIELDS: tuple[str, ...] = (
+    "recipe",
+    "torch",
+    "torch_git",
+    "torch_cuda",
+    "python_soabi",
+    "cxx11_abi",
+    "version",
+    "sources_sha256",
+)
 MATCH_FIELDS += ("abi", "torch_floor", "cxx_standard", "torch_cuda_major", "platform")
 
 
@@ -39,8 +50,8 @@ _ARCH = r"(\d+)\.(\d+)([a-z]?)(\+PTX)?"  # a TORCH_CUDA_ARCH_LIST entry: 8.6, 9.
 def missing_archs(arch_list: str | None, capabilities: list[tuple[int, int]]) -> list[str]:
     """The visible GPUs a library built for arch_list has no code for: a GPU runs SASS of its major and a
     minor up to its own (an "a" arch only its very own), or PTX up to its own."""
-    built = [re.fullmatch(_ARCH, arch) for arch in (arch_list or "").replace(";", " ").split()]
-    built = [(int(m[1]), int(m[2]), m[3], bool(m[4])) for m in built if m]
+    matched = [re.fullmatch(_ARCH, arch) for arch in (arch_list or "").replace(";", " ").split()]
+    built = [(int(m[1]), int(m[2]), m[3], bool(m[4])) for m in matched if m]
     return [
         f"{major}.{minor}"
         for major, minor in capabilities
@@ -60,11 +71,16 @@ def visible_capabilities() -> list[tuple[int, int]]:
     return sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
 
 
-def mismatch(components: KeyComponents, wanted: dict, fields=MATCH_FIELDS) -> list[str]:
+def backends(components: KeyComponents) -> list[str]:
+    """The backends a library was built with (none named: a fetched entry's record said none)."""
+    return components.get("backends") or []
+
+
+def mismatch(components: KeyComponents, wanted: Mapping[str, Any], fields=MATCH_FIELDS) -> list[str]:
     """How a prebuilt's key components differ from the running ones (in `fields`), one 'field X,
     here Y' each. A stable library with CUDA code needs this torch's CUDA major; a CPU-only one, none."""
     if wanted.get("abi") == "stable":
-        wanted = {**wanted, "torch_cuda_major": cuda_major() if "cuda" in components.get("backends", []) else None}
+        wanted = {**wanted, "torch_cuda_major": cuda_major() if "cuda" in backends(components) else None}
     return [
         "other sources than these"
         if field == "sources_sha256"
@@ -74,10 +90,13 @@ def mismatch(components: KeyComponents, wanted: dict, fields=MATCH_FIELDS) -> li
     ]
 
 
-def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False) -> tuple[Path | None, dict | None, list[str]]:
+def find_prebuilt(
+    extension: Extension, wanted: KeyComponents, shipped_only: bool = False
+) -> tuple[Path | None, Manifest | None, list[str]]:
     """A verified prebuilt .so matching `wanted` (the running key components) with code for every
     visible GPU (CUDA kernels first), its manifest, and why each other candidate was refused."""
-    refused, matches = [], []
+    refused: list[str] = []
+    matches: list[tuple[Path, Manifest]] = []
     capabilities = visible_capabilities()
     candidates = [
         e
@@ -91,14 +110,12 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
             manifest = entry.read_manifest()
         except (CacheError, OSError) as err:
             problem = str(err)
-        if problem is not None:
-            refused.append(f"{entry.path}: {problem}; not loaded")
+        if problem is not None or library is None or manifest is None:
+            refused.append(f"{entry.path}: {problem or 'removed while being read'}; not loaded")
             continue
         components = manifest.get("components", {})
         differences = mismatch(components, wanted)
-        lacking = (
-            missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in components.get("backends", []) else []
-        )
+        lacking = missing_archs(components.get("cuda_arch_list"), capabilities) if "cuda" in backends(components) else []
         unfit = unfit_here(manifest.get("built_under") or {}) if components.get("abi") == "stable" else ""
         if differences:
             refused.append(f"{entry.path} was built for another setup: " + ", ".join(differences))
@@ -113,7 +130,7 @@ def find_prebuilt(extension: Extension, wanted: dict, shipped_only: bool = False
             matches.append((library, manifest))
     if not matches:
         return None, None, refused
-    with_cuda = [m for m in matches if "cuda" in m[1]["components"].get("backends", [])]
+    with_cuda = [m for m in matches if "cuda" in backends(m[1]["components"])]
     library, manifest = (with_cuda or matches)[0] if wanted.get("torch_cuda") else matches[0]
     return library, manifest, refused
 
@@ -167,11 +184,12 @@ def prebuilt_or_error(
             f"jitops: cannot build {extension.qualified_name!r}: {why}\nand no prebuilt library matches this "
             f"torch/CUDA/Python:{refusals}" + (f"\n{advice}" if advice else "")
         )
-    backends = list(manifest["components"].get("backends", []))
+    assert manifest is not None  # found with its library
+    found_backends = backends(manifest["components"])
     if extension.qualified_name not in _warned:
         _warned.add(extension.qualified_name)
         warn(
-            f"loading the prebuilt {extension.qualified_name} ({'+'.join(backends)}) from {library.parent}, "
+            f"loading the prebuilt {extension.qualified_name} ({'+'.join(found_backends)}) from {library.parent}, "
             f"since building is not possible: {why}"
         )
-    return library, backends
+    return library, found_backends

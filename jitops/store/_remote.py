@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _files, _layout, _settings
 from .._errors import CacheError, warn
@@ -34,9 +34,9 @@ from ._remote_backends import CALL, RECORD_MAX, Backend, Unreadable, describe, o
 from ._remote_records import FORMAT, candidates, judge, lookup_key, seal, unseal
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
-    from .._records import RemoteRecordBody
+    from .._records import RemoteRecordBody, UnitRecord
 
 LEASE_S = 30.0  # a builder's lease outlives it by at most this; refreshed every third of it
 POLL_S = 0.25  # how often a machine waiting for another's build looks for its entry
@@ -94,7 +94,7 @@ class Remote:
             self.disable(f"{doing} {self.server} failed ({type(err).__name__}: {err})")
             raise Fault(self.disabled) from None
 
-    def _run(self, method, args):
+    def _run(self, method: Callable[..., Any], args: tuple) -> Any:
         """The call under its deadline: in this thread for a backend that keeps to it itself, else
         in a worker thread left behind at the deadline."""
         started = time.monotonic()
@@ -138,7 +138,7 @@ class Remote:
     def count(self, **amounts: int) -> None:
         """Add to the server's counters (`remote status`). They only inform: a reader the server
         does not let write loses its counts, not its remote; a read-only one writes none."""
-        if self.disabled or self.read_only:
+        if self.disabled or self.read_only or self.backend is None:
             return
         with contextlib.suppress(Exception):
             self._run(self.backend.add_many, ({_layout.remote_counter(name): amount for name, amount in amounts.items()},))
@@ -165,7 +165,7 @@ class Remote:
             self.skip(op, name, signer, why)
         return body
 
-    def judge(self, data, kind: str, key: str) -> tuple[dict | None, str | None, str]:
+    def judge(self, data, kind: str, key: str) -> tuple[RemoteRecordBody | None, str | None, str]:
         return judge(data, kind, key, self.trusted, self.trust_server, self.max_blob)
 
     def skip(self, op: str, name: str, signer: str | None, why: str) -> None:
@@ -175,7 +175,7 @@ class Remote:
         )
         return None
 
-    def download(self, body: dict, digest: str, destination: Path, op: str, record: str) -> bool:
+    def download(self, body: RemoteRecordBody, digest: str, destination: Path, op: str, record: str) -> bool:
         """The blob of sha256 `digest` and the record's size, streamed into destination with a
         running sha256; False (one warning) where it is missing, unreadable, longer or different."""
         size, hasher = body["size"], hashlib.sha256()
@@ -317,7 +317,7 @@ class Remote:
         self.warn_once(f"the library of {planned.entry.name} from the remote cache does not open here ({why}); building it here")
 
     # Objects (only between trees at the same paths: an object's key holds its command line)
-    def push_object(self, root: Path, unit: dict, op: str) -> None:
+    def push_object(self, root: Path, unit: UnitRecord, op: str) -> None:
 
         found = _object_store.stored(root, unit.get("object_key", ""), unit.get("object_variant", ""))
         if found is None:
@@ -356,7 +356,7 @@ class Remote:
         return None
 
     # One build per key across machines
-    def build_once(self, planned: PlannedEntry, build) -> tuple[Path, str]:
+    def build_once(self, planned: PlannedEntry, build: Callable[[], Path]) -> tuple[Path, Literal["built", "remote"]]:
         """(library, "built") from build() under the key's lease, pushed before it goes; or (library,
         "remote") where another machine pushed it meanwhile (waiting at most JITOPS_BUILD_TIMEOUT)."""
         if self.read_only or self.disabled:

@@ -55,7 +55,7 @@ def listing(remote: Remote, kind: str) -> list[Record]:
                 found.append(Record(name, None, False, str(data), None))
                 continue
             sealed = unseal(data, remote.trusted, parse_untrusted=True)
-            problem = sealed.problem or shape_problem(sealed.body, KINDS[kind])
+            problem = sealed.problem or shape_problem(sealed.body or {}, KINDS[kind])  # a body: parsed where no problem
             trusted = not problem and (sealed.trusted or remote.trust_server)
             found.append(Record(name, sealed.signer, trusted, problem, None if problem else sealed.body))
     return found
@@ -137,7 +137,7 @@ def holds(remote: Remote, planned: PlannedEntry) -> tuple[bool, str]:
         key = lookup_key(components)
         for name, data in remote.records(_layout.remote_records(_layout.REMOTE_ENTRIES, key), planned.entry.name):
             body, signer, why = remote.judge(data, "entry", key)
-            why = why or (body is not None and unfit(body, planned))
+            why = why or (unfit(body, planned) if body is not None else "")
             if not why and body is not None:
                 if remote.call(
                     "looking up", "exists", _layout.remote_blob(body["library_sha256"]), check=lambda v: isinstance(v, bool)

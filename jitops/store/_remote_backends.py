@@ -5,6 +5,7 @@ every value by a cap, verifies every byte, and turns the remote off for the proc
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import inspect
@@ -76,7 +77,9 @@ class Backend:
         """get(name), passing max_bytes where the backend's get takes it."""
         return self.get(name, max_bytes=max_bytes) if takes_max_bytes(self.get) else self.get(name)
 
-    def get_many(self, names: list[str], max_bytes: int) -> list[bytes | None | Unreadable]:
+    def get_many(
+        self, names: builtins.list[str], max_bytes: int
+    ) -> builtins.list[bytes | None | Unreadable]:  # list: the method above
         """One value per name; an Unreadable in place of one that could not be read."""
         found: list[bytes | None | Unreadable] = []
         for name in names:

@@ -17,18 +17,24 @@ import shutil
 import socket
 import subprocess
 import time
+import types
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import _layout
 from ._remote import Fault, Remote
 from ._remote_records import FORMAT, seal
 
+if TYPE_CHECKING:
+    from .._records import RemoteRecordBody
+
+inflating: types.ModuleType  # zlib's API
 try:  # ISA-L's inflate reads the same zlib streams about twice as fast (the `remote` extra installs it)
     from isal import isal_zlib as inflating
 except ImportError:
     inflating = zlib
-INFLATE_ERRORS = (zlib.error, inflating.error)
+INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, inflating.error)
 
 CHUNK_MAX = 64 << 20  # a chunk blob, compressed
 RAW_PER_CHUNK = 60 << 20  # the bytes of .gch in one chunk: zlib adds at most 0.03% to what it cannot shrink
@@ -69,7 +75,8 @@ def push(remote: Remote, folder: Path, pch_key: str, compiler: str) -> bool:
         if there is None:
             return False
         record = json.loads((folder / _layout.RECORD_NAME).read_text())
-        chunks, size, whole = [], 0, hashlib.sha256()
+        chunks: list[dict[str, Any]] = []
+        size, whole = 0, hashlib.sha256()
         with open(folder / _layout.GCH_NAME, "rb") as gch:
             while raw := gch.read(RAW_PER_CHUNK):
                 whole.update(raw)
@@ -99,7 +106,7 @@ def push(remote: Remote, folder: Path, pch_key: str, compiler: str) -> bool:
         return False
 
 
-def find(remote: Remote, pch_key: str, header: str, compiler: str) -> tuple[str, dict] | None:
+def find(remote: Remote, pch_key: str, header: str, compiler: str) -> tuple[str, RemoteRecordBody] | None:
     """The name and body of a trusted remote record of a PCH of this key, header and compiler (a
     listing and one read: the build asks before it starts), or None."""
     op = f"the precompiled header {pch_key[:16]}"
@@ -171,7 +178,7 @@ def _inflate(path: Path, length: int, fd: int, offset: int) -> bool:
         if len(raw) != length or not inflate.eof or inflate.unconsumed_tail:
             return False
         return os.pwrite(fd, raw, offset) == length
-    except (*INFLATE_ERRORS, OSError):
+    except INFLATE_ERRORS + (OSError,):
         return False
     finally:
         path.unlink(missing_ok=True)

@@ -9,7 +9,8 @@ import json
 import os
 import re
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from .. import _files
 from .._errors import CacheError
@@ -48,9 +49,10 @@ def glibc_needed(library: bytes) -> str | None:
 
 def glibc_here() -> str | None:
     try:
-        return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.36"
+        version = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; None where unknown
     except (ValueError, OSError, AttributeError):
         return None
+    return version.split()[-1] if version else None
 
 
 # A record: a header line, the signer's public key, the signature of the body's bytes (each "-"
@@ -87,16 +89,16 @@ def unseal(data: object, trusted: set[bytes], parse_untrusted: bool = False) -> 
     except UnicodeDecodeError:
         return Unsealed(None, False, None, "its signer is not text")
     signer = public if public != "-" else None
-    trusted = bool(signer) and _signing.verified(parts[3], signature, public, trusted)
-    if not (trusted or parse_untrusted):
+    signed = bool(signer) and _signing.verified(parts[3], signature, public, trusted)
+    if not (signed or parse_untrusted):
         return Unsealed(signer, False, None, "")
     try:
         body = json.loads(parts[3])
     except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
-        return Unsealed(signer, trusted, None, "its body is not JSON")
+        return Unsealed(signer, signed, None, "its body is not JSON")
     if not isinstance(body, dict):
-        return Unsealed(signer, trusted, None, "its body is not an object")
-    return Unsealed(signer, trusted, body, "")
+        return Unsealed(signer, signed, None, "its body is not an object")
+    return Unsealed(signer, signed, body, "")
 
 
 def _optional(kind):
@@ -151,7 +153,7 @@ SHAPES = {
 }
 
 
-def shape_problem(body: dict, kind: str) -> str:
+def shape_problem(body: Mapping[str, Any], kind: str) -> str:
     """The first field of a record's body that is missing or of the wrong type ('' where none)."""
     for field, fits in SHAPES[kind].items():
         if field not in body:
@@ -163,7 +165,7 @@ def shape_problem(body: dict, kind: str) -> str:
 
 def judge(
     data, kind: str, key: str, trusted: set[bytes], trust_server: bool, max_blob: int
-) -> tuple[dict | None, str | None, str]:
+) -> tuple[RemoteRecordBody | None, str | None, str]:
     """(body, signer, "") of a record a reader takes: signed by a trusted key (or trust_server),
     well formed, of this kind and key, its blob within max_blob; else (None, signer, why). None
     for data is a record gone meanwhile: no reason."""
@@ -177,13 +179,15 @@ def judge(
     if not (sealed.trusted or trust_server):
         return None, sealed.signer, _untrusted_why(sealed.signer, trusted)
     body = sealed.body
+    assert body is not None  # unseal parses a trusted record's body, and every one where trust_server
     if problem := shape_problem(body, kind):
         return None, sealed.signer, f"it is malformed ({problem})"
     if body["kind"] != kind or body["key"] != key:
         return None, sealed.signer, f"it is for another {kind}"
     if body["size"] > max_blob:
         return None, sealed.signer, f"its blob's {body['size']} bytes exceed JITOPS_REMOTE_MAX_BLOB"
-    return {**body, "signed_by": sealed.signer if sealed.trusted else None}, sealed.signer, ""
+    taken = {**body, "signed_by": sealed.signer if sealed.trusted else None}
+    return cast("RemoteRecordBody", taken), sealed.signer, ""
 
 
 def _untrusted_why(signer: str | None, trusted: set[bytes]) -> str:
@@ -214,7 +218,7 @@ def candidates(planned: PlannedEntry) -> list[KeyComponents]:
     return [with_cuda, planned.components]
 
 
-def unfit(body: dict, planned: PlannedEntry) -> str:
+def unfit(body: RemoteRecordBody, planned: PlannedEntry) -> str:
     """Why a remote entry's library cannot run here ('' where it can): the glibc it needs, the GPUs
     it has no code for, a header that differs here."""
     needed, here = body.get("glibc"), glibc_here()
@@ -243,14 +247,13 @@ def unfit(body: dict, planned: PlannedEntry) -> str:
 def local_manifest(server: str, planned: PlannedEntry, body: RemoteRecordBody, variant: str) -> Manifest:
     """The local manifest of a fetched entry: this machine's key and components (with the archs the
     library has), and where it came from (`jitops-cache clear --signed-by` reads signed_by)."""
-    return {
+    manifest: Manifest = {
         "name": planned.entry.name,
         "key": planned.entry.key,
         "components": {**planned.components, "cuda_arch_list": body.get("cuda_arch_list"), "backends": body.get("backends")},
         "library": body["library"],
         "headers": body["headers"],
         "built_at": body.get("built_at"),
-        **({"built_under": body["built_under"]} if body.get("built_under") else {}),
         "remote": {
             "server": server,
             "key": body["key"],
@@ -260,3 +263,6 @@ def local_manifest(server: str, planned: PlannedEntry, body: RemoteRecordBody, v
             "fetched_at": time.time(),
         },
     }
+    if built_under := body.get("built_under"):
+        manifest["built_under"] = built_under
+    return manifest

@@ -40,7 +40,7 @@ class Address:
         except ValueError:
             raise ValueError(f"its port {parsed.netloc.rpartition(':')[2]!r} is not a number from 1 to 65535") from None
         if self.unix:
-            self.target: tuple | str = parsed.path
+            self.target: tuple[str, int] | str = parsed.path
             db = query.get("db", ["0"])[0]
         else:
             if not parsed.hostname:
@@ -73,7 +73,7 @@ class Client:
                 return [connection.reply(deadline, max_bytes, sink) for _ in commands]
             except BaseException as err:  # the connection's state is unknown: never used again
                 self.close()
-                if not (reused and isinstance(err, ConnectionError) and not connection.received):
+                if not (reused and isinstance(err, ConnectionError) and connection is not None and not connection.received):
                     raise
                 connection, reused = None, False
 
@@ -88,16 +88,17 @@ class _Connection:
     def __init__(self, address: Address, deadline: float):
         self.received = 0  # bytes read from the server since the last send: 0 means none arrived
         self.buffer = bytearray()
-        if address.unix:
+        target = address.target
+        if isinstance(target, str):  # a unix socket's path
             self.sock = socket.socket(socket.AF_UNIX)
             self.sock.settimeout(_remaining(deadline))
-            self.sock.connect(address.target)
+            self.sock.connect(target)
         else:
-            self.sock = socket.create_connection(address.target, timeout=_remaining(deadline))
+            self.sock = socket.create_connection(target, timeout=_remaining(deadline))
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if address.tls:
-            self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=address.target[0])
-        hello = []
+            if address.tls:
+                self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=target[0])
+        hello: list[tuple] = []
         if address.password is not None:
             hello.append(("AUTH", address.username, address.password) if address.username else ("AUTH", address.password))
         if address.db:

@@ -56,9 +56,9 @@ def stop_processes_in(folder: Path) -> None:
                 found.append(int(pid))
         if not found:
             return
-        for pid in found:
+        for compiler in found:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(compiler, signal.SIGKILL)
         time.sleep(0.01)
 
 
@@ -68,7 +68,7 @@ def staging_is_dead(name: str, prefix: str = TMP_PREFIX) -> bool:
     return pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}")
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path | str) -> None:
     """Delete a directory (or a file or link in its place) so that no reader sees it half deleted.
     One removed meanwhile (by another remover) is no error."""
     # Not named after path: an entry's name may already be near the file system's 255 bytes.
@@ -318,7 +318,9 @@ def _root_record(kind: type[RecordFile], name: str, root: Path | str | None) -> 
 
 
 def known_file_hashes(root: Path | str | None = None) -> KnownFileHashes:
-    return _root_record(KnownFileHashes, _layout.FILE_HASHES_NAME, root)
+    record = _root_record(KnownFileHashes, _layout.FILE_HASHES_NAME, root)
+    assert isinstance(record, KnownFileHashes)  # the one kind stored under its name
+    return record
 
 
 def binary_identity(path: Path) -> tuple[str, str]:

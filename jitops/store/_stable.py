@@ -208,7 +208,7 @@ def built_under(
     return {
         **process_abi(),
         "torch_floor": components.get("torch_floor"),
-        "cuda_toolkit": toolkit_release(components.get("nvcc")) if "cuda" in components.get("backends", []) else None,
+        "cuda_toolkit": toolkit_release(components.get("nvcc")) if "cuda" in (components.get("backends") or []) else None,
         "audit": audit(library, cxx, include_dirs).record(),
         **({"exact_because": exact_because} if exact_because else {}),
     }

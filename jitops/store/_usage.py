@@ -21,7 +21,8 @@ def read_stats(root: Path) -> tuple[dict[str, dict[str, float]], float | None]:
     """The counters in <root>/stats.json, each extension's with every field (0 where absent), and
     when they were zeroed. Whatever is malformed reads as no count."""
     records = RecordFile(root / STATS_NAME).records
-    extensions = records.get("extensions") if isinstance(records.get("extensions"), dict) else {}
+    extensions = records.get("extensions")
+    extensions = extensions if isinstance(extensions, dict) else {}
     counters = {
         name: {f: v if isinstance(v := fields.get(f), (int, float)) else 0 for f in STATS_FIELDS}
         for name, fields in extensions.items()

@@ -88,7 +88,7 @@ def cxx_runtime() -> str | None:
     link_map = ctypes.c_void_p()  # -> struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
     if not (handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0):
         return None
-    name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
+    name = ctypes.c_char_p.from_address((link_map.value or 0) + ctypes.sizeof(ctypes.c_void_p)).value
     return os.fsdecode(name) if name else None
 
 
@@ -274,10 +274,10 @@ def recall(extension: Extension, seen: dict | None = None) -> LoadedLibrary | No
     name = extension.qualified_name
     if (found := already_loaded(extension)) is not None:
         return found
-    found = recorded_library(extension, settings(extension), seen)
-    if found is None:
+    recorded = recorded_library(extension, settings(extension), seen)
+    if recorded is None:
         return None
-    library, record, last_used = found
+    library, record, last_used = recorded
     if record["torch_libraries"]:  # a TORCH_LIBRARY block: the namespace must be free (or it aborts)
         from ._namespaces import claim  # only for a TORCH_LIBRARY block: JITOPS_LIBRARY, a fragment, never needs it
 
