@@ -267,7 +267,8 @@ def test_a_prebuilt_entry_whose_manifest_names_another_op_is_refused(tmp_path, p
 
 def test_a_prebuilt_whose_manifest_names_no_backends_is_judged_not_crashed_on(tmp_path, prebuilt_dir):
     """A fetched entry's manifest holds backends: null where its remote record named none; exported
-    as a prebuilt, it is read as a library without CUDA kernels (it raised TypeError)."""
+    as a prebuilt, it is read as a library without CUDA kernels (it raised TypeError): loaded on a
+    CPU-only torch, refused with the loader's error under a CUDA torch (which needs its CUDA major)."""
     copy = tmp_path / "pb"
     shutil.copytree(prebuilt_dir, copy)
     (entry,) = copy.glob("jitops.add2-*")
@@ -276,7 +277,7 @@ def test_a_prebuilt_whose_manifest_names_no_backends_is_judged_not_crashed_on(tm
     jitops._files.write_json_atomic(entry / _layout.MANIFEST_NAME, manifest)
     (entry / _layout.MANIFEST_NAME).chmod(0o644)
     result = run_add2_without_tools(tmp_path, copy)
-    assert "TypeError" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "TypeError" not in result.stderr, result.stderr
     assert result.returncode == 0 or "no prebuilt library matches" in result.stderr, result.stderr
 
 
