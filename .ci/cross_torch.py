@@ -182,11 +182,11 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TORCH_CUDA_ARCH_LIST") else "cpu"
     if mode == "build":
         folder.mkdir(parents=True, exist_ok=True)
-        from jitops.store import _signing
+        from jitops.store import keygen
 
         (folder / "remote").mkdir(exist_ok=True)
         if not (folder / "signing.key").exists():
-            _signing.keygen(folder / "signing.key")
+            keygen(folder / "signing.key")
         os.environ.update(fleet_settings(folder))  # every build is pushed there too
         jitops.load_all()
         torch.save(

@@ -66,10 +66,10 @@ def run_job(mode: str, ops: list[str], ranks_per_node: int, work: Path) -> dict:
     builds = sum(len(re.findall(r"jitops: built [\w.]+ [(i]", log)) for log in logs)  # "(notes)" or "in N s"
     moved = 0
     if mode == "collective":  # each op's entry went to the node that did not build it
-        from jitops.store import _entries
+        from jitops.store import Store
 
         for node, log in enumerate(logs):
-            for entry, manifest in _entries.list_entries(out / f"cache-node{node}"):
+            for entry, manifest in Store(out / f"cache-node{node}").entries():
                 if not re.search(rf"jitops: built {re.escape(entry.name)} [(i]", log):
                     moved += (entry.path / manifest["library"]).stat().st_size + len(json.dumps(manifest))
     return {"start_s": max(seconds), "builds": builds, "bytes_moved": moved}

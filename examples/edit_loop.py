@@ -124,7 +124,6 @@ which, name, sources, build, cflags, cuda_cflags = sys.argv[1], sys.argv[2], jso
     + NINJA_CLOCK
     + """started = time.perf_counter()
 if which == "jitops":
-    from jitops.store import _budget
     from jitops import load
 else:
     from torch.utils.cpp_extension import load

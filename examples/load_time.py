@@ -93,12 +93,12 @@ PLAIN_CHILD = (
 op, build = sys.argv[1], sys.argv[2]
 from pathlib import Path
 import jitops.ops._framework
-from jitops.store import _key
+from jitops.store import find_cxx, key_components, plan_cuda
 from torch.utils.cpp_extension import load
 extension = jitops.ops._framework.extension(op)
-cuda = _key.plan_cuda(extension)
+cuda = plan_cuda(extension)
 with_cuda = cuda.enabled
-components = _key.key_components(extension, _key.find_cxx(), cuda)
+components = key_components(extension, find_cxx(), cuda)
 wrappers = []
 for relative in components["sources"]:
     wrapper = Path(build) / relative.replace("/", "_")

@@ -218,16 +218,27 @@ def private_store_imports(path: Path) -> set[str]:
     return found
 
 
+# The programs that reach past the door on purpose, each with what it needs there. (A child's code
+# given as a string is not read: examples/unmodified_program.py names the store's steps to profile
+# them, scripts/dlopen_floor.py's child adds a flag to the key's.)
+STORE_INSIDES = {
+    "examples/remote_soak.py": {"_remote_records", "_signing"},  # seals a stranger's hostile record
+    "scripts/budget_cost.py": {"_budget"},  # times the budget's walk
+    "scripts/stats_cost.py": {"_usage"},  # times the counters' writes
+}
+
+
 def test_outside_the_store_no_module_imports_a_private_module_of_the_store():
     """The store's door (jitops.store.__all__, listed in docs/ARCHITECTURE.md) is the only way in, for
-    the loader, the CLI and setup.py's ahead-of-time build alike (examples/ and scripts/ that time the
-    store's insides are not held)."""
+    the loader, the CLI, setup.py's ahead-of-time build, CI's checks and the examples alike; only the
+    programs that time or break the store's insides reach past it (STORE_INSIDES)."""
+    programs = [*REPO.glob("examples/*.py"), *REPO.glob("scripts/*.py"), *REPO.glob(".ci/*.py")]
     found = {
         str(path.relative_to(REPO)): imported
-        for path in [*HELD, REPO / "setup.py"]
+        for path in [*HELD, REPO / "setup.py", *programs]
         if path.relative_to(REPO).parts[:2] != ("jitops", "store") and (imported := private_store_imports(path))
     }
-    assert found == {}, "go through jitops.store's door (Store, or a name added to it and to ARCHITECTURE)"
+    assert found == STORE_INSIDES, "go through jitops.store's door (Store, or a name added to it and to ARCHITECTURE)"
 
 
 def test_the_doors_names_are_the_ones_architecture_lists():
