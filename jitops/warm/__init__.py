@@ -86,9 +86,9 @@ def cxx_runtime() -> str | None:
     dlopen, _, dlinfo = _libc_dl()
     handle = dlopen(b"libstdc++.so.6", os.RTLD_LAZY | os.RTLD_NOLOAD)
     link_map = ctypes.c_void_p()  # -> struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
-    if not (handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0):
+    if not (handle and dlinfo and dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(link_map)) == 0 and link_map.value):
         return None
-    name = ctypes.c_char_p.from_address((link_map.value or 0) + ctypes.sizeof(ctypes.c_void_p)).value
+    name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
     return os.fsdecode(name) if name else None
 
 
