@@ -1,21 +1,29 @@
 # SPDX-License-Identifier: MIT
 """A warm start of two jitops source trees, side by side in one run: did a change slow it?
 
-    python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [--rounds 5] [--repeats 7] [--ops add2,...] [--drop-in]
+    python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [--rounds 5] [--repeats 7] [--ops add2,...] [--drop-in | --floor]
 
 Each tree (a checkout, e.g. `git worktree add /tmp/before <commit>`) is imported from its own
-folder (each child runs there with it on PYTHONPATH, as a regular install is imported: no
-editable-install finder; the script checks where jitops came from) into a cache of its own,
+folder (each child runs there with it on PYTHONPATH, as a regular install is imported; the script
+checks where jitops came from, but where this Python has the checkout installed editable, a module
+a tree lacks is still found in the checkout: name trees that have the warm wing) into a cache of its own,
 which is first filled by one cold load. Then, round after round, alternating the trees so that a
 busy machine slows both alike: warm add2 (`jitops.ops._framework.require`) and warm `load_all()` of the ops,
 each the median of --repeats new processes, timed as examples/load_time.py times them. With
 --drop-in, warm `jitops.load` of examples/drop_in_time.py's extensions instead (the tutorial add2,
 3 units), timed as that script times them. Prints each tree's median over the rounds and after / before.
+
+With --floor, warm add2 only, and a third tree: a copy of AFTER whose warm-path modules keep only the
+functions a warm add2 runs (found by tracing one in the copy; every other function becomes one stub).
+No one could ship that copy; it is the floor of AFTER's modules: what deleting code from them, short of
+importing fewer of them, could win at most.
 """
 
 import argparse
+import ast
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,6 +49,97 @@ def run_in_tree(code: str, args: list[str], tree: Path, env: dict) -> dict:
     return result
 
 
+# Run in the floor copy once it is warm: which functions of its jitops a warm add2 calls, and
+# which of its modules it imports.
+TRACE_CHILD = """
+import json, sys, torch
+ran = set()
+def _profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_filename.startswith(sys.argv[1]):
+        ran.add((frame.f_code.co_filename, frame.f_code.co_firstlineno))
+sys.setprofile(_profile)
+import jitops, jitops.ops._framework
+jitops.ops._framework.require("add2")
+sys.setprofile(None)
+modules = [m.__file__ for name, m in sys.modules.items() if name.split(".")[0] == "jitops"]
+print(json.dumps({"ran": sorted(ran), "modules": modules, "package": jitops.__file__}))
+"""
+STUB = 'def _floor_stub(*args, **kwargs):\n    raise NotImplementedError("removed by scripts/warm_ab.py --floor")\n'
+
+
+def floor_copy(after: Path, floor: Path) -> None:
+    """What a checkout's warm add2 needs: the package and the ops' sources beside it."""
+    for part in ("jitops", "kernels", "bindings"):
+        shutil.copytree(after / part, floor / part, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def strip_to_what_ran(floor: Path, env: dict) -> int:
+    """Replace every function of the warm path's modules that a warm add2 did not run with one stub
+    per module (its name stays bound: other modules import it); the number replaced."""
+    traced = run_in_tree(TRACE_CHILD, [str(floor / "jitops")], floor, env)
+    ran = {(path, line) for path, line in traced["ran"]}
+    replaced = 0
+    for path in traced["modules"]:
+        module = ast.parse(Path(path).read_text())
+
+        def keep_or_stub(body: list) -> list:
+            nonlocal replaced
+            kept = []
+            for node in body:
+                if isinstance(node, ast.FunctionDef) and not ran & {(path, n.lineno) for n in [node, *node.decorator_list]}:
+                    replaced += 1
+                    node = ast.Assign([ast.Name(node.name, ast.Store())], ast.Name("_floor_stub", ast.Load()), lineno=0)
+                elif isinstance(node, ast.ClassDef):
+                    node.body = keep_or_stub(node.body)
+                kept.append(node)
+            return kept
+
+        module.body = keep_or_stub(module.body)
+        first = 1 if ast.get_docstring(module) is not None else 0  # the stub goes after the __future__ imports
+        while first < len(module.body) and getattr(module.body[first], "module", None) == "__future__":
+            first += 1
+        module.body[first:first] = ast.parse(STUB).body
+        Path(path).write_text(ast.unparse(module) + "\n")
+    return replaced
+
+
+def chosen_loads(args: argparse.Namespace) -> dict:
+    """name -> (child, its arguments): what each tree's warm start is timed on."""
+    if args.drop_in:
+        return {
+            case.replace(" ", "_"): (DROP_IN_CHILD, ["jitops", name, "", *map(json.dumps, (sources, cflags, includes))])
+            for case, (name, sources, cflags, includes) in cases().items()
+        }
+    if args.floor:  # the floor copy keeps only what a warm add2 runs
+        return {"add2": (JITOPS_CHILD, ["add2"])}
+    if args.ops is None:
+        from jitops.ops._framework import available_ops
+
+        args.ops = ",".join(available_ops())
+    return {"add2": (JITOPS_CHILD, ["add2"]), "load_all": (JITOPS_CHILD, [args.ops])}
+
+
+def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, repeats: int) -> dict:
+    """(tree's index, load's name) -> the median of each round's `repeats` new processes, the trees
+    alternating round after round so that a busy machine slows them alike."""
+    medians: dict = {(i, name): [] for i in range(len(trees)) for name in loads}
+    for round_ in range(rounds):
+        for i, (tree, env) in enumerate(zip(trees, envs)):
+            for name, (code, child_args) in loads.items():
+                runs = [run_in_tree(code, child_args, tree, env) for _ in range(repeats)]
+                assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
+                medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
+        print(
+            f"round {round_ + 1}: "
+            + ", ".join(
+                f"{name} " + " -> ".join(f"{medians[i, name][-1]:.2f}" for i in range(len(trees))) + " ms" for name in loads
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+    return medians
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trees", nargs=2, type=Path, metavar="TREE")
@@ -48,44 +147,37 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ops", help="comma-separated (default: every op of this checkout)")
     parser.add_argument("--drop-in", action="store_true", help="time jitops.load of drop_in_time.py's extensions")
+    parser.add_argument("--floor", action="store_true", help="warm add2 only, and AFTER with what it does not run removed")
     args = parser.parse_args()
-    if args.drop_in:  # name -> (child, its arguments)
-        loads = {
-            case.replace(" ", "_"): (DROP_IN_CHILD, ["jitops", name, "", *map(json.dumps, (sources, cflags, includes))])
-            for case, (name, sources, cflags, includes) in cases().items()
-        }
-    else:
-        if args.ops is None:
-            from jitops.ops._framework import available_ops
-
-            args.ops = ",".join(available_ops())
-        loads = {"add2": (JITOPS_CHILD, ["add2"]), "load_all": (JITOPS_CHILD, [args.ops])}
+    if args.floor and args.drop_in:
+        parser.error("--floor times warm add2: not with --drop-in")
+    loads = chosen_loads(args)
+    labels = ["before", "after"] + ["floor"] * args.floor
     with tempfile.TemporaryDirectory(prefix="jitops-warm-ab-") as tmp:
         trees = [tree.resolve() for tree in args.trees]
+        if args.floor:
+            trees.append(Path(tmp) / "floor")
+            floor_copy(trees[1], trees[2])
         envs = [tree_env(tree, Path(tmp) / f"cache{i}") for i, tree in enumerate(trees)]
         for tree, env in zip(trees, envs):
             for code, child_args in loads.values():  # builds each once
                 run_in_tree(code, child_args, tree, env)
-        medians = {(i, name): [] for i in range(2) for name in loads}
-        for round_ in range(args.rounds):
-            for i, (tree, env) in enumerate(zip(trees, envs)):
-                for name, (code, child_args) in loads.items():
-                    runs = [run_in_tree(code, child_args, tree, env) for _ in range(args.repeats)]
-                    assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
-                    medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
-            print(
-                f"round {round_ + 1}: "
-                + ", ".join(f"{name} {medians[0, name][-1]:.2f} -> {medians[1, name][-1]:.2f} ms" for name in loads),
-                file=sys.stderr,
-                flush=True,
-            )
+        if args.floor:  # once its cache is filled, so that its warm start is the one timed
+            print(f"floor: {strip_to_what_ran(trees[2], envs[2])} functions a warm add2 does not run stubbed", file=sys.stderr)
+            run_in_tree(*loads["add2"], trees[2], envs[2])  # still loads, and its bytecode is written again
+        medians = time_trees(trees, envs, loads, args.rounds, args.repeats)
     print(
-        f"{'warm load':<14}{'before ms':>11}{'after ms':>10}{'after / before':>16}   (median of {args.rounds} rounds x {args.repeats} processes)"
+        f"{'warm load':<14}"
+        + "".join(f"{label + ' ms':>11}" for label in labels)
+        + "".join(f"{label + ' / before':>16}" for label in labels[1:])
+        + f"   (median of {args.rounds} rounds x {args.repeats} processes)"
     )
     for name in loads:
-        before, after = statistics.median(medians[0, name]), statistics.median(medians[1, name])
-        print(f"{name:<14}{before:>11.2f}{after:>10.2f}{after / before:>15.3f}x")
-    print(f"before: {args.trees[0]}\nafter:  {args.trees[1]}")
+        ms = [statistics.median(medians[i, name]) for i in range(len(trees))]
+        print(f"{name:<14}" + "".join(f"{m:>11.2f}" for m in ms) + "".join(f"{m / ms[0]:>15.3f}x" for m in ms[1:]))
+    print(
+        f"before: {args.trees[0]}\nafter:  {args.trees[1]}" + ("\nfloor:  after, keeping only what a warm add2 runs" * args.floor)
+    )
 
 
 if __name__ == "__main__":
