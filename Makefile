@@ -63,7 +63,7 @@ test-fast: $(PYTHON)
 
 # ruff (Python) and clang-format (C++/CUDA), configured in pyproject.toml and .clang-format: `lint`
 # checks (CI runs it before the tests), `format` rewrites; mypy holds the loader and the CLI to their
-# annotations (the records' TypedDicts among them). Pinned, so that a new release cannot fail CI on
+# annotations (the records' TypedDicts among them; its settings in pyproject.toml). Pinned, so that a new release cannot fail CI on
 # code that did not change.
 LINTERS := ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1
 CPP_FILES = $(shell git ls-files '*.cpp' '*.cu' '*.h' '*.cuh')

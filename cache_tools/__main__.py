@@ -52,7 +52,7 @@ def build_parser(prog: str = "jitops-cache") -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--version", action="version", version=f"%(prog)s {jitops.__version__}")
     # --json after the command works too (`jitops-cache list --json`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

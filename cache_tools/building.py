@@ -216,7 +216,7 @@ def cmd_pch(args: argparse.Namespace) -> int:
                 failure = f"{label}: {err}"
                 break
             results.append({"for": label, "seconds": round(time.time() - began, 1)})
-    found = []
+    found: list[dict[str, Any]] = []
     for pch in sorted(pch_dir.glob("*")):
         gch = pch / _layout.GCH_NAME
         if gch.is_file() and PchStore.same_header(pch, EXTENSION_HEADER):

@@ -228,7 +228,7 @@ def environment_summary() -> dict:
 def cmd_verify(args: argparse.Namespace) -> int:
     root, rows = selected_rows([], args.package)
     chosen = {row.path for row in rows}
-    results = []
+    results: list[dict[str, Any]] = []
     for entry, _ in Store(root).entries():
         if str(entry.path) not in chosen:
             continue

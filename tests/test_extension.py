@@ -362,6 +362,14 @@ def test_declaring_is_frozen_and_checks_its_arguments():
     )
 
 
+def test_a_python_module_in_a_file_no_import_loader_takes_is_an_import_error_naming_it(tmp_path):
+    """LoadedLibrary.module where python has no loader for the file's name (a .so always has one)."""
+    declared = jitops.Extension("odd", ["a.cpp"], namespace="ns", root=str(tmp_path), python_module=True)
+    library = jitops.LoadedLibrary(declared, tmp_path / "odd.txt", False, "", "cache")
+    with pytest.raises(ImportError, match="odd.txt cannot be imported as a module"):
+        library.module  # noqa: B018 (the property imports it)
+
+
 def test_only_namespace_name_key_is_an_entry_name():
     """Entry folders, warm records and prebuilt folders are all recognised by this one rule."""
     key = "0123456789abcdef"

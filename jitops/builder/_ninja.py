@@ -193,7 +193,7 @@ def _sigterm_raises():
 def _held_while_starting():
     """On the main thread: SIGINT and SIGTERM are held while ninja starts, then delivered once `proc`
     names it (raised inside Popen, they would leave ninja and its compilers running)."""
-    held = []
+    held: list[int] = []
     signals = [signal.SIGINT, signal.SIGTERM] if threading.current_thread() is threading.main_thread() else []
     previous = {
         sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in signals if signal.getsignal(sig) is not None
@@ -203,8 +203,8 @@ def _held_while_starting():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in held:  # to the handler restored above: KeyboardInterrupt, BuildInterrupted or the program's
-            signal.raise_signal(sig)
+        for signum in held:  # to the handler restored above: KeyboardInterrupt, BuildInterrupted or the program's
+            signal.raise_signal(signum)
 
 
 def deps(build_dir: Path, targets: Sequence[str] = ()) -> dict[str, list[str]]:

@@ -38,7 +38,7 @@ class LazyTorchCppExtension(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         lock = threading.Lock()
-        served = {}  # the helpers answered without torch's code (_torch_helpers), by name
+        served: dict[str, object] = {}  # the helpers answered without torch's code (_torch_helpers), by name
 
         def __getattr__(name: str):
             if name.startswith("__") and name.endswith("__"):
@@ -145,7 +145,7 @@ def _new_main():
     import types
 
     main = types.ModuleType("__main__")
-    main.__builtins__, main.__annotations__ = builtins, {}
+    main.__dict__.update(__builtins__=builtins, __annotations__={})
     sys.modules["__main__"] = main  # kept when it ends, as python keeps its __main__ (atexit, pickling)
     return main
 

@@ -81,5 +81,5 @@ class _TellTorchOnImport:
             run_module(module)
             after_torch_import(module)
 
-        loader.exec_module = exec_module  # this spec's own loader instance
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's own loader instance
         return spec

@@ -235,7 +235,7 @@ class OpAutograd:
         if _needs_grad(args):
             return function.apply(*args)
         with _below_autograd():
-            return function.overload.redispatch(keyset & _after_autograd_keyset, *args)
+            return function.overload.redispatch(keyset & _after_autograd_keyset, *args)  # type: ignore[attr-defined]
 
 
 def call_op(op, autograd: OpAutograd | None, *args):

@@ -27,6 +27,8 @@ from .._layout import (
 )
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..extension import Extension
 
 
@@ -121,7 +123,7 @@ class LoadedLibrary:
         self.cuda_reason = cuda_reason  # why the CUDA kernels are absent; empty when present
         self.how = how  # "cache", "built" or "prebuilt"
         self.inputs = inputs  # [(path, identity)] of what its key and headers were read from
-        self._module = None
+        self._module: ModuleType | None = None
 
     @property
     def ops(self):
@@ -138,6 +140,8 @@ class LoadedLibrary:
             import importlib.util  # only for pybind11 modules
 
             spec = importlib.util.spec_from_file_location(self.extension.name, self.library)
+            if spec is None or spec.loader is None:  # a name no import loader takes (a .so always has one)
+                raise ImportError(f"jitops: {self.library} cannot be imported as a module")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             # A binding compiled as <name> and linked as <name>_v1 (a reload): pybind11 before 3.0
