@@ -76,10 +76,8 @@ if len(ops) > 1:
 else:
     jitops.ops._framework.require(ops[0])
 seconds = time.perf_counter() - started
-try:
-    from jitops.warm import loaded
-except ImportError:  # a tree from before the warm wing was one module (scripts/warm_ab.py)
-    from jitops.warm._libraries import loaded
+# The registry beside LoadedLibrary, wherever the tree keeps them (scripts/warm_ab.py times older trees).
+loaded = sys.modules[jitops.LoadedLibrary.__module__].loaded
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
 report(seconds, libraries=libraries, package=jitops.__file__)
 """

@@ -1,19 +1,19 @@
 # SPDX-License-Identifier: MIT
-"""A warm start of two jitops source trees, side by side in one run: did a change slow it?
+"""A warm start of two (or more) jitops source trees, side by side in one run: did a change slow it?
 
-    python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [--rounds 5] [--repeats 7] [--ops add2,...] [--drop-in | --floor]
+    python scripts/warm_ab.py BEFORE_TREE AFTER_TREE [TREE...] [--rounds 5] [--repeats 7] [--ops add2,...] [--drop-in | --floor]
 
 Each tree (a checkout, e.g. `git worktree add /tmp/before <commit>`) is imported from its own
 folder (each child runs there with it on PYTHONPATH, as a regular install is imported; the script
 checks where jitops came from, but where this Python has the checkout installed editable, a module
-a tree lacks is still found in the checkout: name trees that have the warm wing) into a cache of its own,
-which is first filled by one cold load. Then, round after round, alternating the trees so that a
-busy machine slows both alike: warm add2 (`jitops.ops._framework.require`) and warm `load_all()` of the ops,
+a tree lacks is still found in the checkout) into a cache of its own, which is first filled by one
+cold load. Then, round after round, alternating the trees so that a busy machine slows all alike: warm add2 (`jitops.ops._framework.require`) and warm `load_all()` of the ops,
 each the median of --repeats new processes, timed as examples/load_time.py times them. With
 --drop-in, warm `jitops.load` of examples/drop_in_time.py's extensions instead (the tutorial add2,
-3 units), timed as that script times them. Prints each tree's median over the rounds and after / before.
+3 units), timed as that script times them. Prints each tree's median over the rounds and its ratio to
+BEFORE's (each tree after the second is one more "after").
 
-With --floor, warm add2 only, and a third tree: a copy of AFTER whose warm-path modules keep only the
+With --floor, warm add2 only, and one tree more: a copy of the last tree whose warm-path modules keep only the
 functions a warm add2 runs (found by tracing one in the copy; every other function becomes one stub).
 No one could ship that copy; it is the floor of AFTER's modules: what deleting code from them, short of
 importing fewer of them, could win at most.
@@ -140,44 +140,48 @@ def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, re
     return medians
 
 
+def report(loads: dict, labels: list[str], medians: dict, rounds: int, repeats: int) -> None:
+    """Each tree's median over the rounds, and its ratio to the first's."""
+    width = max(len(label) for label in labels) + 2
+    print(f"{'warm load':<14}{'tree':<{width}}{'ms':>8}{'/ before':>11}   (median of {rounds} rounds x {repeats} processes)")
+    for name in loads:
+        ms = [statistics.median(medians[i, name]) for i in range(len(labels))]
+        for label, value in zip(labels, ms):
+            print(f"{name:<14}{label:<{width}}{value:>8.2f}{value / ms[0]:>10.3f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trees", nargs=2, type=Path, metavar="TREE")
+    parser.add_argument("trees", nargs="+", type=Path, metavar="TREE")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ops", help="comma-separated (default: every op of this checkout)")
     parser.add_argument("--drop-in", action="store_true", help="time jitops.load of drop_in_time.py's extensions")
-    parser.add_argument("--floor", action="store_true", help="warm add2 only, and AFTER with what it does not run removed")
+    parser.add_argument(
+        "--floor", action="store_true", help="warm add2 only, and the last tree with what it does not run removed"
+    )
     args = parser.parse_args()
+    if len(args.trees) < 2:
+        parser.error("TREE: give a tree before and at least one after")
     if args.floor and args.drop_in:
         parser.error("--floor times warm add2: not with --drop-in")
     loads = chosen_loads(args)
-    labels = ["before", "after"] + ["floor"] * args.floor
+    trees = [tree.resolve() for tree in args.trees]
+    labels = [f"{tree} (before)" if i == 0 else str(tree) for i, tree in enumerate(trees)]
     with tempfile.TemporaryDirectory(prefix="jitops-warm-ab-") as tmp:
-        trees = [tree.resolve() for tree in args.trees]
         if args.floor:
+            labels.append(f"the floor of {trees[-1]}")
             trees.append(Path(tmp) / "floor")
-            floor_copy(trees[1], trees[2])
+            floor_copy(trees[-2], trees[-1])
         envs = [tree_env(tree, Path(tmp) / f"cache{i}") for i, tree in enumerate(trees)]
         for tree, env in zip(trees, envs):
             for code, child_args in loads.values():  # builds each once
                 run_in_tree(code, child_args, tree, env)
         if args.floor:  # once its cache is filled, so that its warm start is the one timed
-            print(f"floor: {strip_to_what_ran(trees[2], envs[2])} functions a warm add2 does not run stubbed", file=sys.stderr)
-            run_in_tree(*loads["add2"], trees[2], envs[2])  # still loads, and its bytecode is written again
+            print(f"floor: {strip_to_what_ran(trees[-1], envs[-1])} functions a warm add2 does not run stubbed", file=sys.stderr)
+            run_in_tree(*loads["add2"], trees[-1], envs[-1])  # still loads, and its bytecode is written again
         medians = time_trees(trees, envs, loads, args.rounds, args.repeats)
-    print(
-        f"{'warm load':<14}"
-        + "".join(f"{label + ' ms':>11}" for label in labels)
-        + "".join(f"{label + ' / before':>16}" for label in labels[1:])
-        + f"   (median of {args.rounds} rounds x {args.repeats} processes)"
-    )
-    for name in loads:
-        ms = [statistics.median(medians[i, name]) for i in range(len(trees))]
-        print(f"{name:<14}" + "".join(f"{m:>11.2f}" for m in ms) + "".join(f"{m / ms[0]:>15.3f}x" for m in ms[1:]))
-    print(
-        f"before: {args.trees[0]}\nafter:  {args.trees[1]}" + ("\nfloor:  after, keeping only what a warm add2 runs" * args.floor)
-    )
+    report(loads, labels, medians, args.rounds, args.repeats)
 
 
 if __name__ == "__main__":
