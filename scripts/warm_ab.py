@@ -80,6 +80,8 @@ def strip_to_what_ran(floor: Path, env: dict) -> int:
     ran = {(path, line) for path, line in traced["ran"]}
     replaced = 0
     for path in traced["modules"]:
+        # Never a file outside the copy (an editable install could have lent one from the checkout).
+        assert Path(path).is_relative_to(floor), f"the floor's warm add2 imported {path}"
         module = ast.parse(Path(path).read_text())
 
         def keep_or_stub(body: list) -> list:
