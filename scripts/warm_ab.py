@@ -11,7 +11,9 @@ cold load. Then, round after round, alternating the trees so that a busy machine
 each the median of --repeats new processes, timed as examples/load_time.py times them. With
 --drop-in, warm `jitops.load` of examples/drop_in_time.py's extensions instead (the tutorial add2,
 3 units), timed as that script times them. Prints each tree's median over the rounds and its ratio to
-BEFORE's (each tree after the second is one more "after").
+BEFORE's (each tree after the second is one more "after"), and how many jitops modules each warm
+load imported and the KB of bytecode they hold: in a new process Python unmarshals all of it, and
+unlike the milliseconds that figure has no noise.
 
 With --floor, warm add2 only, and one tree more: a copy of the last tree whose warm-path modules keep only the
 functions a warm add2 runs (found by tracing one in the copy; every other function becomes one stub).
@@ -63,6 +65,20 @@ jitops.ops._framework.require("add2")
 sys.setprofile(None)
 modules = [m.__file__ for name, m in sys.modules.items() if name.split(".")[0] == "jitops"]
 print(json.dumps({"ran": sorted(ran), "modules": modules, "package": jitops.__file__}))
+"""
+# Run in each tree once it is warm: how many jitops modules a warm load imports and how much
+# bytecode they hold (their .pyc files), which a new process unmarshals: a figure without noise.
+CODE_CHILD = """
+import importlib.util, json, os, sys, torch
+ops = sys.argv[1].split(",")
+import jitops, jitops.ops._framework
+if len(ops) > 1:
+    jitops.load_all(ops)
+else:
+    jitops.ops._framework.require(ops[0])
+files = [m.__file__ for name, m in sys.modules.items() if name.split(".")[0] == "jitops"]
+code = sum(os.path.getsize(importlib.util.cache_from_source(f)) for f in files)
+print(json.dumps({"modules": len(files), "bytes": code, "package": jitops.__file__}))
 """
 STUB = 'def _floor_stub(*args, **kwargs):\n    raise NotImplementedError("removed by scripts/warm_ab.py --floor")\n'
 
@@ -142,14 +158,30 @@ def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, re
     return medians
 
 
-def report(loads: dict, labels: list[str], medians: dict, rounds: int, repeats: int) -> None:
-    """Each tree's median over the rounds, and its ratio to the first's."""
+def warm_code(trees: list[Path], envs: list[dict], loads: dict) -> dict:
+    """(tree's index, load's name) -> (jitops modules a warm load imports, KB of their bytecode).
+    Only where the load is one of jitops' ops (CODE_CHILD's), not the drop-in's."""
+    return {
+        (i, name): (code["modules"], code["bytes"] / 1024)
+        for i, (tree, env) in enumerate(zip(trees, envs))
+        for name, (child, child_args) in loads.items()
+        if child is JITOPS_CHILD and (code := run_in_tree(CODE_CHILD, child_args, tree, env))
+    }
+
+
+def report(loads: dict, labels: list[str], medians: dict, code: dict, rounds: int, repeats: int) -> None:
+    """Each tree's median over the rounds and its ratio to the first's, with the code it imported."""
     width = max(len(label) for label in labels) + 2
-    print(f"{'warm load':<14}{'tree':<{width}}{'ms':>8}{'/ before':>11}   (median of {rounds} rounds x {repeats} processes)")
+    print(
+        f"{'warm load':<14}{'tree':<{width}}{'ms':>8}{'/ before':>11}{'modules':>9}{'code KB':>9}"
+        f"   (median of {rounds} rounds x {repeats} processes)"
+    )
     for name in loads:
         ms = [statistics.median(medians[i, name]) for i in range(len(labels))]
-        for label, value in zip(labels, ms):
-            print(f"{name:<14}{label:<{width}}{value:>8.2f}{value / ms[0]:>10.3f}x")
+        for i, (label, value) in enumerate(zip(labels, ms)):
+            modules, kb = code.get((i, name), (0, 0.0))
+            imported = f"{modules:>9}{kb:>9.0f}" if modules else ""
+            print(f"{name:<14}{label:<{width}}{value:>8.2f}{value / ms[0]:>10.3f}x{imported}")
 
 
 def main() -> None:
@@ -182,8 +214,9 @@ def main() -> None:
         if args.floor:  # once its cache is filled, so that its warm start is the one timed
             print(f"floor: {strip_to_what_ran(trees[-1], envs[-1])} functions a warm add2 does not run stubbed", file=sys.stderr)
             run_in_tree(*loads["add2"], trees[-1], envs[-1])  # still loads, and its bytecode is written again
+        code = warm_code(trees, envs, loads)
         medians = time_trees(trees, envs, loads, args.rounds, args.repeats)
-    report(loads, labels, medians, args.rounds, args.repeats)
+    report(loads, labels, medians, code, args.rounds, args.repeats)
 
 
 if __name__ == "__main__":
