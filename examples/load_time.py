@@ -22,7 +22,7 @@ jitops.bias_act on inputs that require grad against eager lrelu(x + b) * gain.
     python examples/load_time.py --phases add2 [--repeats 9]
 
 times a warm load's steps one by one instead (median over new processes, the cache warmed first):
-where the milliseconds go on this machine.
+where the milliseconds go on this machine, and how much of the imports is unmarshalling bytecode.
 
     python examples/load_time.py --installed [--ops ...] [--repeats 11]
 
@@ -136,6 +136,18 @@ PHASES_CHILD = (
     CHILD_PRELUDE
     + """
 op = sys.argv[1]
+# importlib unmarshals each module's bytecode with marshal.loads, looked up at each call: wrapped,
+# it gives how much of the imports is unmarshalling (a cost that grows with the code imported).
+import marshal
+unmarshal = [0.0, 0]  # ms, bytes
+def _timed_loads(data, _loads=marshal.loads):
+    began = time.perf_counter()
+    try:
+        return _loads(data)
+    finally:
+        unmarshal[0] += (time.perf_counter() - began) * 1e3
+        unmarshal[1] += len(data)
+marshal.loads = _timed_loads
 steps, last = {}, time.perf_counter()
 def step(name):
     global last
@@ -149,7 +161,7 @@ settings = jitops.warm.settings(module.EXTENSION); step("settings")
 library, record, _ = jitops.warm.recorded_library(module.EXTENSION, settings); step(f"warm record: read, {len(record['checked'])} stat calls")
 jitops.warm.open_library(library, verified=True); step("dlopen (lazy binding)")
 module._register(); step("Python registrations")
-report(sum(steps.values()) / 1e3, steps=steps, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
+report(sum(steps.values()) / 1e3, steps=steps, unmarshal=unmarshal, spawned_and_locks=[len(SPAWNED), len(LOCKS)])
 """
 )
 
@@ -265,11 +277,16 @@ def installed(ops: list[str], repeats: int, tmp: Path) -> None:
 def phases(op: str, repeats: int, tmp: Path) -> None:
     env = child_env(JITOPS_CACHE_DIR=str(tmp / "cache"))
     run_child(JITOPS_CHILD, [op], env)  # build, or load: the cache is warm from here on
-    runs = [run_child(PHASES_CHILD, [op], env)["steps"] for _ in range(repeats)]
+    results = [run_child(PHASES_CHILD, [op], env) for _ in range(repeats)]
+    runs = [result["steps"] for result in results]
     print(f"{op}: a warm load's steps, median of {repeats} new processes (ms)")
     for name in runs[0]:
         print(f"  {name:<28}{statistics.median(r[name] for r in runs):>8.3f}")
     print(f"  {'total':<28}{statistics.median(sum(r.values()) for r in runs):>8.3f}")
+    kb = results[0]["unmarshal"][1] / 1024
+    print(
+        f"  {'of which unmarshalling':<28}{statistics.median(r['unmarshal'][0] for r in results):>8.3f}  ({kb:.0f} KB of bytecode)"
+    )
 
 
 def print_tables(results: dict) -> None:
