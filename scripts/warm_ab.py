@@ -161,12 +161,13 @@ def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, re
 def warm_code(trees: list[Path], envs: list[dict], loads: dict) -> dict:
     """(tree's index, load's name) -> (jitops modules a warm load imports, KB of their bytecode).
     Only where the load is one of jitops' ops (CODE_CHILD's), not the drop-in's."""
-    return {
-        (i, name): (code["modules"], code["bytes"] / 1024)
-        for i, (tree, env) in enumerate(zip(trees, envs))
-        for name, (child, child_args) in loads.items()
-        if child is JITOPS_CHILD and (code := run_in_tree(CODE_CHILD, child_args, tree, env))
-    }
+    found = {}
+    for i, (tree, env) in enumerate(zip(trees, envs)):
+        for name, (child, child_args) in loads.items():
+            if child is JITOPS_CHILD:
+                code = run_in_tree(CODE_CHILD, child_args, tree, env)
+                found[i, name] = (code["modules"], code["bytes"] / 1024)
+    return found
 
 
 def report(loads: dict, labels: list[str], medians: dict, code: dict, rounds: int, repeats: int) -> None:
