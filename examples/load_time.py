@@ -79,7 +79,8 @@ seconds = time.perf_counter() - started
 # The registry beside LoadedLibrary, wherever the tree keeps them (scripts/warm_ab.py times older trees).
 loaded = sys.modules[jitops.LoadedLibrary.__module__].loaded
 libraries = {op: str((loaded.get(f"jitops.{op}") or loaded[op]).library) for op in ops}
-report(seconds, libraries=libraries, package=jitops.__file__)
+modules = [m.__file__ for name, m in sys.modules.items() if name.partition(".")[0] == "jitops"]  # what it imported
+report(seconds, libraries=libraries, package=jitops.__file__, modules=modules)
 """
 )
 

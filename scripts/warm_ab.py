@@ -23,6 +23,7 @@ importing fewer of them, could win at most.
 
 import argparse
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -65,20 +66,6 @@ jitops.ops._framework.require("add2")
 sys.setprofile(None)
 modules = [m.__file__ for name, m in sys.modules.items() if name.split(".")[0] == "jitops"]
 print(json.dumps({"ran": sorted(ran), "modules": modules, "package": jitops.__file__}))
-"""
-# Run in each tree once it is warm: how many jitops modules a warm load imports and how much
-# bytecode they hold (their .pyc files), which a new process unmarshals: a figure without noise.
-CODE_CHILD = """
-import importlib.util, json, os, sys, torch
-ops = sys.argv[1].split(",")
-import jitops, jitops.ops._framework
-if len(ops) > 1:
-    jitops.load_all(ops)
-else:
-    jitops.ops._framework.require(ops[0])
-files = [m.__file__ for name, m in sys.modules.items() if name.split(".")[0] == "jitops"]
-code = sum(os.path.getsize(importlib.util.cache_from_source(f)) for f in files)
-print(json.dumps({"modules": len(files), "bytes": code, "package": jitops.__file__}))
 """
 STUB = 'def _floor_stub(*args, **kwargs):\n    raise NotImplementedError("removed by scripts/warm_ab.py --floor")\n'
 
@@ -137,16 +124,20 @@ def chosen_loads(args: argparse.Namespace) -> dict:
     return {"add2": (JITOPS_CHILD, ["add2"]), "load_all": (JITOPS_CHILD, [args.ops])}
 
 
-def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, repeats: int) -> dict:
+def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, repeats: int) -> tuple[dict, dict]:
     """(tree's index, load's name) -> the median of each round's `repeats` new processes, the trees
-    alternating round after round so that a busy machine slows them alike."""
+    alternating round after round so that a busy machine slows them alike; and -> the jitops modules
+    that load imported (JITOPS_CHILD reports them; the drop-in's child does not)."""
     medians: dict = {(i, name): [] for i in range(len(trees)) for name in loads}
+    imported: dict = {}
     for round_ in range(rounds):
         for i, (tree, env) in enumerate(zip(trees, envs)):
             for name, (code, child_args) in loads.items():
                 runs = [run_in_tree(code, child_args, tree, env) for _ in range(repeats)]
                 assert all(r["spawned"] == 0 and r["locks"] == 0 for r in runs), f"a warm load spawned or locked: {runs}"
                 medians[i, name].append(statistics.median(r["seconds"] for r in runs) * 1e3)
+                if "modules" in runs[-1]:
+                    imported[i, name] = runs[-1]["modules"]
         print(
             f"round {round_ + 1}: "
             + ", ".join(
@@ -155,22 +146,15 @@ def time_trees(trees: list[Path], envs: list[dict], loads: dict, rounds: int, re
             file=sys.stderr,
             flush=True,
         )
-    return medians
+    return medians, imported
 
 
-def warm_code(trees: list[Path], envs: list[dict], loads: dict) -> dict:
-    """(tree's index, load's name) -> (jitops modules a warm load imports, KB of their bytecode).
-    Only where the load is one of jitops' ops (CODE_CHILD's), not the drop-in's."""
-    found = {}
-    for i, (tree, env) in enumerate(zip(trees, envs)):
-        for name, (child, child_args) in loads.items():
-            if child is JITOPS_CHILD:
-                code = run_in_tree(CODE_CHILD, child_args, tree, env)
-                found[i, name] = (code["modules"], code["bytes"] / 1024)
-    return found
+def code_kb(modules: list[str]) -> float:
+    """The KB of bytecode these modules hold (their .pyc files), which a new process unmarshals."""
+    return sum(os.path.getsize(importlib.util.cache_from_source(module)) for module in modules) / 1024
 
 
-def report(loads: dict, labels: list[str], medians: dict, code: dict, rounds: int, repeats: int) -> None:
+def report(loads: dict, labels: list[str], medians: dict, imported: dict, rounds: int, repeats: int) -> None:
     """Each tree's median over the rounds and its ratio to the first's, with the code it imported."""
     width = max(len(label) for label in labels) + 2
     print(
@@ -180,9 +164,9 @@ def report(loads: dict, labels: list[str], medians: dict, code: dict, rounds: in
     for name in loads:
         ms = [statistics.median(medians[i, name]) for i in range(len(labels))]
         for i, (label, value) in enumerate(zip(labels, ms)):
-            modules, kb = code.get((i, name), (0, 0.0))
-            imported = f"{modules:>9}{kb:>9.0f}" if modules else ""
-            print(f"{name:<14}{label:<{width}}{value:>8.2f}{value / ms[0]:>10.3f}x{imported}")
+            modules = imported.get((i, name))
+            code = f"{len(modules):>9}{code_kb(modules):>9.0f}" if modules else ""
+            print(f"{name:<14}{label:<{width}}{value:>8.2f}{value / ms[0]:>10.3f}x{code}")
 
 
 def main() -> None:
@@ -215,9 +199,8 @@ def main() -> None:
         if args.floor:  # once its cache is filled, so that its warm start is the one timed
             print(f"floor: {strip_to_what_ran(trees[-1], envs[-1])} functions a warm add2 does not run stubbed", file=sys.stderr)
             run_in_tree(*loads["add2"], trees[-1], envs[-1])  # still loads, and its bytecode is written again
-        code = warm_code(trees, envs, loads)
-        medians = time_trees(trees, envs, loads, args.rounds, args.repeats)
-    report(loads, labels, medians, code, args.rounds, args.repeats)
+        medians, imported = time_trees(trees, envs, loads, args.rounds, args.repeats)
+        report(loads, labels, medians, imported, args.rounds, args.repeats)  # the trees' bytecode is still there
 
 
 if __name__ == "__main__":
