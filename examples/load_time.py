@@ -138,7 +138,8 @@ PHASES_CHILD = (
     + """
 op = sys.argv[1]
 # importlib unmarshals each module's bytecode with marshal.loads, looked up at each call: wrapped,
-# it gives how much of the imports is unmarshalling (a cost that grows with the code imported).
+# it gives how much of the imports is unmarshalling (a cost that grows with the code imported). Its
+# own frame adds about a microsecond per module to the import steps.
 import marshal
 unmarshal = [0.0, 0]  # ms, bytes
 def _timed_loads(data, _loads=marshal.loads):
